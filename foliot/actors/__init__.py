@@ -1,0 +1,1 @@
+"""The shell around the pure core: run actors, their supervisor, timers, dispatch, queues."""

@@ -1,0 +1,312 @@
+"""The engine: store, clock, supervisor, timer wheel, dispatcher and queues, wired together.
+
+HTTP routes talk to the engine only. `Engine.serve` starts every actor under one nursery,
+recovers (timers paged in, open attempts re-delivered with their original idempotency keys),
+then reports ready.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from collections import OrderedDict
+from typing import Any
+
+import httpx
+import trio
+
+from ..clock import Clock
+from ..config import Settings
+from ..credentials import Vault
+from ..errors import Conflict, NotFound, UniqueViolation, Unavailable
+from ..storage.base import IdempotencyRecord, Store, UnitOfWork, json_dumps
+from ..workflow import machine
+from ..workflow.definition import Definition, parse_definition
+from ..workflow.machine import Context, Reply
+from ..workflow.model import Run, TaskRef
+from .dispatcher import Dispatcher, Target
+from .messages import ActorMessage, Envelope, Redeliver, ReplySlot
+from .queues import Queues
+from .supervisor import Supervisor
+from .timer_wheel import TimerWheel
+
+log = logging.getLogger("foliot.engine")
+
+_DEFINITION_CACHE = 1024
+_TARGET_TTL_MS = 30_000
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        *,
+        clock: Clock | None = None,
+        vault: Vault,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock or Clock()
+        self.vault = vault
+        self.supervisor = Supervisor(self)
+        self.queues = Queues()
+        self.timers = TimerWheel(store, self.clock, self._deliver_timer, window_ms=settings.timer_window_ms)
+        self._own_client = http_client is None
+        self.http = http_client or httpx.AsyncClient(follow_redirects=False)
+        self.dispatcher = Dispatcher(
+            self.http,
+            now=self.clock.now,
+            target=self.target,
+            answer=self._deliver_answer,
+            sync_cap_ms=settings.sync_task_max_ms,
+            max_body=settings.body_max_bytes,
+        )
+        self._definitions: OrderedDict[tuple[str, str, int], Definition] = OrderedDict()
+        self._targets: dict[str, tuple[int, Target]] = {}
+        self._watchers: dict[str, trio.Event] = {}
+        self._nursery: trio.Nursery | None = None
+        self.ready = False
+        self.recovered_tasks = 0
+        self.started_at = self.clock.now()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self.supervisor.serve)
+                await nursery.start(self.dispatcher.serve)
+                await nursery.start(self.timers.serve)
+                await self.recover()
+                self.ready = True
+                task_status.started()
+        finally:
+            self.ready = False
+            if self._own_client:
+                with trio.CancelScope(shield=True), trio.move_on_after(2):
+                    await self.http.aclose()
+
+    async def recover(self) -> None:
+        """Re-deliver open attempts; overdue timers already fired when the wheel paged in."""
+        for task in await self.store.open_tasks():
+            if task.queue is not None and task.deadline is None:
+                self.queues.offer(task.app, task.queue, task.token, task.run_id)
+            elif task.queue is None:
+                self.tell(task.run_id, Redeliver(task.token))
+            self.recovered_tasks += 1
+        log.info("recovery done: %d open tasks re-delivered or re-offered", self.recovered_tasks)
+
+    def stop(self) -> None:
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    # ------------------------------------------------------------------ helpers for actors
+
+    def context(self) -> Context:
+        return Context(
+            now=self.clock.now(),
+            new_token=lambda: "tt_" + secrets.token_urlsafe(24),
+            payload_max=self.settings.payload_max_bytes,
+        )
+
+    async def maybe_definition(self, app: str, name: str, version: int) -> Definition | None:
+        key = (app, name, version)
+        cached = self._definitions.get(key)
+        if cached is not None:
+            self._definitions.move_to_end(key)
+            return cached
+        record = await self.store.get_workflow(app, name, version)
+        if record is None:
+            return None
+        definition = parse_definition(json.loads(record.document))
+        self._definitions[key] = definition
+        if len(self._definitions) > _DEFINITION_CACHE:
+            self._definitions.popitem(last=False)
+        return definition
+
+    async def definition(self, app: str, name: str, version: int) -> Definition:
+        found = await self.maybe_definition(app, name, version)
+        if found is None:
+            raise NotFound(f"workflow {name!r} version {version} not found")
+        return found
+
+    async def target(self, app: str) -> Target:
+        now = self.clock.now()
+        cached = self._targets.get(app)
+        if cached is not None and now - cached[0] < _TARGET_TTL_MS:
+            target = cached[1]
+            return target
+        record = await self.store.get_app(app)
+        if record is None:
+            raise NotFound(f"app {app!r} not found")
+        live = [
+            s
+            for s in reversed(await self.store.list_signing_secrets(app))
+            if s.expires_at is None or s.expires_at > now
+        ]
+        target = Target(record.handler_base_url, tuple(self.vault.decrypt(s.secret_enc) for s in live))
+        # Cache no further than the next secret expiry, so the outgoing one stops in time.
+        expiries = [s.expires_at for s in live if s.expires_at is not None]
+        stamp = now if not expiries else min(now, min(expiries) - _TARGET_TTL_MS)
+        self._targets[app] = (stamp, target)
+        return target
+
+    def forget_target(self, app: str) -> None:
+        self._targets.pop(app, None)
+
+    def dispatch(self, run: Run, task: TaskRef) -> None:
+        if task.queue is not None:
+            if task.claimed_by is None:
+                self.queues.offer(run.app, task.queue, task.token, run.run_id)
+            return
+        definition = self._definitions.get((run.app, run.workflow, run.version))
+        step = definition.index.get(task.step) if definition is not None else None
+        path = step.handler if step is not None and step.handler else f"/foliot/{run.workflow}/{task.step}"
+        self.dispatcher.push(run, task, path)
+
+    def abort(self, token: str) -> None:
+        self.dispatcher.abort(token)
+        self.queues.withdraw(token)
+
+    def notify(self, run: Run) -> None:
+        event = self._watchers.pop(run.run_id, None)
+        if event is not None:
+            event.set()
+
+    def later(self, delay_s: float, run_id: str, envelope: Envelope) -> None:
+        """Deliver an envelope again after a delay (storage was down when it arrived)."""
+        assert self._nursery is not None
+
+        async def again() -> None:
+            await trio.sleep(delay_s)
+            self._tell_or_retry(run_id, envelope)
+
+        self._nursery.start_soon(again)
+
+    def _tell_or_retry(self, run_id: str, envelope: Envelope) -> None:
+        if not self.supervisor.tell(run_id, envelope):
+            self.later(0.1, run_id, envelope)
+
+    def tell(self, run_id: str, message: ActorMessage) -> None:
+        self._tell_or_retry(run_id, Envelope(message))
+
+    def _deliver_timer(self, run_id: str, message: machine.TimerFired) -> bool:
+        return self.supervisor.tell(run_id, Envelope(message))
+
+    def _deliver_answer(self, run_id: str, answer: machine.TaskAnswer) -> None:
+        self._tell_or_retry(run_id, Envelope(answer))
+
+    # ------------------------------------------------------------------ API surface
+
+    async def ask(self, run_id: str, message: ActorMessage) -> tuple[Reply, Run | None]:
+        """Send a message to a run's actor and wait until it committed and answered."""
+        if not self.ready:
+            raise Unavailable("the engine is starting; retry shortly")
+        slot = ReplySlot()
+        await self.supervisor.ask(run_id, Envelope(message, slot))
+        reply = await slot.wait()
+        return reply, slot.value
+
+    async def start_run(
+        self,
+        *,
+        app: str,
+        workflow: str,
+        version: int | None,
+        input: Any,
+        business_key: str | None,
+        run_timeout_ms: int | None,
+        idempotency_key: str | None,
+        request_hash: str,
+        render: Any,
+    ) -> tuple[dict[str, Any], bool]:
+        """Create a run. Returns (response body, created); created is False for a replay."""
+        if not self.ready:
+            raise Unavailable("the engine is starting; retry shortly")
+        if idempotency_key is not None:
+            replay = await self._replay(app, idempotency_key, request_hash)
+            if replay is not None:
+                return replay, False
+        record = await self.store.get_workflow(app, workflow, version)
+        if record is None:
+            which = f"version {version} of " if version is not None else ""
+            raise NotFound(f"{which}workflow {workflow!r} not found")
+        definition = await self.definition(app, workflow, record.version)
+        if business_key is not None:
+            await self._refuse_business_key(app, workflow, business_key)
+        run_id = "run_" + secrets.token_hex(12)
+        tr = machine.start(
+            run_id=run_id,
+            app=app,
+            definition=definition,
+            version=record.version,
+            input=input,
+            business_key=business_key,
+            run_timeout_ms=run_timeout_ms,
+            trace_id=secrets.token_hex(16),
+            ctx=self.context(),
+        )
+        body = render(tr.run)
+        idem = None
+        if idempotency_key is not None:
+            idem = IdempotencyRecord(
+                app, idempotency_key, request_hash, run_id, json_dumps(body), self.clock.now()
+            )
+        try:
+            await self.store.commit(UnitOfWork(tr.run, None, tr.events, tr.tasks, idem))
+        except UniqueViolation as exc:
+            if exc.constraint == "business_key" and business_key is not None:
+                await self._refuse_business_key(app, workflow, business_key)
+            if exc.constraint == "idempotency" and idempotency_key is not None:
+                replay = await self._replay(app, idempotency_key, request_hash)
+                if replay is not None:
+                    return replay, False
+            raise Conflict(str(exc)) from exc
+        actor = self.supervisor.adopt(tr.run)
+        actor.perform(tr)
+        return body, True
+
+    async def _replay(self, app: str, key: str, request_hash: str) -> dict[str, Any] | None:
+        found = await self.store.get_idempotency(app, key)
+        if found is None:
+            return None
+        if found.request_hash != request_hash:
+            raise Conflict(
+                "this Idempotency-Key was used with a different request body",
+                code="idempotency_key_reused",
+            )
+        body: dict[str, Any] = json.loads(found.response)
+        return body
+
+    async def _refuse_business_key(self, app: str, workflow: str, business_key: str) -> None:
+        existing = await self.store.find_open_run(app, workflow, business_key)
+        if existing is not None:
+            raise Conflict(
+                f"businessKey {business_key!r} is used by open run {existing.run_id}",
+                code="business_key_in_use",
+                runId=existing.run_id,
+            )
+
+    async def run_document(self, run_id: str) -> Run | None:
+        """The freshest view: the live actor's document, else storage."""
+        actor = self.supervisor.actors.get(run_id)
+        if actor is not None and actor.run is not None:
+            return actor.run
+        return await self.store.get_run(run_id)
+
+    async def wait_for(self, run_id: str, predicate: Any, timeout_s: float = 10.0) -> Run:
+        """Block until the run satisfies `predicate` (used by tests and long-polling tools)."""
+        with trio.fail_after(timeout_s):
+            while True:
+                event = self._watchers.setdefault(run_id, trio.Event())
+                run = await self.run_document(run_id)
+                if run is not None and predicate(run):
+                    return run
+                await event.wait()
+
+    async def close(self) -> None:
+        self.stop()

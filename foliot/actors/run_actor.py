@@ -1,0 +1,196 @@
+"""One Trio task per active run: a bounded mailbox, the pure machine, commit, then effects.
+
+The actor is the run's only writer. For each message it computes the transition, commits it
+as one unit of work guarded by the run's `seq`, and only then performs effects (push, offer,
+abort, timers) and answers the caller. It passivates when parked and idle; the next message
+rehydrates it from storage.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from ..errors import StaleWrite, StorageError, UniqueViolation, Unavailable
+from ..storage.base import UnitOfWork
+from ..workflow import machine
+from ..workflow.machine import Rejected, Rewind, TimerFired, Transition
+from ..workflow.model import Run
+from .messages import Envelope, Peek, Redeliver
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger("foliot.actor")
+
+PARKED = frozenset({"waiting", "sleeping", "stuck"})
+_MAX_REDELIVERIES = 30
+
+
+class RunActor:
+    def __init__(self, run_id: str, engine: Engine, run: Run | None = None) -> None:
+        self.run_id = run_id
+        self.engine = engine
+        self.run = run
+        self.send, self.receive = trio.open_memory_channel[Envelope](engine.settings.mailbox_size)
+        self.live_since = engine.clock.now()
+        self.last_message_at: int | None = None
+        self.current: Envelope | None = None
+        self.idle_scope: trio.CancelScope | None = None
+        self.stop_requested = False
+        self.processed = 0
+
+    @property
+    def mailbox_depth(self) -> int:
+        return self.send.statistics().current_buffer_used
+
+    @property
+    def parked(self) -> bool:
+        return self.run is None or self.run.status in PARKED or not self.run.is_open
+
+    def request_passivation(self) -> None:
+        """Ask an idle parked actor to exit at its next idle moment."""
+        self.stop_requested = True
+        if self.idle_scope is not None and self.parked:
+            self.idle_scope.cancel()
+
+    # ------------------------------------------------------------------ the loop
+
+    async def main(self) -> None:
+        """Run until passivated. Raises only on a bug; the supervisor restarts it."""
+        if self.run is None:
+            self.run = await self.engine.store.get_run(self.run_id)
+        idle_ms = self.engine.settings.passivate_after_ms
+        while True:
+            with trio.move_on_after(idle_ms / 1000) as scope:
+                self.idle_scope = scope
+                envelope = await self.receive.receive()
+            self.idle_scope = None
+            if scope.cancelled_caught:
+                if self.parked and self.mailbox_depth == 0:
+                    return  # passivate; the supervisor unregisters us without a checkpoint
+                continue
+            self.current = envelope
+            await self.handle(envelope)
+            self.current = None
+            self.processed += 1
+            if self.mailbox_depth == 0 and (
+                self.run is None or not self.run.is_open or (self.stop_requested and self.parked)
+            ):
+                return
+
+    async def handle(self, envelope: Envelope) -> None:
+        self.last_message_at = self.engine.clock.now()
+        msg = envelope.message
+        slot = envelope.reply
+        run = self.run
+        if run is None:
+            if slot is not None:
+                slot.put(Rejected(404, "not_found", f"no run {self.run_id}"))
+            return
+        if isinstance(msg, Peek):
+            if slot is not None:
+                slot.put(machine.Ok(run))
+            return
+        if isinstance(msg, Redeliver):
+            self.redeliver(run, msg.token)
+            return
+        definition = await self.engine.definition(run.app, run.workflow, run.version)
+        if isinstance(msg, Rewind) and msg.version is not None and msg.version != run.version:
+            target = await self.engine.maybe_definition(run.app, run.workflow, msg.version)
+            if target is None:
+                if slot is not None:
+                    slot.put(Rejected(404, "not_found", f"workflow {run.workflow!r} has no version {msg.version}"))
+                return
+            msg = attrs.evolve(msg, target=target)
+        tr = machine.transition(run, definition, msg, self.engine.context())
+        if tr.changed:
+            try:
+                await self.engine.store.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
+            except UniqueViolation as exc:
+                if slot is not None:
+                    slot.put(self._unique_reply(exc, tr.run))
+                return
+            except StaleWrite:
+                # Someone else moved the run (another node, a stale cache): reload and retry.
+                self.run = await self.engine.store.get_run(self.run_id)
+                await self.handle(envelope)
+                return
+            except StorageError as exc:
+                self._storage_failed(envelope, exc)
+                return
+            self.run = tr.run
+            self.perform(tr)
+        if slot is not None:
+            slot.put(tr.reply, tr.run)
+
+    def _unique_reply(self, exc: UniqueViolation, run: Run) -> Rejected:
+        if exc.constraint == "business_key":
+            return Rejected(409, "business_key_in_use", f"businessKey {run.business_key!r} is used by another open run")
+        return Rejected(409, "conflict", str(exc))
+
+    def _storage_failed(self, envelope: Envelope, exc: StorageError) -> None:
+        log.warning("run %s: storage failed (%s)", self.run_id, exc)
+        if envelope.reply is not None:
+            envelope.reply.fail(Unavailable("storage is unavailable; nothing was changed, retry"))
+            return
+        # No caller to tell (a timer, a push answer): try again later, as the message still holds.
+        if envelope.attempts < _MAX_REDELIVERIES:
+            delay = min(0.2 * 2**envelope.attempts, 5.0)
+            retry = attrs.evolve(envelope, attempts=envelope.attempts + 1)
+            self.engine.later(delay, self.run_id, retry)
+        elif isinstance(envelope.message, TimerFired):
+            self.engine.timers.retry_later(self.run_id, envelope.message, 10_000)
+
+    # ------------------------------------------------------------------ effects
+
+    def perform(self, tr: Transition) -> None:
+        """After the commit: timers, pushes, offers, aborts, and anyone watching the run."""
+        engine = self.engine
+        engine.timers.sync(tr.run)
+        for effect in tr.effects:
+            if isinstance(effect, machine.Dispatch):
+                engine.dispatch(tr.run, effect.task)
+            elif isinstance(effect, machine.Abort):
+                engine.abort(effect.token)
+        engine.notify(tr.run)
+
+    def redeliver(self, run: Run, token: str) -> None:
+        task = run.task
+        if task is None or task.token != token or task.accepted or not run.is_open:
+            return
+        if task.queue is not None:
+            if task.claimed_by is None:
+                self.engine.queues.offer(run.app, task.queue, task.token, run.run_id)
+            return
+        if task.deadline is not None and task.deadline > self.engine.clock.now():
+            self.engine.dispatch(run, task)
+
+    def describe(self) -> dict[str, Any]:
+        run = self.run
+        task = run.task if run is not None else None
+        return {
+            "runId": self.run_id,
+            "app": run.app if run else None,
+            "workflow": run.workflow if run else None,
+            "status": run.status if run else None,
+            "currentStep": run.current_step if run else None,
+            "mailboxDepth": self.mailbox_depth,
+            "liveSince": self.live_since,
+            "lastMessageAt": self.last_message_at,
+            "processed": self.processed,
+            "inflight": None
+            if task is None
+            else {
+                "taskToken": task.token,
+                "step": task.step,
+                "attempt": task.attempt,
+                "queue": task.queue,
+                "deadline": task.deadline,
+                "accepted": task.accepted,
+                "pushing": self.engine.dispatcher.is_inflight(task.token),
+            },
+        }

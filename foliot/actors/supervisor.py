@@ -1,0 +1,155 @@
+"""Owns the run actors: spawn, route, rehydrate, passivate, restart.
+
+Routing is synchronous (`tell`): look up or spawn the actor and `send_nowait` into its mailbox,
+with no checkpoint in between, so an actor that decides to passivate can never strand a
+message. A full mailbox is back-pressure: `tell` says so and the caller retries later; `ask`
+(one HTTP request) waits for room instead. An actor that raises is restarted from its last
+checkpoint; past `MAX_CRASHES` in `CRASH_WINDOW_MS` its run is parked as `stuck` with class
+`internal_error`, and the server goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from ..errors import Internal
+from ..storage.base import UnitOfWork
+from ..workflow import machine
+from ..workflow.model import Run
+from .messages import Envelope
+from .run_actor import RunActor
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+log = logging.getLogger("foliot.supervisor")
+
+MAX_CRASHES = 3
+CRASH_WINDOW_MS = 60_000
+
+
+class Supervisor:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.actors: dict[str, RunActor] = {}
+        self._nursery: trio.Nursery | None = None
+        self._crashes: dict[str, list[int]] = {}
+        self.spawned = 0
+        self.passivated = 0
+        self.restarts = 0
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    # ------------------------------------------------------------------ routing
+
+    def _actor(self, run_id: str, run: Run | None = None) -> RunActor:
+        actor = self.actors.get(run_id)
+        if actor is None:
+            assert self._nursery is not None, "supervisor not started"
+            actor = RunActor(run_id, self.engine, run)
+            self.actors[run_id] = actor
+            self.spawned += 1
+            self._nursery.start_soon(self._supervise, actor)
+            self._shed_load()
+        return actor
+
+    def adopt(self, run: Run) -> RunActor:
+        """A run that was just created: start its actor with the document in hand."""
+        return self._actor(run.run_id, run)
+
+    def tell(self, run_id: str, envelope: Envelope) -> bool:
+        """Deliver without waiting; False when the mailbox is full (back-pressure)."""
+        actor = self._actor(run_id)
+        try:
+            actor.send.send_nowait(envelope)
+        except trio.WouldBlock:
+            return False
+        return True
+
+    async def ask(self, run_id: str, envelope: Envelope) -> None:
+        """Deliver, waiting for mailbox room if needed (only this caller waits)."""
+        while True:
+            actor = self._actor(run_id)
+            try:
+                actor.send.send_nowait(envelope)
+                return
+            except trio.WouldBlock:
+                pass
+            try:
+                await actor.send.send(envelope)
+                return
+            except trio.ClosedResourceError:
+                continue  # it passivated while we waited: spawn afresh
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def _supervise(self, actor: RunActor) -> None:
+        try:
+            while True:
+                try:
+                    await actor.main()
+                    return
+                except Exception as exc:
+                    self.restarts += 1
+                    log.exception("run actor %s crashed", actor.run_id)
+                    if actor.current is not None and actor.current.reply is not None:
+                        if not actor.current.reply.event.is_set():
+                            actor.current.reply.fail(Internal("the run's actor failed; see the server log"))
+                    actor.current = None
+                    if self._record_crash(actor.run_id):
+                        await self._give_up(actor, exc)
+                    actor.run = None  # restart from the last checkpoint
+        finally:
+            if self.actors.get(actor.run_id) is actor:
+                del self.actors[actor.run_id]
+            self._strand_check(actor)
+            self.passivated += 1
+            actor.send.close()
+
+    def _strand_check(self, actor: RunActor) -> None:
+        """Messages that raced with the exit are handed to a fresh actor, never dropped."""
+        while True:
+            try:
+                envelope = actor.receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                return
+            self.tell(actor.run_id, envelope)
+
+    def _record_crash(self, run_id: str) -> bool:
+        now = self.engine.clock.now()
+        recent = [t for t in self._crashes.get(run_id, []) if now - t < CRASH_WINDOW_MS]
+        recent.append(now)
+        self._crashes[run_id] = recent
+        return len(recent) >= MAX_CRASHES
+
+    async def _give_up(self, actor: RunActor, exc: Exception) -> None:
+        """Park the run as stuck (internal_error) so an operator can look; never loop forever."""
+        self._crashes.pop(actor.run_id, None)
+        run = await self.engine.store.get_run(actor.run_id)
+        if run is None or not run.is_open:
+            return
+        definition = await self.engine.definition(run.app, run.workflow, run.version)
+        message = f"the run's actor crashed {MAX_CRASHES} times: {type(exc).__name__}"
+        tr = machine.mark_stuck(run, definition, "internal_error", message, self.engine.context())
+        await self.engine.store.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
+        actor.run = tr.run
+        actor.perform(tr)
+
+    def _shed_load(self) -> None:
+        """Past FOLIOT_MAX_LIVE_ACTORS, ask the oldest parked actors to passivate."""
+        excess = len(self.actors) - self.engine.settings.max_live_actors
+        if excess <= 0:
+            return
+        for actor in list(self.actors.values()):
+            if excess <= 0:
+                break
+            if actor.parked and actor.mailbox_depth == 0 and not actor.stop_requested:
+                actor.request_passivation()
+                excess -= 1

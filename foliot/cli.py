@@ -1,0 +1,48 @@
+"""`foliot serve` and `foliot migrate`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import trio
+
+from .config import Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="foliot", description="A durable workflow engine.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="serve the HTTP API (FOLIOT_HOST, FOLIOT_PORT, FOLIOT_DATABASE_URL)")
+    sub.add_parser("migrate", help="apply storage migrations and exit")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from . import server
+
+    try:
+        if args.command == "serve":
+            _run(server.serve, settings)
+        else:
+            _run(server.migrate, settings)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _run(fn: object, settings: Settings) -> None:
+    if settings.database_url.startswith(("postgresql://", "postgres://")):
+        import trio_asyncio
+
+        trio_asyncio.run(fn, settings)  # one asyncio loop around the whole process
+    else:
+        trio.run(fn, settings)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,86 @@
+"""Credentials at rest: API keys stored as SHA-256 hashes, signing secrets encrypted (Fernet).
+
+The encryption key comes from `FOLIOT_SECRET_KEY` or a key file generated (0600) in the data
+directory on first start. Every node sharing a database must share that key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+
+from cryptography.fernet import Fernet, InvalidToken
+
+KEY_PREFIX = "fk_"
+SECRET_PREFIX = "whsec_"
+
+
+def new_id(prefix: str, nbytes: int = 8) -> str:
+    return f"{prefix}{secrets.token_hex(nbytes)}"
+
+
+def new_api_key() -> tuple[str, str, str]:
+    """(key_id, full key to show once, hash to store). The key is `fk_<keyId>.<secret>`."""
+    key_id = new_id("key_")
+    secret = secrets.token_urlsafe(32)
+    return key_id, f"{KEY_PREFIX}{key_id}.{secret}", hash_secret(secret)
+
+
+def split_api_key(key: str) -> tuple[str, str] | None:
+    if not key.startswith(KEY_PREFIX):
+        return None
+    key_id, sep, secret = key[len(KEY_PREFIX) :].partition(".")
+    if not sep or not key_id or not secret:
+        return None
+    return key_id, secret
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def matches(secret: str, stored_hash: str) -> bool:
+    return hmac.compare_digest(hash_secret(secret), stored_hash)
+
+
+def new_signing_secret() -> str:
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def file_secret(path: Path, make: Callable[[], str]) -> str:
+    """Read a secret file, creating it with mode 0600 when missing."""
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value: str = make()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+    return value
+
+
+class Vault:
+    """Encrypts signing secrets for storage."""
+
+    def __init__(self, key: str) -> None:
+        self._fernet = Fernet(key.encode())
+
+    @classmethod
+    def from_data_dir(cls, data_dir: str, explicit: str | None) -> Vault:
+        if explicit:
+            return cls(explicit)
+        key = file_secret(Path(data_dir) / "secret.key", lambda: Fernet.generate_key().decode())
+        return cls(key)
+
+    def encrypt(self, value: str) -> str:
+        return self._fernet.encrypt(value.encode()).decode()
+
+    def decrypt(self, token: str) -> str:
+        try:
+            return self._fernet.decrypt(token.encode()).decode()
+        except InvalidToken as exc:
+            raise ValueError("signing secret cannot be decrypted with this FOLIOT_SECRET_KEY") from exc

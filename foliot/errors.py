@@ -1,0 +1,106 @@
+"""The error hierarchy shared by every layer.
+
+FoliotError
+├── ApiError            an answer for an API caller: HTTP status + SPEC error code
+│   ├── InvalidRequest      400 invalid_request (names the offending field path)
+│   ├── Unauthorized        401
+│   ├── Forbidden           403
+│   ├── NotFound            404
+│   ├── Conflict            409 (code may be more specific: invalid_status, task_closed, ...)
+│   ├── PayloadTooLarge     413
+│   └── Unavailable         503 storage or engine not reachable
+└── StorageError        raised by a Store; translated to ApiError at the HTTP boundary
+    ├── StorageUnavailable  the database cannot be reached (retry later)
+    ├── UniqueViolation     a uniqueness constraint refused the write
+    └── StaleWrite          a guarded write found the row changed underneath it
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class FoliotError(Exception):
+    """Base of every error Foliot raises on purpose."""
+
+
+class ApiError(FoliotError):
+    status: int = 500
+    code: str = "internal"
+
+    def __init__(self, message: str, *, code: str | None = None, **extra: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"code": self.code, "message": self.message, **self.extra}}
+
+
+class InvalidRequest(ApiError):
+    status = 400
+    code = "invalid_request"
+
+    def __init__(self, message: str, *, field: str | None = None, **extra: Any) -> None:
+        if field is not None:
+            extra["field"] = field
+            if not message.startswith(field):
+                message = f"{field}: {message}"
+        super().__init__(message, **extra)
+
+
+class Unauthorized(ApiError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ApiError):
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(ApiError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ApiError):
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+    code = "payload_too_large"
+
+
+class Unavailable(ApiError):
+    status = 503
+    code = "unavailable"
+
+
+class Internal(ApiError):
+    status = 500
+    code = "internal"
+
+
+class StorageError(FoliotError):
+    """A storage backend failed."""
+
+
+class StorageUnavailable(StorageError):
+    """The database cannot be reached right now."""
+
+
+class UniqueViolation(StorageError):
+    """A uniqueness constraint refused the write."""
+
+    def __init__(self, constraint: str, message: str = "") -> None:
+        super().__init__(message or constraint)
+        self.constraint = constraint
+
+
+class StaleWrite(StorageError):
+    """A guarded write matched no row: someone else changed it first."""

@@ -1,0 +1,1 @@
+"""The HTTP API (quart-trio on hypercorn's trio worker)."""

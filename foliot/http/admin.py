@@ -1,0 +1,134 @@
+"""Operations: health, readiness, Prometheus metrics, OpenAPI, and live actor inspection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+
+from ..errors import InvalidRequest, NotFound, Unavailable
+from ..workflow.duration import format_timestamp as ts
+from ..workflow.model import STATUSES
+from .app import check_query, engine, json_response, query_int, require_admin
+from .openapi import document
+
+blueprint = Blueprint("admin", __name__)
+
+
+@blueprint.get("/healthz")
+async def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@blueprint.get("/readyz")
+async def readyz() -> Response:
+    eng = engine()
+    if not eng.ready:
+        raise Unavailable("recovery has not finished")
+    try:
+        await eng.store.ping()
+    except Exception as exc:
+        raise Unavailable(f"storage is not reachable: {type(exc).__name__}") from None
+    return json_response({"status": "ready"})
+
+
+@blueprint.get("/openapi.json")
+async def openapi() -> Response:
+    return json_response(document(current_app))
+
+
+def _actor_view(view: dict[str, Any]) -> dict[str, Any]:
+    view = dict(view)
+    view["liveSince"] = ts(view["liveSince"])
+    view["lastMessageAt"] = ts(view["lastMessageAt"])
+    if view["inflight"] is not None:
+        view["inflight"] = {**view["inflight"], "deadline": ts(view["inflight"]["deadline"])}
+    return view
+
+
+@blueprint.get("/admin/actors")
+async def actors() -> Response:
+    await require_admin()
+    check_query({"status", "limit"})
+    status = request.args.get("status")
+    if status is not None and status not in STATUSES:
+        raise InvalidRequest("unknown status", field="status")
+    limit = query_int("limit", 100, 1, 1000)
+    out = []
+    for actor in list(engine().supervisor.actors.values()):
+        view = actor.describe()
+        if status is None or view["status"] == status:
+            out.append(_actor_view(view))
+            if len(out) >= limit:
+                break
+    return json_response({"actors": out, "live": len(engine().supervisor.actors)})
+
+
+@blueprint.get("/admin/actors/<run_id>")
+async def actor(run_id: str) -> Response:
+    await require_admin()
+    eng = engine()
+    found = eng.supervisor.actors.get(run_id)
+    if found is None:
+        raise NotFound(f"no live actor for run {run_id!r} (it may be passivated)")
+    view = _actor_view(found.describe())
+    view["timers"] = [{**t, "due": ts(t["due"])} for t in eng.timers.pending_for(run_id)]
+    return json_response(view)
+
+
+@blueprint.get("/admin/timers")
+async def timers() -> Response:
+    await require_admin()
+    stats = engine().timers.stats()
+    return json_response(
+        {
+            "count": stats["inMemory"],
+            "nextDue": ts(stats["nextDue"]),
+            "lagMs": stats["lagMs"],
+            "maxLagMs": stats["maxLagMs"],
+            "fired": stats["fired"],
+            "windowEnd": ts(stats["horizon"]),
+        }
+    )
+
+
+@blueprint.get("/metrics")
+async def metrics() -> Response:
+    await require_admin()
+    eng = engine()
+    open_runs = await eng.store.count_open_runs()
+    timer_stats = eng.timers.stats()
+    lines = [
+        "# HELP foliot_live_actors Run actors currently in memory.",
+        "# TYPE foliot_live_actors gauge",
+        f"foliot_live_actors {len(eng.supervisor.actors)}",
+        "# HELP foliot_actor_spawns_total Actors spawned or rehydrated.",
+        "# TYPE foliot_actor_spawns_total counter",
+        f"foliot_actor_spawns_total {eng.supervisor.spawned}",
+        "# HELP foliot_actor_restarts_total Actor crashes restarted from a checkpoint.",
+        "# TYPE foliot_actor_restarts_total counter",
+        f"foliot_actor_restarts_total {eng.supervisor.restarts}",
+        "# HELP foliot_open_runs Open runs by status.",
+        "# TYPE foliot_open_runs gauge",
+    ]
+    lines += [f'foliot_open_runs{{status="{s}"}} {n}' for s, n in sorted(open_runs.items())]
+    lines += [
+        "# HELP foliot_timers_fired_total Durable timers fired.",
+        "# TYPE foliot_timers_fired_total counter",
+        f"foliot_timers_fired_total {timer_stats['fired']}",
+        "# HELP foliot_timer_lag_ms Lag of the last timer fired.",
+        "# TYPE foliot_timer_lag_ms gauge",
+        f"foliot_timer_lag_ms {timer_stats['lagMs']}",
+        "# HELP foliot_tasks_pushed_total Push attempts sent to handlers.",
+        "# TYPE foliot_tasks_pushed_total counter",
+        f"foliot_tasks_pushed_total {eng.dispatcher.pushed}",
+        "# HELP foliot_push_outcomes_total Push outcomes by class.",
+        "# TYPE foliot_push_outcomes_total counter",
+    ]
+    lines += [f'foliot_push_outcomes_total{{outcome="{k}"}} {v}' for k, v in sorted(eng.dispatcher.outcomes.items())]
+    lines += [
+        "# HELP foliot_pollers_waiting Long-polling workers parked.",
+        "# TYPE foliot_pollers_waiting gauge",
+        f"foliot_pollers_waiting {eng.queues.waiting_pollers()}",
+    ]
+    return Response("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4")

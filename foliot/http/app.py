@@ -1,0 +1,232 @@
+"""The quart-trio application: factory, authentication, strict bodies, error mapping.
+
+Every error leaves as `{"error": {"code", "message", ...}}`; no stack trace ever does. Bodies
+over `2 × FOLIOT_PAYLOAD_MAX_BYTES + 64 KiB` are refused from their Content-Length (or as soon
+as the stream passes the limit) before they are read in full.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from typing import Any, TypeVar
+
+import attrs
+from quart import Quart, Response, g, request
+from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+
+from .. import credentials
+from ..actors.engine import Engine
+from ..config import Settings
+from ..errors import (
+    ApiError,
+    Forbidden,
+    Internal,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    StorageUnavailable,
+    Unauthorized,
+    Unavailable,
+)
+from ..workflow.jsonconv import ValidationError, is_name, structure
+
+T = TypeVar("T")
+log = logging.getLogger("foliot.http")
+
+_HTTP_CODES = {
+    400: "invalid_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+}
+
+
+@attrs.frozen
+class Caller:
+    admin: bool
+    app: str | None = None
+    key_id: str | None = None
+
+
+@attrs.frozen
+class EmptyBody:
+    """A body that must be empty or `{}`."""
+
+
+def engine() -> Engine:
+    e: Engine = g.engine
+    return e
+
+
+def settings() -> Settings:
+    s: Settings = g.settings
+    return s
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return Response(text, status=status, content_type="application/json", headers=headers)
+
+
+def error_response(error: ApiError) -> Response:
+    return json_response(error.body(), error.status)
+
+
+# ---------------------------------------------------------------------- authentication
+
+
+def _bearer() -> str:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("missing or malformed Authorization: Bearer <key>")
+    return token.strip()
+
+
+async def authenticate() -> Caller:
+    token = _bearer()
+    admin_token: str = g.admin_token
+    if hmac.compare_digest(token.encode(), admin_token.encode()):
+        return Caller(admin=True)
+    parts = credentials.split_api_key(token)
+    if parts is not None:
+        key_id, secret = parts
+        record = await engine().store.get_api_key(key_id)
+        if record is not None and record.revoked_at is None and credentials.matches(secret, record.secret_hash):
+            return Caller(admin=False, app=record.app, key_id=key_id)
+    raise Unauthorized("invalid or revoked key")
+
+
+async def require_admin() -> Caller:
+    caller = await authenticate()
+    if not caller.admin:
+        raise Forbidden("this call needs the admin token")
+    return caller
+
+
+async def require_app(app: str) -> Caller:
+    """Admin, or a key of this very app; the app must exist."""
+    caller = await authenticate()
+    if not caller.admin and caller.app != app:
+        raise Forbidden(f"this key does not belong to app {app!r}")
+    if not is_name(app) or await engine().store.get_app(app) is None:
+        raise NotFound(f"app {app!r} not found")
+    return caller
+
+
+# ---------------------------------------------------------------------- bodies and queries
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+async def raw_json(*, empty_ok: bool = False) -> Any:
+    data = await request.get_data(cache=True)
+    if not data.strip():
+        if empty_ok:
+            return {}
+        raise InvalidRequest("the request body must be a JSON object")
+    try:
+        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidRequest(f"malformed JSON: {exc}") from None
+
+
+async def body(cls: type[T], *, empty_ok: bool = False) -> T:
+    return parse(await raw_json(empty_ok=empty_ok), cls)
+
+
+def parse(raw: Any, cls: type[T]) -> T:
+    """Structure a parsed body strictly into `cls`; 400 naming the field on any problem."""
+    if not isinstance(raw, dict):
+        raise InvalidRequest("the request body must be a JSON object")
+    try:
+        return structure(raw, cls)
+    except ValidationError as exc:
+        raise InvalidRequest(exc.message, field=exc.field or None) from None
+
+
+def query_int(name: str, default: int, low: int, high: int) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit():
+        raise InvalidRequest(f"must be an integer {low}..{high}", field=name)
+    value = int(raw)
+    if not low <= value <= high:
+        raise InvalidRequest(f"must be {low}..{high}", field=name)
+    return value
+
+
+def check_query(allowed: set[str]) -> None:
+    for key in request.args:
+        if key not in allowed:
+            raise InvalidRequest("unknown query parameter", field=key)
+
+
+def check_name(value: str, field: str) -> None:
+    if not is_name(value):
+        raise InvalidRequest("must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", field=field)
+
+
+# ---------------------------------------------------------------------- the factory
+
+
+def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
+    app = QuartTrio("foliot")
+    app.config["MAX_CONTENT_LENGTH"] = settings_.body_max_bytes
+    app.config["BODY_TIMEOUT"] = 60
+    app.config["JSON_SORT_KEYS"] = False
+    app.url_map.strict_slashes = False
+
+    @app.before_request
+    async def _context() -> Response | None:
+        g.engine = engine_
+        g.settings = settings_
+        g.admin_token = admin_token
+        length = request.content_length
+        if length is not None and length > settings_.body_max_bytes:
+            return error_response(
+                PayloadTooLarge(f"request body of {length} bytes is over the {settings_.body_max_bytes}-byte limit")
+            )
+        return None
+
+    @app.errorhandler(ApiError)
+    async def _api_error(error: ApiError) -> Response:
+        return error_response(error)
+
+    @app.errorhandler(StorageUnavailable)
+    async def _storage_down(error: StorageUnavailable) -> Response:
+        log.warning("storage unavailable: %s", error)
+        return error_response(Unavailable("storage is unavailable; nothing was changed, retry"))
+
+    @app.errorhandler(RequestEntityTooLarge)
+    async def _too_large(error: RequestEntityTooLarge) -> Response:
+        return error_response(PayloadTooLarge(f"request body is over the {settings_.body_max_bytes}-byte limit"))
+
+    @app.errorhandler(HTTPException)
+    async def _http_error(error: HTTPException) -> Response:
+        status = error.code or 500
+        api = ApiError(error.description or error.name, code=_HTTP_CODES.get(status, "internal"))
+        api.status = status
+        return error_response(api)
+
+    @app.errorhandler(Exception)
+    async def _unexpected(error: Exception) -> Response:
+        if isinstance(error, ApiError):
+            return error_response(error)
+        log.exception("unhandled error on %s %s", request.method, request.path)
+        return error_response(Internal("internal error; see the server log"))
+
+    from . import admin, apps, runs, signals, tasks, workflows
+
+    for module in (apps, workflows, runs, signals, tasks, admin):
+        app.register_blueprint(module.blueprint)
+    return app

@@ -1,0 +1,155 @@
+"""Apps and their credentials: API keys (hashed) and signing secrets (encrypted, rotated)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import attrs
+from quart import Blueprint, Response
+
+from .. import credentials
+from ..errors import InvalidRequest, NotFound
+from ..storage.base import ApiKeyRecord, AppRecord, SecretRecord
+from ..workflow.duration import format_timestamp as ts
+from .app import EmptyBody, body, check_name, engine, json_response, require_admin, require_app
+
+blueprint = Blueprint("apps", __name__)
+
+MAX_GRACE_SECONDS = 30 * 86_400
+
+
+@attrs.frozen
+class AppBody:
+    handler_base_url: str
+    description: str | None = None
+
+
+@attrs.frozen
+class RotateBody:
+    grace_seconds: int = 86_400
+
+
+def _check_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise InvalidRequest("must be an http(s) URL with a host and no query", field="handlerBaseUrl")
+    if len(url) > 2048:
+        raise InvalidRequest("is longer than 2048 characters", field="handlerBaseUrl")
+    return url.rstrip("/")
+
+
+def _app_view(app: AppRecord, keys: list[ApiKeyRecord], secrets: list[SecretRecord]) -> dict[str, object]:
+    return {
+        "app": app.name,
+        "handlerBaseUrl": app.handler_base_url,
+        "description": app.description,
+        "createdAt": ts(app.created_at),
+        "updatedAt": ts(app.updated_at),
+        "apiKeys": [{"keyId": k.key_id, "createdAt": ts(k.created_at)} for k in keys],
+        "signingSecrets": [
+            {"secretId": s.secret_id, "createdAt": ts(s.created_at), "expiresAt": ts(s.expires_at)}
+            for s in secrets
+        ],
+    }
+
+
+@blueprint.put("/apps/<app_name>")
+async def put_app(app_name: str) -> Response:
+    await require_admin()
+    check_name(app_name, "app")
+    spec = await body(AppBody)
+    url = _check_url(spec.handler_base_url)
+    if spec.description is not None and len(spec.description) > 1024:
+        raise InvalidRequest("is longer than 1024 characters", field="description")
+    eng = engine()
+    now = eng.clock.now()
+    key_id, api_key, key_hash = credentials.new_api_key()
+    secret_id = credentials.new_id("sec_")
+    signing_secret = credentials.new_signing_secret()
+    created = await eng.store.create_app(
+        AppRecord(app_name, url, spec.description, now, now),
+        ApiKeyRecord(key_id, app_name, key_hash, now),
+        SecretRecord(secret_id, app_name, eng.vault.encrypt(signing_secret), now, None),
+    )
+    eng.forget_target(app_name)
+    if created:
+        return json_response(
+            {
+                "app": app_name,
+                "handlerBaseUrl": url,
+                "description": spec.description,
+                "apiKey": api_key,
+                "keyId": key_id,
+                "signingSecret": signing_secret,
+                "secretId": secret_id,
+            },
+            201,
+        )
+    record, _ = await eng.store.put_app(app_name, url, spec.description, now)
+    return await _full_view(record)
+
+
+async def _full_view(record: AppRecord) -> Response:
+    store = engine().store
+    keys = await store.list_api_keys(record.name)
+    secrets = await store.list_signing_secrets(record.name)
+    now = engine().clock.now()
+    live = [s for s in secrets if s.expires_at is None or s.expires_at > now]
+    return json_response(_app_view(record, keys, live))
+
+
+@blueprint.get("/apps/<app_name>")
+async def get_app(app_name: str) -> Response:
+    await require_app(app_name)
+    record = await engine().store.get_app(app_name)
+    assert record is not None
+    return await _full_view(record)
+
+
+@blueprint.post("/apps/<app_name>/api-keys")
+async def mint_key(app_name: str) -> Response:
+    await require_admin()
+    await _existing(app_name)
+    await body(EmptyBody, empty_ok=True)
+    eng = engine()
+    key_id, api_key, key_hash = credentials.new_api_key()
+    await eng.store.add_api_key(ApiKeyRecord(key_id, app_name, key_hash, eng.clock.now()))
+    return json_response({"keyId": key_id, "apiKey": api_key}, 201)
+
+
+@blueprint.delete("/apps/<app_name>/api-keys/<key_id>")
+async def revoke_key(app_name: str, key_id: str) -> Response:
+    await require_admin()
+    await _existing(app_name)
+    eng = engine()
+    if not await eng.store.revoke_api_key(app_name, key_id, eng.clock.now()):
+        raise NotFound(f"no live key {key_id!r} for app {app_name!r}")
+    return json_response({"keyId": key_id, "revoked": True})
+
+
+@blueprint.post("/apps/<app_name>/signing-secrets")
+async def rotate_secret(app_name: str) -> Response:
+    await require_admin()
+    await _existing(app_name)
+    spec = await body(RotateBody, empty_ok=True)
+    if not 0 <= spec.grace_seconds <= MAX_GRACE_SECONDS:
+        raise InvalidRequest(f"must be 0..{MAX_GRACE_SECONDS}", field="graceSeconds")
+    eng = engine()
+    now = eng.clock.now()
+    secret_id = credentials.new_id("sec_")
+    signing_secret = credentials.new_signing_secret()
+    await eng.store.rotate_signing_secret(
+        SecretRecord(secret_id, app_name, eng.vault.encrypt(signing_secret), now, None),
+        grace_until=now + spec.grace_seconds * 1000,
+    )
+    eng.forget_target(app_name)
+    return json_response(
+        {"secretId": secret_id, "signingSecret": signing_secret, "createdAt": ts(now)}, 201
+    )
+
+
+async def _existing(app_name: str) -> AppRecord:
+    record = await engine().store.get_app(app_name) if len(app_name) <= 128 else None
+    if record is None:
+        raise NotFound(f"app {app_name!r} not found")
+    return record

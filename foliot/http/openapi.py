@@ -1,0 +1,186 @@
+"""The OpenAPI 3.1 document, built from the app's own routes plus the table below.
+
+A route with no entry in `OPERATIONS` makes `document()` raise, and a test asks for the
+document, so a new endpoint cannot ship undocumented.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from quart import Quart
+
+from .. import __version__
+
+NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}
+DURATION = {"type": "string", "pattern": r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$", "examples": ["30s"]}
+ANY: dict[str, Any] = {}
+REASON = {"type": "string", "maxLength": 1024}
+
+
+def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if required:
+        schema["required"] = list(required)
+    return schema
+
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _obj(
+        {"error": {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}},
+        ("error",),
+    ),
+    "AppPut": _obj(
+        {"handlerBaseUrl": {"type": "string", "format": "uri"}, "description": {"type": ["string", "null"]}},
+        ("handlerBaseUrl",),
+    ),
+    "Rotate": _obj({"graceSeconds": {"type": "integer", "minimum": 0, "maximum": 2_592_000}}),
+    "Empty": _obj({}),
+    "Workflow": {"type": "object", "description": "A workflow definition (see docs/api.md)."},
+    "StartRun": _obj(
+        {
+            "workflow": NAME,
+            "version": {"type": ["integer", "null"], "minimum": 1},
+            "input": ANY,
+            "businessKey": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
+            "runTimeout": {**DURATION, "type": ["string", "null"]},
+        },
+        ("workflow",),
+    ),
+    "Reason": _obj({"reason": {**REASON, "type": ["string", "null"]}}),
+    "Rewind": _obj(
+        {"toStep": NAME, "version": {"type": ["integer", "null"], "minimum": 1}, "reason": {**REASON, "type": ["string", "null"]}},
+        ("toStep",),
+    ),
+    "Skip": _obj({"output": ANY, "reason": {**REASON, "type": ["string", "null"]}}),
+    "EditState": _obj(
+        {
+            "set": {"type": ["object", "null"]},
+            "unset": {"type": ["array", "null"], "items": NAME},
+            "reason": {**REASON, "minLength": 1},
+        },
+        ("reason",),
+    ),
+    "Signal": _obj(
+        {
+            "name": NAME,
+            "payload": ANY,
+            "runId": {"type": ["string", "null"]},
+            "workflow": {**NAME, "type": ["string", "null"]},
+            "businessKey": {"type": ["string", "null"]},
+            "signalId": {"type": ["string", "null"], "minLength": 1, "maxLength": 255},
+        },
+        ("name",),
+    ),
+    "Poll": _obj(
+        {
+            "queue": NAME,
+            "waitSeconds": {"type": "number", "minimum": 0, "maximum": 60},
+            "maxTasks": {"type": "integer", "minimum": 1, "maximum": 100},
+            "workerId": {"type": ["string", "null"], "maxLength": 256},
+        },
+        ("queue",),
+    ),
+    "Complete": _obj(
+        {
+            "output": ANY,
+            "next": {"type": ["string", "null"]},
+            "error": {
+                "type": ["object", "null"],
+                "properties": {
+                    "class": {"type": "string"},
+                    "message": {"type": "string"},
+                    "retryable": {"type": "boolean"},
+                },
+                "required": ["class"],
+                "additionalProperties": False,
+            },
+        }
+    ),
+}
+
+# (method, path) -> (summary, request schema or None, success status, who)
+OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
+    ("PUT", "/apps/{app_name}"): ("Create or update an app", "AppPut", 200, "admin"),
+    ("GET", "/apps/{app_name}"): ("Read an app", None, 200, "app"),
+    ("POST", "/apps/{app_name}/api-keys"): ("Mint an API key", "Empty", 201, "admin"),
+    ("DELETE", "/apps/{app_name}/api-keys/{key_id}"): ("Revoke an API key", None, 200, "admin"),
+    ("POST", "/apps/{app_name}/signing-secrets"): ("Rotate the signing secret", "Rotate", 201, "admin"),
+    ("POST", "/apps/{app_name}/workflows"): ("Register a workflow version", "Workflow", 201, "app"),
+    ("GET", "/apps/{app_name}/workflows"): ("List workflows (latest versions)", None, 200, "app"),
+    ("GET", "/apps/{app_name}/workflows/{name}"): ("Latest version of a workflow", None, 200, "app"),
+    ("GET", "/apps/{app_name}/workflows/{name}/versions/{version}"): ("One version", None, 200, "app"),
+    ("POST", "/apps/{app_name}/runs"): ("Start a run", "StartRun", 201, "app"),
+    ("GET", "/apps/{app_name}/runs"): ("List runs", None, 200, "app"),
+    ("GET", "/apps/{app_name}/runs/{run_id}"): ("Read a run", None, 200, "app"),
+    ("GET", "/apps/{app_name}/runs/{run_id}/events"): ("A run's history", None, 200, "app"),
+    ("POST", "/apps/{app_name}/runs/{run_id}/cancel"): ("Cancel a run", "Reason", 200, "app"),
+    ("POST", "/apps/{app_name}/runs/{run_id}/redrive"): ("Redrive a failed run", "Reason", 200, "app"),
+    ("POST", "/apps/{app_name}/runs/{run_id}/rewind"): ("Rewind a run", "Rewind", 200, "app"),
+    ("POST", "/apps/{app_name}/runs/{run_id}/skip"): ("Skip the current step", "Skip", 200, "app"),
+    ("PATCH", "/apps/{app_name}/runs/{run_id}/state"): ("Edit state keys", "EditState", 200, "app"),
+    ("POST", "/apps/{app_name}/signals"): ("Signal a run", "Signal", 202, "app"),
+    ("POST", "/apps/{app_name}/tasks/poll"): ("Long-poll a queue", "Poll", 200, "app"),
+    ("POST", "/apps/{app_name}/tasks/{token}/complete"): ("Answer a task", "Complete", 200, "app"),
+    ("POST", "/apps/{app_name}/tasks/{token}/heartbeat"): ("Extend a task", "Empty", 200, "app"),
+    ("GET", "/healthz"): ("Liveness", None, 200, "none"),
+    ("GET", "/readyz"): ("Readiness (storage reachable, recovery done)", None, 200, "none"),
+    ("GET", "/openapi.json"): ("This document", None, 200, "none"),
+    ("GET", "/metrics"): ("Prometheus metrics", None, 200, "admin"),
+    ("GET", "/admin/actors"): ("Live run actors", None, 200, "admin"),
+    ("GET", "/admin/actors/{run_id}"): ("One live actor with its timers", None, 200, "admin"),
+    ("GET", "/admin/timers"): ("Timer wheel status", None, 200, "admin"),
+}
+
+_PARAM = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
+
+
+def routes(app: Quart) -> set[tuple[str, str]]:
+    found = set()
+    for rule in app.url_map.iter_rules():
+        if rule.endpoint == "static":
+            continue
+        path = _PARAM.sub(r"{\1}", rule.rule)
+        for method in rule.methods or ():
+            if method not in ("HEAD", "OPTIONS"):
+                found.add((method, path))
+    return found
+
+
+def document(app: Quart) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for method, path in sorted(routes(app)):
+        if (method, path) not in OPERATIONS:
+            raise KeyError(f"{method} {path} is not documented in foliot/http/openapi.py")
+        summary, schema, status, who = OPERATIONS[(method, path)]
+        params = [
+            {"name": p, "in": "path", "required": True, "schema": {"type": "integer"} if p == "version" else {"type": "string"}}
+            for p in re.findall(r"{([a-z_]+)}", path)
+        ]
+        op: dict[str, Any] = {
+            "summary": summary,
+            "operationId": f"{method.lower()}_{re.sub(r'[^a-z]+', '_', path).strip('_')}",
+            "parameters": params,
+            "responses": {
+                str(status): {"description": "success"},
+                "default": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+            },
+        }
+        if who != "none":
+            op["security"] = [{"bearer": []}]
+        if schema is not None:
+            op["requestBody"] = {
+                "required": schema not in ("Empty", "Reason", "Skip", "Rotate", "Complete"),
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+            }
+        paths.setdefault(path, {})[method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Foliot", "version": __version__},
+        "paths": paths,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }

@@ -1,0 +1,259 @@
+"""Runs: start (business keys, idempotency), read, list, history, and operator interventions."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import attrs
+from quart import Blueprint, Response, request
+
+from ..errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge
+from ..storage.base import RunFilter, decode_cursor, encode_cursor
+from ..views import event_view, run_view
+from ..workflow import machine
+from ..workflow.definition import canonical_json
+from ..workflow.duration import DurationError, parse_duration
+from ..workflow.jsonconv import is_name
+from ..workflow.model import STATUSES, Run
+from ..workflow.payload import PayloadError, payload_size
+from .app import (
+    body,
+    check_name,
+    check_query,
+    engine,
+    json_response,
+    parse,
+    query_int,
+    raw_json,
+    require_app,
+    settings,
+)
+
+blueprint = Blueprint("runs", __name__)
+
+MAX_BUSINESS_KEY = 256
+MAX_IDEMPOTENCY_KEY = 255
+MAX_REASON = 1024
+
+
+@attrs.frozen
+class StartBody:
+    workflow: str
+    version: int | None = None
+    input: Any = None
+    business_key: str | None = None
+    run_timeout: str | None = None
+
+
+@attrs.frozen
+class ReasonBody:
+    reason: str | None = None
+
+
+@attrs.frozen
+class RewindBody:
+    to_step: str
+    version: int | None = None
+    reason: str | None = None
+
+
+@attrs.frozen
+class SkipBody:
+    output: Any = None
+    reason: str | None = None
+
+
+@attrs.frozen
+class StateBody:
+    reason: str
+    set: dict[str, Any] | None = None
+    unset: tuple[str, ...] | None = None
+
+
+def check_payload(value: Any, field: str) -> None:
+    """Hold a value to FOLIOT_PAYLOAD_MAX_BYTES, measured as compact JSON (413 when over)."""
+    limit = settings().payload_max_bytes
+    try:
+        size = payload_size(value)
+    except PayloadError as exc:
+        raise InvalidRequest(str(exc), field=field) from None
+    if size > limit:
+        raise PayloadTooLarge(f"{field} is {size} bytes, over the {limit}-byte limit", field=field)
+
+
+def _check_reason(reason: str | None) -> None:
+    if reason is not None and len(reason) > MAX_REASON:
+        raise InvalidRequest(f"is longer than {MAX_REASON} characters", field="reason")
+
+
+def reply_response(reply: machine.Reply, run: Run | None) -> Response:
+    """A machine reply as HTTP: `Rejected` becomes its error, `Ok` the run document."""
+    if isinstance(reply, machine.Rejected):
+        raise rejected_error(reply)
+    current = reply.value if isinstance(reply.value, Run) else run
+    assert current is not None
+    return json_response(run_view(current))
+
+
+def rejected_error(reply: machine.Rejected) -> ApiError:
+    error = ApiError(reply.message, code=reply.code)
+    error.status = reply.status
+    return error
+
+
+async def owned_run(app_name: str, run_id: str) -> Run:
+    run = await engine().run_document(run_id) if len(run_id) <= 64 else None
+    if run is None or run.app != app_name:
+        raise NotFound(f"run {run_id!r} not found")
+    return run
+
+
+@blueprint.post("/apps/<app_name>/runs")
+async def start_run(app_name: str) -> Response:
+    await require_app(app_name)
+    raw = await raw_json()
+    spec = parse(raw, StartBody)
+    check_name(spec.workflow, "workflow")
+    if spec.version is not None and spec.version < 1:
+        raise InvalidRequest("must be 1 or more", field="version")
+    if spec.business_key is not None and not 1 <= len(spec.business_key) <= MAX_BUSINESS_KEY:
+        raise InvalidRequest(f"must be 1..{MAX_BUSINESS_KEY} characters", field="businessKey")
+    run_timeout_ms = None
+    if spec.run_timeout is not None:
+        try:
+            run_timeout_ms = parse_duration(spec.run_timeout)
+        except DurationError as exc:
+            raise InvalidRequest(str(exc), field="runTimeout") from None
+        if run_timeout_ms <= 0:
+            raise InvalidRequest("must be longer than zero", field="runTimeout")
+    check_payload(spec.input, "input")
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+        raise InvalidRequest(f"must be 1..{MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
+    request_hash = hashlib.sha256(canonical_json(raw).encode()).hexdigest()
+    view, created = await engine().start_run(
+        app=app_name,
+        workflow=spec.workflow,
+        version=spec.version,
+        input=spec.input,
+        business_key=spec.business_key,
+        run_timeout_ms=run_timeout_ms,
+        idempotency_key=key,
+        request_hash=request_hash,
+        render=run_view,
+    )
+    return json_response(view, 201 if created else 200)
+
+
+@blueprint.get("/apps/<app_name>/runs")
+async def list_runs(app_name: str) -> Response:
+    await require_app(app_name)
+    check_query({"workflow", "status", "businessKey", "limit", "cursor"})
+    args = request.args
+    workflow, status, bkey = args.get("workflow"), args.get("status"), args.get("businessKey")
+    if workflow is not None:
+        check_name(workflow, "workflow")
+    if status is not None and status not in STATUSES:
+        raise InvalidRequest(f"unknown status; expected one of {sorted(STATUSES)}", field="status")
+    limit = query_int("limit", 100, 1, 1000)
+    after = None
+    cursor = args.get("cursor")
+    if cursor:
+        parts = decode_cursor(cursor, 2)
+        if parts is None or not isinstance(parts[0], int) or not isinstance(parts[1], str):
+            raise InvalidRequest("not a cursor this API returned", field="cursor")
+        after = (parts[0], parts[1])
+    runs = await engine().store.list_runs(RunFilter(app_name, workflow, status, bkey), limit + 1, after)
+    page = runs[:limit]
+    next_cursor = encode_cursor(page[-1].created_at, page[-1].run_id) if len(runs) > limit else None
+    return json_response({"runs": [run_view(r) for r in page], "nextCursor": next_cursor})
+
+
+@blueprint.get("/apps/<app_name>/runs/<run_id>")
+async def get_run(app_name: str, run_id: str) -> Response:
+    await require_app(app_name)
+    return json_response(run_view(await owned_run(app_name, run_id)))
+
+
+@blueprint.get("/apps/<app_name>/runs/<run_id>/events")
+async def events(app_name: str, run_id: str) -> Response:
+    await require_app(app_name)
+    check_query({"after", "limit", "cursor"})
+    await owned_run(app_name, run_id)
+    after = query_int("after", 0, 0, 2**62)
+    cursor = request.args.get("cursor")
+    if cursor:
+        if not cursor.isdigit():
+            raise InvalidRequest("not a cursor this API returned", field="cursor")
+        after = int(cursor)
+    limit = query_int("limit", 100, 1, 1000)
+    rows = await engine().store.list_events(run_id, after, limit + 1)
+    page = rows[:limit]
+    next_cursor = str(page[-1].seq) if len(rows) > limit else None
+    return json_response({"events": [event_view(e) for e in page], "nextCursor": next_cursor})
+
+
+async def _intervene(app_name: str, run_id: str, message: machine.Message) -> Response:
+    await owned_run(app_name, run_id)
+    reply, run = await engine().ask(run_id, message)
+    return reply_response(reply, run)
+
+
+@blueprint.post("/apps/<app_name>/runs/<run_id>/cancel")
+async def cancel(app_name: str, run_id: str) -> Response:
+    await require_app(app_name)
+    spec = await body(ReasonBody, empty_ok=True)
+    _check_reason(spec.reason)
+    return await _intervene(app_name, run_id, machine.Cancel(spec.reason))
+
+
+@blueprint.post("/apps/<app_name>/runs/<run_id>/redrive")
+async def redrive(app_name: str, run_id: str) -> Response:
+    await require_app(app_name)
+    spec = await body(ReasonBody, empty_ok=True)
+    _check_reason(spec.reason)
+    return await _intervene(app_name, run_id, machine.Redrive(spec.reason))
+
+
+@blueprint.post("/apps/<app_name>/runs/<run_id>/rewind")
+async def rewind(app_name: str, run_id: str) -> Response:
+    await require_app(app_name)
+    spec = await body(RewindBody)
+    _check_reason(spec.reason)
+    check_name(spec.to_step, "toStep")
+    if spec.version is not None and spec.version < 1:
+        raise InvalidRequest("must be 1 or more", field="version")
+    message = machine.Rewind(spec.to_step, version=spec.version, reason=spec.reason)
+    return await _intervene(app_name, run_id, message)
+
+
+@blueprint.post("/apps/<app_name>/runs/<run_id>/skip")
+async def skip(app_name: str, run_id: str) -> Response:
+    await require_app(app_name)
+    spec = await body(SkipBody, empty_ok=True)
+    _check_reason(spec.reason)
+    check_payload(spec.output, "output")
+    return await _intervene(app_name, run_id, machine.Skip(spec.output, spec.reason))
+
+
+@blueprint.patch("/apps/<app_name>/runs/<run_id>/state")
+async def edit_state(app_name: str, run_id: str) -> Response:
+    await require_app(app_name)
+    spec = await body(StateBody)
+    _check_reason(spec.reason)
+    if not spec.reason.strip():
+        raise InvalidRequest("a reason is required", field="reason")
+    changes = spec.set or {}
+    removals = spec.unset or ()
+    if not changes and not removals:
+        raise InvalidRequest("give set or unset", field="set")
+    for key in (*changes, *removals):
+        if not is_name(key):
+            raise InvalidRequest("state keys are step names", field=f"set.{key}" if key in changes else "unset")
+    overlap = set(changes) & set(removals)
+    if overlap:
+        raise InvalidRequest(f"{sorted(overlap)[0]!r} is both set and unset", field="unset")
+    for key, value in changes.items():
+        check_payload(value, f"set.{key}")
+    return await _intervene(app_name, run_id, machine.EditState(changes, tuple(removals), spec.reason))

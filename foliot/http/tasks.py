@@ -1,0 +1,128 @@
+"""Pull workers and out-of-band answers: long-poll, complete, heartbeat."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import trio
+from quart import Blueprint, Response
+
+from ..actors.dispatcher import task_body
+from ..errors import Conflict, InvalidRequest, NotFound
+from ..workflow import machine
+from ..workflow.model import Run, TaskRef, TaskRow
+from .app import EmptyBody, body, check_name, engine, json_response, require_app
+from .runs import rejected_error
+
+blueprint = Blueprint("tasks", __name__)
+
+MAX_WAIT_SECONDS = 60
+MAX_TASKS = 100
+
+
+@attrs.frozen
+class PollBody:
+    queue: str
+    wait_seconds: float = 30
+    max_tasks: int = 1
+    worker_id: str | None = None
+
+
+@attrs.frozen
+class CompleteBody:
+    output: Any = None
+    next: str | None = None
+    error: dict[str, Any] | None = None
+
+
+def _failure(raw: dict[str, Any]) -> machine.Failed:
+    unknown = set(raw) - {"class", "message", "retryable"}
+    if unknown:
+        raise InvalidRequest("unknown field", field=f"error.{sorted(unknown)[0]}")
+    cls = raw.get("class")
+    if not isinstance(cls, str) or not 1 <= len(cls) <= 128:
+        raise InvalidRequest("expected an error class name (1..128 characters)", field="error.class")
+    message = raw.get("message", "")
+    if not isinstance(message, str):
+        raise InvalidRequest("expected a string", field="error.message")
+    retryable = raw.get("retryable", True)
+    if not isinstance(retryable, bool):
+        raise InvalidRequest("expected true or false", field="error.retryable")
+    return machine.Failed(cls, message[:2048], retryable)
+
+
+@blueprint.post("/apps/<app_name>/tasks/poll")
+async def poll(app_name: str) -> Response:
+    await require_app(app_name)
+    spec = await body(PollBody)
+    check_name(spec.queue, "queue")
+    if not 0 <= spec.wait_seconds <= MAX_WAIT_SECONDS:
+        raise InvalidRequest(f"must be 0..{MAX_WAIT_SECONDS}", field="waitSeconds")
+    if not 1 <= spec.max_tasks <= MAX_TASKS:
+        raise InvalidRequest(f"must be 1..{MAX_TASKS}", field="maxTasks")
+    if spec.worker_id is not None and len(spec.worker_id) > 256:
+        raise InvalidRequest("is longer than 256 characters", field="workerId")
+    eng = engine()
+    until = trio.current_time() + spec.wait_seconds
+    handed: list[dict[str, Any]] = []
+    while not handed:
+        offers = await eng.queues.take(app_name, spec.queue, spec.max_tasks, until)
+        if not offers:
+            break
+        for token, run_id in offers:
+            reply, run = await eng.ask(run_id, machine.Claim(token, spec.worker_id))
+            if isinstance(reply, machine.Ok) and isinstance(reply.value, TaskRef) and isinstance(run, Run):
+                handed.append(task_body(run, reply.value))
+    return json_response({"tasks": handed})
+
+
+async def _task(app_name: str, token: str) -> TaskRow:
+    row = await engine().store.get_task(token) if len(token) <= 128 else None
+    if row is None or row.app != app_name:
+        raise NotFound("unknown task token")
+    return row
+
+
+def _closed(row: TaskRow) -> Conflict:
+    return Conflict(f"the task is closed ({row.close_reason})", code="task_closed")
+
+
+@blueprint.post("/apps/<app_name>/tasks/<token>/complete")
+async def complete(app_name: str, token: str) -> Response:
+    await require_app(app_name)
+    spec = await body(CompleteBody, empty_ok=True)
+    outcome: machine.Outcome
+    if spec.error is not None:
+        if spec.output is not None or spec.next is not None:
+            raise InvalidRequest("give either output (and next) or error", field="error")
+        outcome = _failure(spec.error)
+    else:
+        if spec.next is not None and not isinstance(spec.next, str):
+            raise InvalidRequest("expected a step name", field="next")
+        outcome = machine.Completed(spec.output, spec.next)
+    row = await _task(app_name, token)
+    if row.status != "open":
+        raise _closed(row)
+    reply, run = await engine().ask(row.run_id, machine.TaskAnswer(token, outcome, via_api=True))
+    if isinstance(reply, machine.Rejected):
+        raise rejected_error(reply)
+    assert run is not None
+    return json_response({"runId": run.run_id, "status": run.status})
+
+
+@blueprint.post("/apps/<app_name>/tasks/<token>/heartbeat")
+async def heartbeat(app_name: str, token: str) -> Response:
+    await require_app(app_name)
+    await body(EmptyBody, empty_ok=True)
+    row = await _task(app_name, token)
+    if row.status == "open":
+        reply, _ = await engine().ask(row.run_id, machine.Heartbeat(token))
+        if isinstance(reply, machine.Ok):
+            return json_response({"cancelRequested": False})
+        if reply.code != "task_closed":
+            raise rejected_error(reply)
+        row = await _task(app_name, token)
+    if row.close_reason in ("cancelled", "superseded"):
+        return json_response({"cancelRequested": True})
+    raise _closed(row)

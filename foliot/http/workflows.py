@@ -1,0 +1,71 @@
+"""Workflow registration (versioned; an identical re-registration returns the existing version)."""
+
+from __future__ import annotations
+
+import json
+
+from quart import Blueprint, Response
+
+from ..errors import InvalidRequest, NotFound
+from ..storage.base import WorkflowRecord
+from ..workflow.definition import canonical_json, parse_definition
+from ..workflow.duration import format_timestamp as ts
+from ..workflow.jsonconv import ValidationError
+from .app import check_name, engine, json_response, raw_json, require_app
+
+blueprint = Blueprint("workflows", __name__)
+
+
+def _view(record: WorkflowRecord, *, full: bool) -> dict[str, object]:
+    view: dict[str, object] = {
+        "name": record.name,
+        "version": record.version,
+        "createdAt": ts(record.created_at),
+    }
+    if full:
+        view["definition"] = json.loads(record.document)
+    return view
+
+
+@blueprint.post("/apps/<app_name>/workflows")
+async def register(app_name: str) -> Response:
+    await require_app(app_name)
+    raw = await raw_json()
+    if not isinstance(raw, dict):
+        raise InvalidRequest("the request body must be a workflow object")
+    try:
+        definition = parse_definition(raw)
+    except ValidationError as exc:
+        raise InvalidRequest(exc.message, field=exc.field or None) from None
+    eng = engine()
+    record, created = await eng.store.add_workflow_version(
+        app_name, definition.name, canonical_json(raw), eng.clock.now()
+    )
+    return json_response({"name": record.name, "version": record.version}, 201 if created else 200)
+
+
+@blueprint.get("/apps/<app_name>/workflows")
+async def list_workflows(app_name: str) -> Response:
+    await require_app(app_name)
+    records = await engine().store.list_workflows(app_name)
+    return json_response({"workflows": [_view(r, full=False) for r in records]})
+
+
+@blueprint.get("/apps/<app_name>/workflows/<name>")
+async def latest(app_name: str, name: str) -> Response:
+    await require_app(app_name)
+    check_name(name, "name")
+    record = await engine().store.get_workflow(app_name, name, None)
+    if record is None:
+        raise NotFound(f"workflow {name!r} not found")
+    return json_response(_view(record, full=True))
+
+
+@blueprint.get("/apps/<app_name>/workflows/<name>/versions/<int:version>")
+async def version(app_name: str, name: str, version: int) -> Response:
+    await require_app(app_name)
+    check_name(name, "name")
+    record = await engine().store.get_workflow(app_name, name, version)
+    if record is None:
+        raise NotFound(f"workflow {name!r} has no version {version}")
+    return json_response(_view(record, full=True))

@@ -1,0 +1,1 @@
+"""Durable storage: the `Store` protocol and its SQLite and PostgreSQL backends."""

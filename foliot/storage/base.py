@@ -1,0 +1,186 @@
+"""The `Store` protocol: what the engine needs from a database, one unit of work per transition.
+
+Both backends (SQLite, PostgreSQL) implement it and pass one contract suite
+(`tests/storage/`). Rows cross this boundary as the frozen records of `foliot.workflow.model`
+or the small records below; SQL never leaks out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from ..workflow.model import Event, Run, TaskRow
+
+
+@attrs.frozen
+class AppRecord:
+    name: str
+    handler_base_url: str
+    description: str | None
+    created_at: int
+    updated_at: int
+
+
+@attrs.frozen
+class ApiKeyRecord:
+    key_id: str
+    app: str
+    secret_hash: str
+    created_at: int
+    revoked_at: int | None = None
+
+
+@attrs.frozen
+class SecretRecord:
+    secret_id: str
+    app: str
+    secret_enc: str
+    created_at: int
+    expires_at: int | None
+
+
+@attrs.frozen
+class WorkflowRecord:
+    app: str
+    name: str
+    version: int
+    document: str  # canonical JSON
+    created_at: int
+
+
+@attrs.frozen
+class TimerRecord:
+    run_id: str
+    slot: str
+    kind: str
+    key: str
+    due_at: int
+
+
+@attrs.frozen
+class IdempotencyRecord:
+    app: str
+    key: str
+    request_hash: str
+    run_id: str
+    response: str
+    created_at: int
+
+
+@attrs.frozen
+class UnitOfWork:
+    """Everything one transition changes, committed atomically.
+
+    `expected_seq` guards the write: the run row is updated only where its `seq` still equals
+    it (None: the run is new and is inserted). Timers are derived from `run.timers()`.
+    """
+
+    run: Run
+    expected_seq: int | None
+    events: tuple[Event, ...] = ()
+    tasks: tuple[TaskRow, ...] = ()
+    idempotency: IdempotencyRecord | None = None
+
+
+@attrs.frozen
+class RunFilter:
+    app: str
+    workflow: str | None = None
+    status: str | None = None
+    business_key: str | None = None
+
+
+def encode_cursor(*parts: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(parts)).encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, arity: int) -> list[Any] | None:
+    """The parts of a cursor made by `encode_cursor`, or None when it is not one."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        parts = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(parts, list) or len(parts) != arity:
+        return None
+    return parts
+
+
+class Store(Protocol):
+    """Durable state. Every method is one transaction; `commit` is the engine's hot path."""
+
+    async def migrate(self) -> None: ...
+
+    async def ping(self) -> None: ...
+
+    # apps and credentials
+    async def put_app(
+        self, name: str, handler_base_url: str, description: str | None, now: int
+    ) -> tuple[AppRecord, bool]: ...
+
+    async def create_app(
+        self, app: AppRecord, key: ApiKeyRecord, secret: SecretRecord
+    ) -> bool: ...
+
+    async def get_app(self, name: str) -> AppRecord | None: ...
+
+    async def add_api_key(self, key: ApiKeyRecord) -> None: ...
+
+    async def revoke_api_key(self, app: str, key_id: str, now: int) -> bool: ...
+
+    async def get_api_key(self, key_id: str) -> ApiKeyRecord | None: ...
+
+    async def list_api_keys(self, app: str) -> list[ApiKeyRecord]: ...
+
+    async def rotate_signing_secret(self, secret: SecretRecord, grace_until: int) -> None: ...
+
+    async def list_signing_secrets(self, app: str) -> list[SecretRecord]: ...
+
+    # workflows
+    async def add_workflow_version(
+        self, app: str, name: str, document: str, now: int
+    ) -> tuple[WorkflowRecord, bool]: ...
+
+    async def get_workflow(self, app: str, name: str, version: int | None) -> WorkflowRecord | None: ...
+
+    async def list_workflows(self, app: str) -> list[WorkflowRecord]: ...
+
+    # runs
+    async def commit(self, unit: UnitOfWork) -> None: ...
+
+    async def get_run(self, run_id: str) -> Run | None: ...
+
+    async def find_open_run(self, app: str, workflow: str, business_key: str) -> Run | None: ...
+
+    async def list_runs(
+        self, flt: RunFilter, limit: int, after: tuple[int, str] | None
+    ) -> list[Run]: ...
+
+    async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]: ...
+
+    async def get_idempotency(self, app: str, key: str) -> IdempotencyRecord | None: ...
+
+    # tasks and timers
+    async def get_task(self, token: str) -> TaskRow | None: ...
+
+    async def open_tasks(self) -> list[TaskRow]: ...
+
+    async def timers_due_before(
+        self, before: int, limit: int, after: tuple[int, str, str] | None = None
+    ) -> list[TimerRecord]: ...
+
+    async def count_open_runs(self) -> dict[str, int]: ...
+
+    async def close(self) -> None: ...
+
+
+def json_dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+Rows = Sequence[Any]

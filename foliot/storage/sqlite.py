@@ -1,0 +1,494 @@
+"""The embedded default store: stdlib sqlite3 in WAL mode.
+
+Writes go through one writer task that drains every unit of work queued while the previous
+batch was committing and commits them together (group commit), each inside its own SAVEPOINT
+so one refused write does not sink its neighbours. The SQL runs on a worker thread; with
+`inline=True` (tests under a mock clock) it runs on the Trio thread instead, so virtual time
+cannot jump while a statement is in flight.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import attrs
+import trio
+
+from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
+from ..workflow.model import Event, Run, TaskRow, run_from_dict, run_to_dict
+from .base import (
+    ApiKeyRecord,
+    AppRecord,
+    IdempotencyRecord,
+    RunFilter,
+    SecretRecord,
+    TimerRecord,
+    UnitOfWork,
+    WorkflowRecord,
+    json_dumps,
+)
+
+T = TypeVar("T")
+_BATCH_MAX = 256
+
+
+@attrs.define
+class _Job:
+    fn: Callable[[sqlite3.Connection], Any]
+    done: trio.Event = attrs.Factory(trio.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.row_factory = sqlite3.Row
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA busy_timeout=30000")
+    return conn
+
+
+def _translate(exc: sqlite3.Error) -> StorageError:
+    if isinstance(exc, sqlite3.IntegrityError):
+        text = str(exc)
+        if "runs.app, runs.workflow, runs.business_key" in text:
+            return UniqueViolation("business_key", text)
+        if "idempotency" in text:
+            return UniqueViolation("idempotency", text)
+        return UniqueViolation("unique", text)
+    if isinstance(exc, sqlite3.OperationalError):
+        return StorageUnavailable(str(exc))
+    return StorageError(str(exc))
+
+
+class SqliteStore:
+    """`Store` on one SQLite file (or `:memory:` for tests)."""
+
+    def __init__(self, path: str, *, inline: bool = False) -> None:
+        self.path = path
+        self.inline = inline
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._writer = _connect(path)
+        # A second connection lets readers go on while a batch commits (WAL); `:memory:` has
+        # one database per connection, so there the writer's connection serves reads too.
+        self._reader = self._writer if inline or path == ":memory:" else _connect(path)
+        self._read_limiter = trio.CapacityLimiter(1)
+        self._write_limiter = trio.CapacityLimiter(1)
+        self._send, self._receive = trio.open_memory_channel[_Job](10_000)
+        self.batches = 0
+        self.committed = 0
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The writer task: drain queued jobs, commit each batch in one transaction."""
+        task_status.started()
+        async for first in self._receive:
+            batch = [first]
+            while len(batch) < _BATCH_MAX:
+                try:
+                    batch.append(self._receive.receive_nowait())
+                except trio.WouldBlock:
+                    break
+            if self.inline:
+                self._commit_batch(batch)
+            else:
+                await trio.to_thread.run_sync(self._commit_batch, batch, limiter=self._write_limiter)
+            for job in batch:
+                job.done.set()
+
+    def _commit_batch(self, batch: list[_Job]) -> None:
+        conn = self._writer
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            for job in batch:
+                job.error = _translate(exc)
+            return
+        for i, job in enumerate(batch):
+            conn.execute(f"SAVEPOINT j{i}")
+            try:
+                job.result = job.fn(conn)
+                conn.execute(f"RELEASE j{i}")
+            except (sqlite3.Error, StorageError) as exc:
+                conn.execute(f"ROLLBACK TO j{i}")
+                conn.execute(f"RELEASE j{i}")
+                job.error = _translate(exc) if isinstance(exc, sqlite3.Error) else exc
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.execute("ROLLBACK")
+            for job in batch:
+                job.error = _translate(exc)
+            return
+        self.batches += 1
+        self.committed += len(batch)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        job = _Job(fn)
+        if self.inline:
+            self._commit_batch([job])
+        else:
+            await self._send.send(job)
+            await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[no-any-return]
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            if self.inline:
+                return fn(self._reader)
+            return await trio.to_thread.run_sync(fn, self._reader, limiter=self._read_limiter)
+        except sqlite3.Error as exc:
+            raise _translate(exc) from exc
+
+    async def migrate(self) -> None:
+        def apply(conn: sqlite3.Connection) -> None:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY)")
+            done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
+            folder = resources.files("foliot.storage") / "migrations" / "sqlite"
+            for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+                version = int(entry.name.split("_", 1)[0])
+                if version in done:
+                    continue
+                for statement in entry.read_text().split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT INTO schema_migrations (version) VALUES (?)", (version,))
+
+        await self._write(apply)
+
+    async def ping(self) -> None:
+        await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
+
+    async def close(self) -> None:
+        self._send.close()
+        self._writer.close()
+        if self._reader is not self._writer:
+            self._reader.close()
+
+    # ------------------------------------------------------------------ apps
+
+    async def put_app(
+        self, name: str, handler_base_url: str, description: str | None, now: int
+    ) -> tuple[AppRecord, bool]:
+        def fn(conn: sqlite3.Connection) -> tuple[AppRecord, bool]:
+            row = conn.execute("SELECT * FROM apps WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise StaleWrite("app does not exist")
+            conn.execute(
+                "UPDATE apps SET handler_base_url = ?, description = ?, updated_at = ? WHERE name = ?",
+                (handler_base_url, description, now, name),
+            )
+            return AppRecord(name, handler_base_url, description, row["created_at"], now), False
+
+        return await self._write(fn)
+
+    async def create_app(self, app: AppRecord, key: ApiKeyRecord, secret: SecretRecord) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO apps (name, handler_base_url, description, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (app.name, app.handler_base_url, app.description, app.created_at, app.updated_at),
+            )
+            if cur.rowcount == 0:
+                return False
+            _insert_key(conn, key)
+            _insert_secret(conn, secret)
+            return True
+
+        return await self._write(fn)
+
+    async def get_app(self, name: str) -> AppRecord | None:
+        row = await self._read(
+            lambda c: c.execute("SELECT * FROM apps WHERE name = ?", (name,)).fetchone()
+        )
+        return None if row is None else AppRecord(**dict(row))
+
+    async def add_api_key(self, key: ApiKeyRecord) -> None:
+        await self._write(lambda c: _insert_key(c, key))
+
+    async def revoke_api_key(self, app: str, key_id: str, now: int) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE app = ? AND key_id = ? AND revoked_at IS NULL",
+                (now, app, key_id),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(fn)
+
+    async def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
+        row = await self._read(
+            lambda c: c.execute("SELECT * FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
+        )
+        return None if row is None else ApiKeyRecord(**dict(row))
+
+    async def list_api_keys(self, app: str) -> list[ApiKeyRecord]:
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT * FROM api_keys WHERE app = ? AND revoked_at IS NULL ORDER BY created_at, key_id",
+                (app,),
+            ).fetchall()
+        )
+        return [ApiKeyRecord(**dict(r)) for r in rows]
+
+    async def rotate_signing_secret(self, secret: SecretRecord, grace_until: int) -> None:
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE signing_secrets SET expires_at = ? WHERE app = ?"
+                " AND (expires_at IS NULL OR expires_at > ?)",
+                (grace_until, secret.app, grace_until),
+            )
+            _insert_secret(conn, secret)
+
+        await self._write(fn)
+
+    async def list_signing_secrets(self, app: str) -> list[SecretRecord]:
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT * FROM signing_secrets WHERE app = ? ORDER BY created_at, secret_id", (app,)
+            ).fetchall()
+        )
+        return [SecretRecord(**dict(r)) for r in rows]
+
+    # ------------------------------------------------------------------ workflows
+
+    async def add_workflow_version(
+        self, app: str, name: str, document: str, now: int
+    ) -> tuple[WorkflowRecord, bool]:
+        def fn(conn: sqlite3.Connection) -> tuple[WorkflowRecord, bool]:
+            row = conn.execute(
+                "SELECT * FROM workflows WHERE app = ? AND name = ? ORDER BY version DESC LIMIT 1",
+                (app, name),
+            ).fetchone()
+            if row is not None and row["document"] == document:
+                return WorkflowRecord(**dict(row)), False
+            version = 1 if row is None else row["version"] + 1
+            conn.execute(
+                "INSERT INTO workflows (app, name, version, document, created_at) VALUES (?, ?, ?, ?, ?)",
+                (app, name, version, document, now),
+            )
+            return WorkflowRecord(app, name, version, document, now), True
+
+        return await self._write(fn)
+
+    async def get_workflow(self, app: str, name: str, version: int | None) -> WorkflowRecord | None:
+        def fn(conn: sqlite3.Connection) -> Any:
+            if version is None:
+                return conn.execute(
+                    "SELECT * FROM workflows WHERE app = ? AND name = ? ORDER BY version DESC LIMIT 1",
+                    (app, name),
+                ).fetchone()
+            return conn.execute(
+                "SELECT * FROM workflows WHERE app = ? AND name = ? AND version = ?",
+                (app, name, version),
+            ).fetchone()
+
+        row = await self._read(fn)
+        return None if row is None else WorkflowRecord(**dict(row))
+
+    async def list_workflows(self, app: str) -> list[WorkflowRecord]:
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT w.* FROM workflows w JOIN (SELECT name, MAX(version) AS v FROM workflows"
+                " WHERE app = ? GROUP BY name) latest ON w.name = latest.name AND w.version = latest.v"
+                " WHERE w.app = ? ORDER BY w.name",
+                (app, app),
+            ).fetchall()
+        )
+        return [WorkflowRecord(**dict(r)) for r in rows]
+
+    # ------------------------------------------------------------------ runs
+
+    async def commit(self, unit: UnitOfWork) -> None:
+        await self._write(lambda conn: _apply_unit(conn, unit))
+
+    async def get_run(self, run_id: str) -> Run | None:
+        row = await self._read(
+            lambda c: c.execute("SELECT doc FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        )
+        return None if row is None else _run(row["doc"])
+
+    async def find_open_run(self, app: str, workflow: str, business_key: str) -> Run | None:
+        row = await self._read(
+            lambda c: c.execute(
+                "SELECT doc FROM runs WHERE app = ? AND workflow = ? AND business_key = ? AND is_open = 1",
+                (app, workflow, business_key),
+            ).fetchone()
+        )
+        return None if row is None else _run(row["doc"])
+
+    async def list_runs(self, flt: RunFilter, limit: int, after: tuple[int, str] | None) -> list[Run]:
+        clauses, params = ["app = ?"], [flt.app]
+        for column, value in (
+            ("workflow", flt.workflow),
+            ("status", flt.status),
+            ("business_key", flt.business_key),
+        ):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if after is not None:
+            clauses.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
+            params.extend([after[0], after[0], after[1]])  # type: ignore[list-item]
+        sql = (
+            f"SELECT doc FROM runs WHERE {' AND '.join(clauses)}"
+            " ORDER BY created_at DESC, run_id DESC LIMIT ?"
+        )
+        rows = await self._read(lambda c: c.execute(sql, (*params, limit)).fetchall())
+        return [_run(r["doc"]) for r in rows]
+
+    async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]:
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT * FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (run_id, after, limit),
+            ).fetchall()
+        )
+        return [
+            Event(r["seq"], r["at"], r["generation"], r["type"], r["step"], r["attempt"], _loads(r["data"]))
+            for r in rows
+        ]
+
+    async def get_idempotency(self, app: str, key: str) -> IdempotencyRecord | None:
+        row = await self._read(
+            lambda c: c.execute(
+                "SELECT * FROM idempotency WHERE app = ? AND key = ?", (app, key)
+            ).fetchone()
+        )
+        return None if row is None else IdempotencyRecord(**dict(row))
+
+    # ------------------------------------------------------------------ tasks and timers
+
+    async def get_task(self, token: str) -> TaskRow | None:
+        row = await self._read(
+            lambda c: c.execute("SELECT * FROM tasks WHERE token = ?", (token,)).fetchone()
+        )
+        return None if row is None else TaskRow(**dict(row))
+
+    async def open_tasks(self) -> list[TaskRow]:
+        rows = await self._read(
+            lambda c: c.execute("SELECT * FROM tasks WHERE status = 'open' ORDER BY created_at").fetchall()
+        )
+        return [TaskRow(**dict(r)) for r in rows]
+
+    async def timers_due_before(
+        self, before: int, limit: int, after: tuple[int, str, str] | None = None
+    ) -> list[TimerRecord]:
+        if after is None:
+            sql, params = "SELECT * FROM timers WHERE due_at < ?", [before]
+        else:
+            sql = "SELECT * FROM timers WHERE due_at < ? AND (due_at, run_id, slot) > (?, ?, ?)"
+            params = [before, *after]
+        sql += " ORDER BY due_at, run_id, slot LIMIT ?"
+        rows = await self._read(lambda c: c.execute(sql, (*params, limit)).fetchall())
+        return [TimerRecord(**dict(r)) for r in rows]
+
+    async def count_open_runs(self) -> dict[str, int]:
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT status, COUNT(*) AS n FROM runs WHERE is_open = 1 GROUP BY status"
+            ).fetchall()
+        )
+        return {r["status"]: r["n"] for r in rows}
+
+
+def _loads(text: str) -> Any:
+    import json
+
+    return json.loads(text)
+
+
+def _run(doc: str) -> Run:
+    return run_from_dict(_loads(doc))
+
+
+def _insert_key(conn: sqlite3.Connection, key: ApiKeyRecord) -> None:
+    conn.execute(
+        "INSERT INTO api_keys (key_id, app, secret_hash, created_at, revoked_at) VALUES (?, ?, ?, ?, ?)",
+        (key.key_id, key.app, key.secret_hash, key.created_at, key.revoked_at),
+    )
+
+
+def _insert_secret(conn: sqlite3.Connection, secret: SecretRecord) -> None:
+    conn.execute(
+        "INSERT INTO signing_secrets (secret_id, app, secret_enc, created_at, expires_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (secret.secret_id, secret.app, secret.secret_enc, secret.created_at, secret.expires_at),
+    )
+
+
+def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
+    run = unit.run
+    doc = json_dumps(run_to_dict(run))
+    is_open = 1 if run.is_open else 0
+    if unit.expected_seq is None:
+        conn.execute(
+            "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run.run_id, run.app, run.workflow, run.status, run.business_key, is_open, run.created_at, run.seq, doc),
+        )
+    else:
+        cur = conn.execute(
+            "UPDATE runs SET status = ?, is_open = ?, seq = ?, doc = ?, workflow = ?"
+            " WHERE run_id = ? AND seq = ?",
+            (run.status, is_open, run.seq, doc, run.workflow, run.run_id, unit.expected_seq),
+        )
+        if cur.rowcount != 1:
+            raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")
+    if unit.events:
+        conn.executemany(
+            "INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (run.run_id, e.seq, e.at, e.generation, e.type, e.step, e.attempt, json_dumps(e.data))
+                for e in unit.events
+            ],
+        )
+    for t in unit.tasks:
+        conn.execute(
+            "INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
+            " close_reason, deadline, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
+            " close_reason = excluded.close_reason, deadline = excluded.deadline",
+            (t.token, t.run_id, t.app, t.generation, t.step, t.attempt, t.queue, t.status,
+             t.close_reason, t.deadline, t.created_at),
+        )
+    conn.execute("DELETE FROM timers WHERE run_id = ?", (run.run_id,))
+    timers = run.timers()
+    if timers:
+        conn.executemany(
+            "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES (?, ?, ?, ?, ?)",
+            [(run.run_id, slot, t.kind, t.key, t.due) for slot, t in timers],
+        )
+    if unit.idempotency is not None:
+        i = unit.idempotency
+        conn.execute(
+            "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (i.app, i.key, i.request_hash, i.run_id, i.response, i.created_at),
+        )
+
+
+@asynccontextmanager
+async def open_sqlite(path: str, *, inline: bool = False) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(path, inline=inline)
+    async with trio.open_nursery() as nursery:
+        if not inline:
+            await nursery.start(store.serve)
+        try:
+            await store.migrate()
+            yield store
+        finally:
+            nursery.cancel_scope.cancel()
+            await store.close()

@@ -1,0 +1,343 @@
+"""Workflow definitions: the JSON document, validated, and its compiled form.
+
+`parse_definition(raw)` checks every rule of SPEC §3 and raises `ValidationError` naming the
+path of the first problem. The compiled `Definition` carries milliseconds and resolved `next`
+targets, so the machine never re-interprets text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import attrs
+
+from .duration import DurationError, parse_duration, parse_timestamp
+from .jsonconv import ValidationError, is_name, structure
+from .predicate import Predicate, PredicateError, parse_path, parse_predicate
+
+END: Final = "$end"
+FAIL: Final = "$fail"
+STUCK: Final = "$stuck"
+SENTINELS: Final = frozenset({END, FAIL, STUCK})
+STEP_KINDS: Final = ("task", "sleep", "wait", "choice")
+
+DEFAULT_TIMEOUT_MS: Final = 30_000
+DEFAULT_MAX_ATTEMPTS: Final = 3
+DEFAULT_INITIAL_INTERVAL_MS: Final = 1_000
+DEFAULT_BACKOFF: Final = 2.0
+DEFAULT_MAX_INTERVAL_MS: Final = 60_000
+MAX_ATTEMPTS_CAP: Final = 1000
+
+
+@attrs.frozen
+class RetrySpec:
+    max_attempts: int | None = None
+    initial_interval: str | None = None
+    backoff_coefficient: float | None = None
+    max_interval: str | None = None
+    retry_on: tuple[str, ...] | None = None
+
+
+@attrs.frozen
+class DefaultsSpec:
+    timeout: str | None = None
+    retry: RetrySpec | None = None
+
+
+@attrs.frozen
+class ChoiceSpec:
+    when: Any
+    next: str
+
+
+@attrs.frozen
+class StepSpec:
+    name: str
+    type: str
+    next: str | None = None
+    on_failure: str | None = None
+    retry: RetrySpec | None = None
+    timeout: str | None = None
+    queue: str | None = None
+    handler: str | None = None
+    duration: str | None = None
+    until: str | None = None
+    until_path: str | None = None
+    signal: str | None = None
+    on_timeout: str | None = None
+    choices: tuple[ChoiceSpec, ...] | None = None
+    default: str | None = None
+
+
+@attrs.frozen
+class DefinitionSpec:
+    name: str
+    steps: tuple[StepSpec, ...]
+    run_timeout: str | None = None
+    defaults: DefaultsSpec | None = None
+
+
+# Which optional fields each kind of step may carry (camelCase, as the document spells them).
+_ALLOWED: Final = {
+    "task": {"next", "onFailure", "retry", "timeout", "queue", "handler"},
+    "sleep": {"next", "duration", "until", "untilPath"},
+    "wait": {"next", "signal", "timeout", "onTimeout"},
+    "choice": {"choices", "default"},
+}
+_OPTIONAL_FIELDS: Final = (
+    "next on_failure retry timeout queue handler duration until until_path signal "
+    "on_timeout choices default"
+).split()
+
+
+@attrs.frozen
+class Retry:
+    max_attempts: int
+    initial_interval_ms: int
+    backoff_coefficient: float
+    max_interval_ms: int
+    retry_on: tuple[str, ...] | None
+
+    def backoff_ms(self, attempt: int) -> int:
+        """Delay before the attempt after `attempt`: min(initial * coef^(attempt-1), max)."""
+        delay = self.initial_interval_ms * (self.backoff_coefficient ** (attempt - 1))
+        return int(min(delay, self.max_interval_ms))
+
+    def allows(self, attempt: int, error_class: str, retryable: bool) -> bool:
+        if not retryable or attempt >= self.max_attempts:
+            return False
+        return self.retry_on is None or error_class in self.retry_on
+
+
+@attrs.frozen
+class Choice:
+    when: Predicate
+    next: str
+
+
+@attrs.frozen
+class Step:
+    name: str
+    kind: str
+    next: str
+    on_failure: str | None = None
+    timeout_ms: int | None = None
+    retry: Retry | None = None
+    queue: str | None = None
+    handler: str | None = None
+    duration_ms: int | None = None
+    until_ms: int | None = None
+    until_path: tuple[str, ...] | None = None
+    signal: str | None = None
+    on_timeout: str | None = None
+    choices: tuple[Choice, ...] = ()
+    default: str | None = None
+
+
+@attrs.frozen
+class Definition:
+    name: str
+    steps: tuple[Step, ...]
+    run_timeout_ms: int | None
+    document: dict[str, Any] = attrs.field(eq=False)
+    index: dict[str, Step] = attrs.field(eq=False)
+
+    def step(self, name: str) -> Step:
+        return self.index[name]
+
+    def has_target(self, name: str) -> bool:
+        return name in SENTINELS or name in self.index
+
+    @property
+    def first(self) -> Step:
+        return self.steps[0]
+
+    def canonical(self) -> str:
+        """The document as canonical JSON: equal documents, equal text."""
+        return canonical_json(self.document)
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _duration(text: str | None, field: str, *, positive: bool = True) -> int | None:
+    if text is None:
+        return None
+    try:
+        ms = parse_duration(text)
+    except DurationError as exc:
+        raise ValidationError(field, str(exc)) from None
+    if positive and ms <= 0:
+        raise ValidationError(field, "must be longer than zero")
+    return ms
+
+
+def _retry(spec: RetrySpec | None, defaults: RetrySpec | None, field: str) -> Retry:
+    def pick(attr: str) -> tuple[Any, str]:
+        own = getattr(spec, attr) if spec is not None else None
+        if own is not None:
+            return own, f"{field}.retry"
+        inherited = getattr(defaults, attr) if defaults is not None else None
+        return inherited, "defaults.retry"
+
+    max_attempts, where = pick("max_attempts")
+    if max_attempts is None:
+        max_attempts = DEFAULT_MAX_ATTEMPTS
+    elif not 1 <= max_attempts <= MAX_ATTEMPTS_CAP:
+        raise ValidationError(f"{where}.maxAttempts", f"must be 1..{MAX_ATTEMPTS_CAP}")
+    initial, where = pick("initial_interval")
+    initial_ms = _duration(initial, f"{where}.initialInterval")
+    coefficient, where = pick("backoff_coefficient")
+    if coefficient is not None and not 1.0 <= coefficient <= 100.0:
+        raise ValidationError(f"{where}.backoffCoefficient", "must be between 1.0 and 100.0")
+    maximum, where = pick("max_interval")
+    max_ms = _duration(maximum, f"{where}.maxInterval")
+    retry_on, where = pick("retry_on")
+    if retry_on is not None:
+        for i, cls in enumerate(retry_on):
+            if not cls or len(cls) > 128:
+                raise ValidationError(f"{where}.retryOn[{i}]", "expected an error class name")
+    return Retry(
+        max_attempts=max_attempts,
+        initial_interval_ms=initial_ms if initial_ms is not None else DEFAULT_INITIAL_INTERVAL_MS,
+        backoff_coefficient=coefficient if coefficient is not None else DEFAULT_BACKOFF,
+        max_interval_ms=max_ms if max_ms is not None else DEFAULT_MAX_INTERVAL_MS,
+        retry_on=tuple(retry_on) if retry_on is not None else None,
+    )
+
+
+def _handler_path(path: str, field: str) -> str:
+    if (
+        not path.startswith("/")
+        or path.startswith("//")
+        or "://" in path
+        or "\\" in path
+        or any(c.isspace() or ord(c) < 32 for c in path)
+        or "#" in path
+    ):
+        raise ValidationError(field, "must be a path starting with '/' (absolute URLs are refused)")
+    return path
+
+
+def parse_definition(raw: Any) -> Definition:
+    """Validate a workflow document and compile it; `ValidationError` names the first problem."""
+    spec = structure(raw, DefinitionSpec)
+    if not is_name(spec.name):
+        raise ValidationError("name", "must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+    run_timeout_ms = _duration(spec.run_timeout, "runTimeout")
+    defaults = spec.defaults or DefaultsSpec()
+    default_timeout = _duration(defaults.timeout, "defaults.timeout")
+    if defaults.retry is not None:
+        _retry(None, defaults.retry, "defaults")  # validates the defaults themselves
+    if not spec.steps:
+        raise ValidationError("steps", "a workflow needs at least one step")
+
+    seen: dict[str, int] = {}
+    for i, step in enumerate(spec.steps):
+        if not is_name(step.name):
+            raise ValidationError(f"steps[{i}].name", "must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+        if step.name in seen:
+            raise ValidationError(f"steps[{i}].name", f"duplicate step name {step.name!r}")
+        seen[step.name] = i
+
+    def target(value: str | None, field: str) -> str | None:
+        if value is not None and value not in SENTINELS and value not in seen:
+            raise ValidationError(field, f"unknown step {value!r}")
+        return value
+
+    compiled: list[Step] = []
+    for i, s in enumerate(spec.steps):
+        at = f"steps[{i}]"
+        if s.type not in STEP_KINDS:
+            raise ValidationError(f"{at}.type", f"unknown step type {s.type!r}; expected {list(STEP_KINDS)}")
+        for attr in _OPTIONAL_FIELDS:
+            key = {"on_failure": "onFailure", "until_path": "untilPath", "on_timeout": "onTimeout"}.get(attr, attr)
+            if getattr(s, attr) is not None and key not in _ALLOWED[s.type]:
+                raise ValidationError(f"{at}.{key}", f"not allowed on a {s.type} step")
+        following = spec.steps[i + 1].name if i + 1 < len(spec.steps) else END
+        nxt = target(s.next, f"{at}.next") or following
+        common: dict[str, Any] = {"name": s.name, "kind": s.type, "next": nxt}
+        if s.type == "task":
+            if s.queue is not None and s.handler is not None:
+                raise ValidationError(f"{at}.queue", "a step takes either queue or handler, not both")
+            if s.queue is not None and not is_name(s.queue):
+                raise ValidationError(f"{at}.queue", "must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+            timeout = _duration(s.timeout, f"{at}.timeout") or default_timeout or DEFAULT_TIMEOUT_MS
+            compiled.append(
+                Step(
+                    **common,
+                    on_failure=target(s.on_failure, f"{at}.onFailure"),
+                    timeout_ms=timeout,
+                    retry=_retry(s.retry, defaults.retry, at),
+                    queue=s.queue,
+                    handler=_handler_path(s.handler, f"{at}.handler") if s.handler is not None else None,
+                )
+            )
+        elif s.type == "sleep":
+            given = [f for f in ("duration", "until", "until_path") if getattr(s, f) is not None]
+            if len(given) != 1:
+                raise ValidationError(at, "a sleep step takes exactly one of duration, until, untilPath")
+            until_ms = None
+            if s.until is not None:
+                try:
+                    until_ms = parse_timestamp(s.until)
+                except DurationError as exc:
+                    raise ValidationError(f"{at}.until", str(exc)) from None
+            until_path = None
+            if s.until_path is not None:
+                try:
+                    until_path = parse_path(s.until_path, f"{at}.untilPath")
+                except PredicateError as exc:
+                    raise ValidationError(exc.field, exc.message) from None
+            compiled.append(
+                Step(
+                    **common,
+                    duration_ms=_duration(s.duration, f"{at}.duration", positive=False),
+                    until_ms=until_ms,
+                    until_path=until_path,
+                )
+            )
+        elif s.type == "wait":
+            if s.signal is None:
+                raise ValidationError(f"{at}.signal", "required field missing")
+            if not is_name(s.signal):
+                raise ValidationError(f"{at}.signal", "must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+            if s.on_timeout is not None and s.timeout is None:
+                raise ValidationError(f"{at}.onTimeout", "needs a timeout")
+            compiled.append(
+                Step(
+                    **common,
+                    signal=s.signal,
+                    timeout_ms=_duration(s.timeout, f"{at}.timeout"),
+                    on_timeout=target(s.on_timeout, f"{at}.onTimeout"),
+                )
+            )
+        else:
+            if not s.choices:
+                raise ValidationError(f"{at}.choices", "a choice step needs at least one choice")
+            choices = []
+            for j, c in enumerate(s.choices):
+                try:
+                    when = parse_predicate(c.when, f"{at}.choices[{j}].when")
+                except PredicateError as exc:
+                    raise ValidationError(exc.field, exc.message) from None
+                nxt_choice = target(c.next, f"{at}.choices[{j}].next")
+                assert nxt_choice is not None
+                choices.append(Choice(when, nxt_choice))
+            compiled.append(
+                Step(
+                    **common,
+                    choices=tuple(choices),
+                    default=target(s.default, f"{at}.default"),
+                )
+            )
+    steps = tuple(compiled)
+    return Definition(
+        name=spec.name,
+        steps=steps,
+        run_timeout_ms=run_timeout_ms,
+        document=raw,
+        index={s.name: s for s in steps},
+    )

@@ -1,0 +1,810 @@
+"""The step machine: `transition(run, definition, message, ctx) -> Transition`.
+
+Everything the SPEC says about what a run does next lives here, as a pure function of the run
+document, the workflow definition, one input message and the current time. It reads no clock,
+does no I/O and never raises for a message it cannot apply: a refused intervention comes back
+as a `Rejected` reply with the run unchanged.
+
+Actors call it, commit `Transition.run` + `events` + `tasks` in one unit of work, and only then
+perform `effects` and send the reply (durable before effect).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, Final
+
+import attrs
+
+from .definition import END, FAIL, SENTINELS, STUCK, Definition, Step
+from .duration import DurationError, parse_timestamp
+from .model import (
+    TERMINAL_STATUSES,
+    BufferedSignal,
+    ErrorInfo,
+    Event,
+    Run,
+    TaskRef,
+    TaskRow,
+    Timer,
+)
+from .payload import PayloadError, payload_size
+from .predicate import evaluate, lookup
+
+MAX_IMMEDIATE_STEPS: Final = 1000  # choices looping on themselves park the run as stuck
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@attrs.frozen
+class Completed:
+    """A task answered with output (`next` from a `foliot-next` header or `complete`)."""
+
+    output: Any
+    next: str | None = None
+
+
+@attrs.frozen
+class Failed:
+    cls: str
+    message: str
+    retryable: bool
+
+
+@attrs.frozen
+class Accepted:
+    """The handler answered 202: the task stays open until its deadline."""
+
+
+Outcome = Completed | Failed | Accepted
+
+
+@attrs.frozen
+class TaskAnswer:
+    token: str
+    outcome: Outcome
+    via_api: bool = False  # through `complete`: bad output also answers 400
+
+
+@attrs.frozen
+class TimerFired:
+    slot: str  # step | run
+    kind: str
+    key: str
+
+
+@attrs.frozen
+class SignalIn:
+    name: str
+    payload: Any = None
+    signal_id: str | None = None
+
+
+@attrs.frozen
+class Claim:
+    token: str
+    worker_id: str | None = None
+
+
+@attrs.frozen
+class Heartbeat:
+    token: str
+
+
+@attrs.frozen
+class Cancel:
+    reason: str | None = None
+
+
+@attrs.frozen
+class Redrive:
+    reason: str | None = None
+
+
+@attrs.frozen
+class Rewind:
+    to_step: str
+    target: Definition | None = None  # the definition of `version`, when moving versions
+    version: int | None = None
+    reason: str | None = None
+
+
+@attrs.frozen
+class Skip:
+    output: Any = None
+    reason: str | None = None
+
+
+@attrs.frozen
+class EditState:
+    set: dict[str, Any] = attrs.Factory(dict)
+    unset: tuple[str, ...] = ()
+    reason: str = ""
+
+
+@attrs.frozen
+class MarkStuck:
+    """The supervisor gave up on an actor that kept crashing."""
+
+    cls: str
+    message: str
+
+
+Message = (
+    TaskAnswer
+    | TimerFired
+    | SignalIn
+    | Claim
+    | Heartbeat
+    | Cancel
+    | Redrive
+    | Rewind
+    | Skip
+    | EditState
+    | MarkStuck
+)
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+@attrs.frozen
+class Dispatch:
+    """Send the run's open task: push it to the handler or offer it to the queue."""
+
+    task: TaskRef
+
+
+@attrs.frozen
+class Abort:
+    """Stop an in-flight push or withdraw a queued offer; the task is closed."""
+
+    token: str
+
+
+@attrs.frozen
+class Claimed:
+    """A poller claimed a queued task: hand it the task."""
+
+    task: TaskRef
+
+
+Effect = Dispatch | Abort | Claimed
+
+
+@attrs.frozen
+class Ok:
+    value: Any = None
+
+
+@attrs.frozen
+class Rejected:
+    status: int
+    code: str
+    message: str
+
+
+Reply = Ok | Rejected
+
+
+@attrs.frozen
+class Context:
+    now: int
+    new_token: Callable[[], str]
+    payload_max: int = 262_144
+
+
+@attrs.frozen
+class Transition:
+    run: Run
+    events: tuple[Event, ...] = ()
+    effects: tuple[Effect, ...] = ()
+    tasks: tuple[TaskRow, ...] = ()
+    reply: Reply = Ok()
+    changed: bool = True
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def classify_response(status: int, body: bytes, next_header: str | None) -> Outcome:
+    """Turn a handler's HTTP answer into an outcome (SPEC §6 'Answers')."""
+    if status == 202:
+        return Accepted()
+    if 200 <= status < 300:
+        if not body.strip():
+            return Completed(None, next_header)
+        try:
+            output = json.loads(body, parse_constant=_refuse_constant)
+        except (ValueError, UnicodeDecodeError):
+            return Failed("invalid_output", "the handler's answer is not JSON", False)
+        return Completed(output, next_header)
+    retryable = status in (408, 429) or status >= 500 or status < 200
+    cls, message = f"http_{status}", f"the handler answered {status}"
+    try:
+        parsed = json.loads(body, parse_constant=_refuse_constant) if body.strip() else None
+    except (ValueError, UnicodeDecodeError):
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        err = parsed["error"]
+        if isinstance(err.get("class"), str) and err["class"]:
+            cls = err["class"][:128]
+        if isinstance(err.get("message"), str):
+            message = err["message"][:2048]
+        if isinstance(err.get("retryable"), bool):
+            retryable = err["retryable"]
+    return Failed(cls, message, retryable)
+
+
+def connection_failure(message: str) -> Failed:
+    return Failed("connection_error", message, True)
+
+
+def timeout_failure(message: str = "the attempt passed its deadline") -> Failed:
+    return Failed("timeout", message, True)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# --------------------------------------------------------------------------- the builder
+
+
+class _Tx:
+    """Accumulates one transition. Internal: the public surface stays pure and frozen."""
+
+    def __init__(self, run: Run, definition: Definition, ctx: Context) -> None:
+        self.run = run
+        self.definition = definition
+        self.ctx = ctx
+        self.events: list[Event] = []
+        self.effects: list[Effect] = []
+        self.tasks: list[TaskRow] = []
+        self.reply: Reply = Ok()
+
+    def set(self, **changes: Any) -> None:
+        self.run = attrs.evolve(self.run, **changes)
+
+    def emit(
+        self,
+        type_: str,
+        step: str | None = None,
+        attempt: int | None = None,
+        **data: Any,
+    ) -> None:
+        seq = self.run.seq + 1
+        self.run = attrs.evolve(self.run, seq=seq)
+        self.events.append(
+            Event(seq, self.ctx.now, self.run.generation, type_, step, attempt, data)
+        )
+
+    def done(self) -> Transition:
+        run = attrs.evolve(self.run, updated_at=self.ctx.now)
+        return Transition(
+            run, tuple(self.events), tuple(self.effects), tuple(self.tasks), self.reply
+        )
+
+    # ------------------------------------------------------------------ tasks
+
+    def task_row(self, task: TaskRef, status: str, reason: str | None) -> TaskRow:
+        return TaskRow(
+            token=task.token,
+            run_id=self.run.run_id,
+            app=self.run.app,
+            generation=task.generation,
+            step=task.step,
+            attempt=task.attempt,
+            queue=task.queue,
+            status=status,
+            close_reason=reason,
+            deadline=task.deadline,
+            created_at=self.ctx.now,
+        )
+
+    def close_task(self, reason: str) -> None:
+        task = self.run.task
+        if task is None:
+            return
+        self.tasks.append(self.task_row(task, "closed", reason))
+        if reason != "answered" and reason != "timed_out":
+            self.effects.append(Abort(task.token))
+        self.set(task=None)
+
+    # ------------------------------------------------------------------ parking and closing
+
+    def park(self, status: str, **changes: Any) -> None:
+        fields: dict[str, Any] = {
+            "status": status,
+            "wait_signal": None,
+            "wake_at": None,
+            "timer": None,
+        }
+        fields.update(changes)
+        self.set(**fields)
+
+    def finish(self, status: str, event: str, error: ErrorInfo | None = None, **data: Any) -> None:
+        self.close_task("cancelled" if status == "cancelled" else "superseded")
+        self.park(status, closed_at=self.ctx.now, error=error)
+        if error is not None:
+            data = {"class": error.cls, "message": error.message, **data}
+        self.emit(event, self.run.current_step, **data)
+
+    def stuck(self, step: str | None, cls: str, message: str) -> None:
+        error = ErrorInfo(step, cls, message)
+        self.close_task("superseded")
+        self.park("stuck", error=error)
+        self.emit("run_stuck", step, **{"class": cls, "message": message})
+
+    def fail_run(self, step: str | None, cls: str, message: str) -> None:
+        self.finish("failed", "run_failed", ErrorInfo(step, cls, message))
+
+    # ------------------------------------------------------------------ stepping
+
+    def enter(self, name: str) -> None:
+        """Move to `name` and run immediate steps until the run parks or closes."""
+        for _ in range(MAX_IMMEDIATE_STEPS):
+            follow = self._enter_once(name)
+            if follow is None:
+                return
+            name = follow
+        self.stuck(name, "loop_detected", f"more than {MAX_IMMEDIATE_STEPS} steps without parking")
+
+    def _enter_once(self, name: str) -> str | None:
+        if name == END:
+            self.finish("completed", "run_completed")
+            return None
+        if name == FAIL:
+            self.fail_run(self.run.current_step, "failed_by_definition", "the workflow reached $fail")
+            return None
+        if name == STUCK:
+            self.stuck(self.run.current_step, "stuck_by_definition", "the workflow reached $stuck")
+            return None
+        step = self.definition.step(name)
+        carried = self.run.carried_error if step.kind == "task" else None
+        self.set(current_step=name, attempt=None, error=None, carried_error=carried)
+        self.emit("step_started", name, kind=step.kind)
+        if step.kind == "task":
+            self.start_attempt(step, 1)
+            return None
+        if step.kind == "sleep":
+            return self.enter_sleep(step)
+        if step.kind == "wait":
+            return self.enter_wait(step)
+        return self.evaluate_choice(step)
+
+    def start_attempt(self, step: Step, attempt: int) -> None:
+        assert step.timeout_ms is not None
+        deadline = None if step.queue is not None else self.ctx.now + step.timeout_ms
+        task = TaskRef(
+            token=self.ctx.new_token(),
+            step=step.name,
+            attempt=attempt,
+            generation=self.run.generation,
+            queue=step.queue,
+            deadline=deadline,
+        )
+        timer = Timer("task_deadline", deadline, task.token) if deadline is not None else None
+        self.park("running", attempt=attempt, task=task, timer=timer)
+        self.tasks.append(self.task_row(task, "open", None))
+        self.emit(
+            "task_dispatched",
+            step.name,
+            attempt,
+            idempotencyKey=task.idempotency_key(self.run.run_id),
+            queue=step.queue,
+            deadline=deadline,
+        )
+        self.effects.append(Dispatch(task))
+
+    def enter_sleep(self, step: Step) -> str | None:
+        if step.duration_ms is not None:
+            due = self.ctx.now + step.duration_ms
+        elif step.until_ms is not None:
+            due = step.until_ms
+        else:
+            assert step.until_path is not None
+            found, value = lookup(step.until_path, self.scope())
+            try:
+                if not found or not isinstance(value, str):
+                    raise DurationError("missing")
+                due = parse_timestamp(value)
+            except DurationError:
+                where = ".".join(step.until_path)
+                self.fail_run(step.name, "invalid_sleep", f"{where} is not an RFC 3339 timestamp")
+                return None
+        self.emit("sleep_started", step.name, wakeAt=due)
+        if due <= self.ctx.now:
+            self.emit("sleep_finished", step.name)
+            self.emit("step_completed", step.name)
+            return step.next
+        key = f"{self.run.generation}:{step.name}"
+        self.park("sleeping", wake_at=due, timer=Timer("sleep", due, key))
+        return None
+
+    def enter_wait(self, step: Step) -> str | None:
+        assert step.signal is not None
+        for i, buffered in enumerate(self.run.buffer):
+            if buffered.name == step.signal:
+                self.set(buffer=self.run.buffer[:i] + self.run.buffer[i + 1 :])
+                return self.consume_signal(step, buffered)
+        timer = None
+        wake_at = None
+        if step.timeout_ms is not None:
+            wake_at = self.ctx.now + step.timeout_ms
+            timer = Timer("wait_timeout", wake_at, f"{self.run.generation}:{step.name}")
+        self.park("waiting", wait_signal=step.signal, wake_at=wake_at, timer=timer)
+        return None
+
+    def consume_signal(self, step: Step, signal: BufferedSignal) -> str:
+        self.set(state={**self.run.state, step.name: signal.payload})
+        self.emit("signal_consumed", step.name, name=signal.name, signalId=signal.signal_id)
+        self.emit("step_completed", step.name)
+        return step.next
+
+    def evaluate_choice(self, step: Step) -> str | None:
+        scope = self.scope()
+        for index, choice in enumerate(step.choices):
+            if evaluate(choice.when, scope):
+                self.emit("choice_evaluated", step.name, matched=index, next=choice.next)
+                return choice.next
+        if step.default is not None:
+            self.emit("choice_evaluated", step.name, matched=None, next=step.default)
+            return step.default
+        self.emit("choice_evaluated", step.name, matched=None, next=None)
+        self.stuck(step.name, "no_choice_matched", "no choice matched and the step has no default")
+        return None
+
+    def scope(self) -> dict[str, Any]:
+        return {"input": self.run.input, "state": self.run.state}
+
+    # ------------------------------------------------------------------ task outcomes
+
+    def step_failed(self, step: Step, error: ErrorInfo) -> None:
+        """A task step failed for good: go to `onFailure`, else fail the run."""
+        self.emit("step_failed", step.name, self.run.attempt, **{"class": error.cls, "message": error.message})
+        if step.on_failure is not None:
+            self.set(carried_error=error)
+            self.enter(step.on_failure)
+            return
+        self.fail_run(step.name, error.cls, error.message)
+
+    def attempt_failed(self, step: Step, failure: Failed) -> None:
+        attempt = self.run.attempt or 1
+        retry = step.retry
+        assert retry is not None
+        if retry.allows(attempt, failure.cls, failure.retryable):
+            delay = retry.backoff_ms(attempt)
+            due = self.ctx.now + delay
+            key = f"{self.run.generation}:{step.name}:{attempt + 1}"
+            self.park("running", timer=Timer("retry", due, key))
+            self.emit("retry_scheduled", step.name, attempt, delayMs=delay, nextAttempt=attempt + 1, at=due)
+            return
+        self.step_failed(step, ErrorInfo(step.name, failure.cls, failure.message))
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def start(
+    *,
+    run_id: str,
+    app: str,
+    definition: Definition,
+    version: int,
+    input: Any,
+    business_key: str | None,
+    run_timeout_ms: int | None,
+    trace_id: str,
+    ctx: Context,
+) -> Transition:
+    """A new run: `run_started`, then the first step."""
+    timeout = run_timeout_ms if run_timeout_ms is not None else definition.run_timeout_ms
+    run = Run(
+        run_id=run_id,
+        app=app,
+        workflow=definition.name,
+        version=version,
+        status="running",
+        input=input,
+        state={},
+        generation=1,
+        created_at=ctx.now,
+        updated_at=ctx.now,
+        trace_id=trace_id,
+        business_key=business_key,
+        run_timeout_ms=timeout,
+        deadline=ctx.now + timeout if timeout is not None else None,
+    )
+    tx = _Tx(run, definition, ctx)
+    tx.emit("run_started", None, version=version, businessKey=business_key)
+    tx.enter(definition.first.name)
+    tx.reply = Ok(tx.run)
+    return tx.done()
+
+
+def transition(run: Run, definition: Definition, message: Message, ctx: Context) -> Transition:
+    """Apply one message to a run. `definition` is the version the run is pinned to."""
+    tx = _Tx(run, definition, ctx)
+    handler = _HANDLERS[type(message)]
+    unchanged = handler(tx, message)
+    if unchanged is not None:
+        return Transition(run, reply=unchanged, changed=False)
+    return tx.done()
+
+
+def mark_stuck(run: Run, definition: Definition, cls: str, message: str, ctx: Context) -> Transition:
+    return transition(run, definition, MarkStuck(cls, message), ctx)
+
+
+def _closed_task_reply() -> Rejected:
+    return Rejected(409, "task_closed", "the task is closed (answered, timed out, superseded or cancelled)")
+
+
+def _current_task(tx: _Tx, token: str) -> TaskRef | None:
+    task = tx.run.task
+    if task is None or task.token != token or task.generation != tx.run.generation:
+        return None
+    return task
+
+
+def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
+    task = _current_task(tx, msg.token)
+    if task is None or not tx.run.is_open:
+        return _closed_task_reply()
+    step = tx.definition.step(task.step)
+    outcome = msg.outcome
+    if isinstance(outcome, Accepted):
+        if task.accepted:
+            return Ok(None)
+        tx.set(task=attrs.evolve(task, accepted=True))
+        tx.emit("task_accepted", step.name, task.attempt)
+        return None
+    tx.close_task("answered")
+    if isinstance(outcome, Failed):
+        tx.emit("task_failed", step.name, task.attempt, **{"class": outcome.cls, "message": outcome.message, "retryable": outcome.retryable})
+        tx.attempt_failed(step, outcome)
+        return None
+    try:
+        size = payload_size(outcome.output)
+    except PayloadError as exc:
+        size, too_large = -1, str(exc)
+    else:
+        too_large = ""
+    if size > tx.ctx.payload_max or size < 0:
+        message = too_large or (
+            f"the output of step {step.name!r} is {size} bytes, over the {tx.ctx.payload_max}-byte limit"
+        )
+        cls = "output_too_large" if not too_large else "invalid_output"
+        tx.emit("task_failed", step.name, task.attempt, **{"class": cls, "message": message, "retryable": False})
+        tx.step_failed(step, ErrorInfo(step.name, cls, message))
+        if msg.via_api:
+            tx.reply = Rejected(400, cls, message)
+        return None
+    if outcome.next is not None and not tx.definition.has_target(outcome.next):
+        message = f"next step {outcome.next!r} is no step of workflow {tx.definition.name!r}"
+        tx.emit("task_failed", step.name, task.attempt, **{"class": "invalid_next", "message": message, "retryable": False})
+        tx.step_failed(step, ErrorInfo(step.name, "invalid_next", message))
+        if msg.via_api:
+            tx.reply = Rejected(400, "invalid_next", message)
+        return None
+    tx.set(state={**tx.run.state, step.name: outcome.output}, carried_error=None)
+    tx.emit("task_completed", step.name, task.attempt, next=outcome.next)
+    tx.emit("step_completed", step.name, task.attempt)
+    tx.enter(outcome.next or step.next)
+    return None
+
+
+def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
+    run = tx.run
+    if not run.is_open:
+        return Ok(None)
+    if msg.slot == "run":
+        if run.deadline is None or msg.key != str(run.generation):
+            return Ok(None)
+        error = ErrorInfo(run.current_step, "run_timeout", "the run passed its runTimeout")
+        tx.finish("timed_out", "run_timed_out", error)
+        return None
+    timer = run.timer
+    if timer is None or timer.kind != msg.kind or timer.key != msg.key:
+        return Ok(None)  # stale: the step moved on since the timer was armed
+    assert run.current_step is not None
+    step = tx.definition.step(run.current_step)
+    tx.set(timer=None)
+    if timer.kind == "task_deadline":
+        task = run.task
+        assert task is not None
+        tx.close_task("timed_out")
+        tx.emit("task_timed_out", step.name, task.attempt)
+        tx.attempt_failed(step, timeout_failure())
+    elif timer.kind == "retry":
+        tx.start_attempt(step, (run.attempt or 1) + 1)
+    elif timer.kind == "sleep":
+        tx.emit("sleep_finished", step.name)
+        tx.emit("step_completed", step.name)
+        tx.enter(step.next)
+    elif timer.kind == "wait_timeout":
+        tx.emit("wait_timed_out", step.name)
+        if step.on_timeout is not None:
+            tx.enter(step.on_timeout)
+        else:
+            tx.fail_run(step.name, "wait_timeout", f"signal {step.signal!r} did not arrive in time")
+    return None
+
+
+def _on_signal(tx: _Tx, msg: SignalIn) -> Reply | None:
+    run = tx.run
+    if run.status in TERMINAL_STATUSES:
+        return Rejected(409, "run_closed", f"run {run.run_id} is {run.status}")
+    if msg.signal_id is not None:
+        if msg.signal_id in run.signal_ids:
+            return Ok("duplicate")
+        tx.set(signal_ids=(*run.signal_ids, msg.signal_id))
+    signal = BufferedSignal(msg.name, msg.payload, msg.signal_id)
+    waiting = run.status == "waiting" and run.wait_signal == msg.name
+    tx.emit("signal_received", run.current_step if waiting else None, name=msg.name, signalId=msg.signal_id, buffered=not waiting)
+    if not waiting:
+        tx.set(buffer=(*run.buffer, signal))
+        tx.reply = Ok("buffered")
+        return None
+    assert run.current_step is not None
+    step = tx.definition.step(run.current_step)
+    tx.set(timer=None)
+    tx.enter(tx.consume_signal(step, signal))
+    tx.reply = Ok("delivered")
+    return None
+
+
+def _on_claim(tx: _Tx, msg: Claim) -> Reply | None:
+    task = _current_task(tx, msg.token)
+    if task is None or not tx.run.is_open or task.queue is None or task.claimed_by is not None:
+        return _closed_task_reply()
+    step = tx.definition.step(task.step)
+    assert step.timeout_ms is not None
+    deadline = tx.ctx.now + step.timeout_ms
+    claimed = attrs.evolve(task, deadline=deadline, claimed_by=msg.worker_id or "")
+    tx.set(task=claimed, timer=Timer("task_deadline", deadline, task.token))
+    tx.tasks.append(tx.task_row(claimed, "open", None))
+    tx.emit("task_claimed", step.name, task.attempt, workerId=msg.worker_id, deadline=deadline)
+    tx.effects.append(Claimed(claimed))
+    tx.reply = Ok(claimed)
+    return None
+
+
+def _on_heartbeat(tx: _Tx, msg: Heartbeat) -> Reply | None:
+    task = _current_task(tx, msg.token)
+    if task is None or not tx.run.is_open:
+        return _closed_task_reply()
+    if task.queue is not None and task.claimed_by is None:
+        return Rejected(409, "task_not_claimed", "a queued task must be claimed before heartbeats")
+    step = tx.definition.step(task.step)
+    assert step.timeout_ms is not None
+    deadline = tx.ctx.now + step.timeout_ms
+    extended = attrs.evolve(task, deadline=deadline)
+    tx.set(task=extended, timer=Timer("task_deadline", deadline, task.token))
+    tx.tasks.append(tx.task_row(extended, "open", None))
+    tx.reply = Ok({"cancelRequested": False, "deadline": deadline})
+    return None
+
+
+def _invalid_status(run: Run, action: str) -> Rejected:
+    where = f" at {run.current_step!r}" if run.current_step else ""
+    return Rejected(409, "invalid_status", f"cannot {action} a run that is {run.status}{where}")
+
+
+def _on_cancel(tx: _Tx, msg: Cancel) -> Reply | None:
+    if not tx.run.is_open:
+        return _invalid_status(tx.run, "cancel")
+    tx.finish("cancelled", "run_cancelled", None, reason=msg.reason)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _on_redrive(tx: _Tx, msg: Redrive) -> Reply | None:
+    run = tx.run
+    if run.status not in ("failed", "stuck", "timed_out") or run.current_step is None:
+        return _invalid_status(run, "redrive")
+    step_name = run.current_step
+    tx.close_task("superseded")
+    changes: dict[str, Any] = {"generation": run.generation + 1, "closed_at": None, "error": None}
+    if run.status == "timed_out" and run.run_timeout_ms is not None:
+        changes["deadline"] = tx.ctx.now + run.run_timeout_ms
+    tx.set(**changes)
+    tx.emit("run_redriven", step_name, reason=msg.reason, fromStatus=run.status)
+    tx.park("running")
+    tx.enter(step_name)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
+    run = tx.run
+    if run.status == "cancelled":
+        return _invalid_status(run, "rewind")
+    target = msg.target or tx.definition
+    if msg.to_step not in target.index:
+        return Rejected(400, "invalid_request", f"toStep: {msg.to_step!r} is no step of version {msg.version or run.version}")
+    tx.close_task("superseded")
+    changes: dict[str, Any] = {"generation": run.generation + 1, "closed_at": None, "error": None, "carried_error": None}
+    if msg.version is not None:
+        changes["version"] = msg.version
+    if run.status == "timed_out" and run.run_timeout_ms is not None:
+        changes["deadline"] = tx.ctx.now + run.run_timeout_ms
+    tx.set(**changes)
+    tx.definition = target
+    tx.emit("run_rewound", msg.to_step, reason=msg.reason, fromStep=run.current_step, fromVersion=run.version, toVersion=tx.run.version)
+    tx.park("running")
+    tx.enter(msg.to_step)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _on_skip(tx: _Tx, msg: Skip) -> Reply | None:
+    run = tx.run
+    if run.status not in ("running", "waiting", "sleeping", "stuck", "failed") or run.current_step is None:
+        return _invalid_status(run, "skip")
+    if run.current_step not in tx.definition.index:
+        return _invalid_status(run, "skip")
+    step = tx.definition.step(run.current_step)
+    if step.kind == "choice":
+        return _invalid_status(run, "skip")
+    if (err := _check_size(msg.output, tx.ctx.payload_max, "output")) is not None:
+        return err
+    tx.close_task("superseded")
+    tx.set(state={**run.state, step.name: msg.output}, closed_at=None, error=None, carried_error=None)
+    tx.emit("step_skipped", step.name, run.attempt, reason=msg.reason, fromStatus=run.status)
+    tx.park("running")
+    tx.enter(step.next)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _check_size(value: Any, limit: int, field: str) -> Rejected | None:
+    try:
+        size = payload_size(value)
+    except PayloadError as exc:
+        return Rejected(400, "invalid_request", f"{field}: {exc}")
+    if size > limit:
+        return Rejected(413, "payload_too_large", f"{field} is {size} bytes, over the {limit}-byte limit")
+    return None
+
+
+def _on_edit(tx: _Tx, msg: EditState) -> Reply | None:
+    run = tx.run
+    if run.status == "cancelled":
+        return _invalid_status(run, "edit the state of")
+    for key, value in msg.set.items():
+        if (err := _check_size(value, tx.ctx.payload_max, f"set.{key}")) is not None:
+            return err
+    state = dict(run.state)
+    state.update(msg.set)
+    for key in msg.unset:
+        state.pop(key, None)
+    tx.set(state=state)
+    tx.emit("state_edited", run.current_step, set=sorted(msg.set), unset=sorted(msg.unset), reason=msg.reason)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _on_mark_stuck(tx: _Tx, msg: MarkStuck) -> Reply | None:
+    if not tx.run.is_open:
+        return Ok(None)
+    tx.stuck(tx.run.current_step, msg.cls, msg.message)
+    return None
+
+
+_HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
+    TaskAnswer: _on_answer,
+    TimerFired: _on_timer,
+    SignalIn: _on_signal,
+    Claim: _on_claim,
+    Heartbeat: _on_heartbeat,
+    Cancel: _on_cancel,
+    Redrive: _on_redrive,
+    Rewind: _on_rewind,
+    Skip: _on_skip,
+    EditState: _on_edit,
+    MarkStuck: _on_mark_stuck,
+}

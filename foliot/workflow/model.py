@@ -1,0 +1,145 @@
+"""The run document and the records a transition produces. Plain frozen data, JSON-able."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+import cattrs
+
+OPEN_STATUSES: Final = frozenset({"running", "waiting", "sleeping", "stuck"})
+TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled", "timed_out"})
+STATUSES: Final = OPEN_STATUSES | TERMINAL_STATUSES
+
+
+@attrs.frozen
+class ErrorInfo:
+    """`{step, class, message}`: why a step or run failed."""
+
+    step: str | None
+    cls: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "class": self.cls, "message": self.message}
+
+
+@attrs.frozen
+class TaskRef:
+    """The run's open task: one attempt at one task step."""
+
+    token: str
+    step: str
+    attempt: int
+    generation: int
+    queue: str | None
+    deadline: int | None  # None while a queued task waits for a poller
+    accepted: bool = False  # the handler answered 202
+    claimed_by: str | None = None
+
+    def idempotency_key(self, run_id: str) -> str:
+        return f"{run_id}:{self.generation}:{self.step}:{self.attempt}"
+
+
+@attrs.frozen
+class Timer:
+    """The run's step timer. `key` tells a current firing from a stale one."""
+
+    kind: str  # sleep | wait_timeout | task_deadline | retry
+    due: int
+    key: str
+
+
+@attrs.frozen
+class BufferedSignal:
+    name: str
+    payload: Any
+    signal_id: str | None
+
+
+@attrs.frozen
+class Run:
+    run_id: str
+    app: str
+    workflow: str
+    version: int
+    status: str
+    input: Any
+    state: dict[str, Any]
+    generation: int
+    created_at: int
+    updated_at: int
+    trace_id: str
+    business_key: str | None = None
+    current_step: str | None = None
+    attempt: int | None = None
+    wait_signal: str | None = None
+    wake_at: int | None = None
+    deadline: int | None = None
+    run_timeout_ms: int | None = None
+    closed_at: int | None = None
+    error: ErrorInfo | None = None
+    task: TaskRef | None = None
+    timer: Timer | None = None
+    carried_error: ErrorInfo | None = None
+    buffer: tuple[BufferedSignal, ...] = ()
+    signal_ids: tuple[str, ...] = ()
+    seq: int = 0  # the last event's sequence number; also the row's write version
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STATUSES
+
+    def timers(self) -> list[tuple[str, Timer]]:
+        """The durable timers this run needs: its step timer and its run deadline."""
+        out: list[tuple[str, Timer]] = []
+        if not self.is_open:
+            return out
+        if self.timer is not None:
+            out.append(("step", self.timer))
+        if self.deadline is not None:
+            out.append(("run", Timer("run_timeout", self.deadline, str(self.generation))))
+        return out
+
+
+@attrs.frozen
+class Event:
+    seq: int
+    at: int
+    generation: int
+    type: str
+    step: str | None = None
+    attempt: int | None = None
+    data: dict[str, Any] = attrs.Factory(dict)
+
+
+@attrs.frozen
+class TaskRow:
+    """A task's durable record: how a token is found, and why it closed."""
+
+    token: str
+    run_id: str
+    app: str
+    generation: int
+    step: str
+    attempt: int
+    queue: str | None
+    status: str  # open | closed
+    close_reason: str | None  # answered | timed_out | cancelled | superseded
+    deadline: int | None
+    created_at: int
+
+
+_codec = cattrs.Converter()
+
+
+def run_to_dict(run: Run) -> dict[str, Any]:
+    return _codec.unstructure(run)  # type: ignore[no-any-return]
+
+
+def run_from_dict(data: dict[str, Any]) -> Run:
+    return _codec.structure(data, Run)
+
+
+def event_to_dict(event: Event) -> dict[str, Any]:
+    return _codec.unstructure(event)  # type: ignore[no-any-return]
