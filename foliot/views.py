@@ -36,9 +36,7 @@ _TIME_FIELDS = frozenset({"wakeAt", "deadline", "at"})
 
 
 def event_view(event: Event) -> dict[str, Any]:
-    data = {
-        k: (ts(v) if k in _TIME_FIELDS and isinstance(v, int) else v) for k, v in event.data.items()
-    }
+    data = {k: (ts(v) if k in _TIME_FIELDS and isinstance(v, int) else v) for k, v in event.data.items()}
     return {
         "seq": event.seq,
         "at": ts(event.at),

@@ -165,9 +165,7 @@ class Dispatcher:
                             )
                         chunks.append(chunk)
                     raw = b"".join(chunks)
-                    return classify_response(
-                        response.status_code, raw, response.headers.get("foliot-next")
-                    )
+                    return classify_response(response.status_code, raw, response.headers.get("foliot-next"))
             except httpx.TransportError as exc:
                 return connection_failure(f"{type(exc).__name__}: {exc}"[:500])
         assert limit.cancelled_caught

@@ -19,7 +19,7 @@ import trio
 from ..clock import Clock
 from ..config import Settings
 from ..credentials import Vault
-from ..errors import Conflict, NotFound, UniqueViolation, Unavailable
+from ..errors import Conflict, NotFound, Unavailable, UniqueViolation
 from ..storage.base import IdempotencyRecord, Store, UnitOfWork, json_dumps
 from ..workflow import machine
 from ..workflow.definition import Definition, parse_definition

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from ..errors import StaleWrite, StorageError, UniqueViolation, Unavailable
+from ..errors import StaleWrite, StorageError, Unavailable, UniqueViolation
 from ..storage.base import UnitOfWork
 from ..workflow import machine
 from ..workflow.machine import Rejected, Rewind, TimerFired, Transition
@@ -103,7 +103,9 @@ class RunActor:
             target = await self.engine.maybe_definition(run.app, run.workflow, msg.version)
             if target is None:
                 if slot is not None:
-                    slot.put(Rejected(404, "not_found", f"workflow {run.workflow!r} has no version {msg.version}"))
+                    slot.put(
+                        Rejected(404, "not_found", f"workflow {run.workflow!r} has no version {msg.version}")
+                    )
                 return
             msg = attrs.evolve(msg, target=target)
         tr = machine.transition(run, definition, msg, self.engine.context())
@@ -129,7 +131,9 @@ class RunActor:
 
     def _unique_reply(self, exc: UniqueViolation, run: Run) -> Rejected:
         if exc.constraint == "business_key":
-            return Rejected(409, "business_key_in_use", f"businessKey {run.business_key!r} is used by another open run")
+            return Rejected(
+                409, "business_key_in_use", f"businessKey {run.business_key!r} is used by another open run"
+            )
         return Rejected(409, "conflict", str(exc))
 
     def _storage_failed(self, envelope: Envelope, exc: StorageError) -> None:

@@ -99,9 +99,9 @@ class Supervisor:
                 except Exception as exc:
                     self.restarts += 1
                     log.exception("run actor %s crashed", actor.run_id)
-                    if actor.current is not None and actor.current.reply is not None:
-                        if not actor.current.reply.event.is_set():
-                            actor.current.reply.fail(Internal("the run's actor failed; see the server log"))
+                    slot = actor.current.reply if actor.current is not None else None
+                    if slot is not None and not slot.event.is_set():
+                        slot.fail(Internal("the run's actor failed; see the server log"))
                     actor.current = None
                     if self._record_crash(actor.run_id):
                         await self._give_up(actor, exc)

@@ -125,7 +125,9 @@ async def metrics() -> Response:
         "# HELP foliot_push_outcomes_total Push outcomes by class.",
         "# TYPE foliot_push_outcomes_total counter",
     ]
-    lines += [f'foliot_push_outcomes_total{{outcome="{k}"}} {v}' for k, v in sorted(eng.dispatcher.outcomes.items())]
+    lines += [
+        f'foliot_push_outcomes_total{{outcome="{k}"}} {v}' for k, v in sorted(eng.dispatcher.outcomes.items())
+    ]
     lines += [
         "# HELP foliot_pollers_waiting Long-polling workers parked.",
         "# TYPE foliot_pollers_waiting gauge",

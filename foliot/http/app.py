@@ -1,7 +1,7 @@
 """The quart-trio application: factory, authentication, strict bodies, error mapping.
 
 Every error leaves as `{"error": {"code", "message", ...}}`; no stack trace ever does. Bodies
-over `2 × FOLIOT_PAYLOAD_MAX_BYTES + 64 KiB` are refused from their Content-Length (or as soon
+over `2 * FOLIOT_PAYLOAD_MAX_BYTES + 64 KiB` are refused from their Content-Length (or as soon
 as the stream passes the limit) before they are read in full.
 """
 
@@ -98,7 +98,11 @@ async def authenticate() -> Caller:
     if parts is not None:
         key_id, secret = parts
         record = await engine().store.get_api_key(key_id)
-        if record is not None and record.revoked_at is None and credentials.matches(secret, record.secret_hash):
+        if (
+            record is not None
+            and record.revoked_at is None
+            and credentials.matches(secret, record.secret_hash)
+        ):
             return Caller(admin=False, app=record.app, key_id=key_id)
     raise Unauthorized("invalid or revoked key")
 
@@ -128,7 +132,8 @@ def _refuse_constant(name: str) -> Any:
 
 
 async def raw_json(*, empty_ok: bool = False) -> Any:
-    data = await request.get_data(cache=True)
+    data = await request.get_data(cache=True, as_text=False)
+    assert isinstance(data, bytes)
     if not data.strip():
         if empty_ok:
             return {}
@@ -194,7 +199,9 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
         length = request.content_length
         if length is not None and length > settings_.body_max_bytes:
             return error_response(
-                PayloadTooLarge(f"request body of {length} bytes is over the {settings_.body_max_bytes}-byte limit")
+                PayloadTooLarge(
+                    f"request body of {length} bytes is over the {settings_.body_max_bytes}-byte limit"
+                )
             )
         return None
 
@@ -209,7 +216,9 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
 
     @app.errorhandler(RequestEntityTooLarge)
     async def _too_large(error: RequestEntityTooLarge) -> Response:
-        return error_response(PayloadTooLarge(f"request body is over the {settings_.body_max_bytes}-byte limit"))
+        return error_response(
+            PayloadTooLarge(f"request body is over the {settings_.body_max_bytes}-byte limit")
+        )
 
     @app.errorhandler(HTTPException)
     async def _http_error(error: HTTPException) -> Response:

@@ -143,9 +143,7 @@ async def rotate_secret(app_name: str) -> Response:
         grace_until=now + spec.grace_seconds * 1000,
     )
     eng.forget_target(app_name)
-    return json_response(
-        {"secretId": secret_id, "signingSecret": signing_secret, "createdAt": ts(now)}, 201
-    )
+    return json_response({"secretId": secret_id, "signingSecret": signing_secret, "createdAt": ts(now)}, 201)
 
 
 async def _existing(app_name: str) -> AppRecord:

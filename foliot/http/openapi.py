@@ -28,7 +28,12 @@ def _obj(props: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any
 
 SCHEMAS: dict[str, Any] = {
     "Error": _obj(
-        {"error": {"type": "object", "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}},
+        {
+            "error": {
+                "type": "object",
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+            }
+        },
         ("error",),
     ),
     "AppPut": _obj(
@@ -50,7 +55,11 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Reason": _obj({"reason": {**REASON, "type": ["string", "null"]}}),
     "Rewind": _obj(
-        {"toStep": NAME, "version": {"type": ["integer", "null"], "minimum": 1}, "reason": {**REASON, "type": ["string", "null"]}},
+        {
+            "toStep": NAME,
+            "version": {"type": ["integer", "null"], "minimum": 1},
+            "reason": {**REASON, "type": ["string", "null"]},
+        },
         ("toStep",),
     ),
     "Skip": _obj({"output": ANY, "reason": {**REASON, "type": ["string", "null"]}}),
@@ -155,7 +164,12 @@ def document(app: Quart) -> dict[str, Any]:
             raise KeyError(f"{method} {path} is not documented in foliot/http/openapi.py")
         summary, schema, status, who = OPERATIONS[(method, path)]
         params = [
-            {"name": p, "in": "path", "required": True, "schema": {"type": "integer"} if p == "version" else {"type": "string"}}
+            {
+                "name": p,
+                "in": "path",
+                "required": True,
+                "schema": {"type": "integer"} if p == "version" else {"type": "string"},
+            }
             for p in re.findall(r"{([a-z_]+)}", path)
         ]
         op: dict[str, Any] = {
@@ -164,7 +178,10 @@ def document(app: Quart) -> dict[str, Any]:
             "parameters": params,
             "responses": {
                 str(status): {"description": "success"},
-                "default": {"description": "error", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                "default": {
+                    "description": "error",
+                    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                },
             },
         }
         if who != "none":

@@ -250,7 +250,9 @@ async def edit_state(app_name: str, run_id: str) -> Response:
         raise InvalidRequest("give set or unset", field="set")
     for key in (*changes, *removals):
         if not is_name(key):
-            raise InvalidRequest("state keys are step names", field=f"set.{key}" if key in changes else "unset")
+            raise InvalidRequest(
+                "state keys are step names", field=f"set.{key}" if key in changes else "unset"
+            )
     overlap = set(changes) & set(removals)
     if overlap:
         raise InvalidRequest(f"{sorted(overlap)[0]!r} is both set and unset", field="unset")

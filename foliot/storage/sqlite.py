@@ -209,9 +209,7 @@ class SqliteStore:
         return await self._write(fn)
 
     async def get_app(self, name: str) -> AppRecord | None:
-        row = await self._read(
-            lambda c: c.execute("SELECT * FROM apps WHERE name = ?", (name,)).fetchone()
-        )
+        row = await self._read(lambda c: c.execute("SELECT * FROM apps WHERE name = ?", (name,)).fetchone())
         return None if row is None else AppRecord(**dict(row))
 
     async def add_api_key(self, key: ApiKeyRecord) -> None:
@@ -362,9 +360,7 @@ class SqliteStore:
 
     async def get_idempotency(self, app: str, key: str) -> IdempotencyRecord | None:
         row = await self._read(
-            lambda c: c.execute(
-                "SELECT * FROM idempotency WHERE app = ? AND key = ?", (app, key)
-            ).fetchone()
+            lambda c: c.execute("SELECT * FROM idempotency WHERE app = ? AND key = ?", (app, key)).fetchone()
         )
         return None if row is None else IdempotencyRecord(**dict(row))
 
@@ -385,6 +381,7 @@ class SqliteStore:
     async def timers_due_before(
         self, before: int, limit: int, after: tuple[int, str, str] | None = None
     ) -> list[TimerRecord]:
+        params: list[int | str]
         if after is None:
             sql, params = "SELECT * FROM timers WHERE due_at < ?", [before]
         else:
@@ -436,7 +433,17 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
         conn.execute(
             "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run.run_id, run.app, run.workflow, run.status, run.business_key, is_open, run.created_at, run.seq, doc),
+            (
+                run.run_id,
+                run.app,
+                run.workflow,
+                run.status,
+                run.business_key,
+                is_open,
+                run.created_at,
+                run.seq,
+                doc,
+            ),
         )
     else:
         cur = conn.execute(
@@ -461,8 +468,19 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
             " close_reason, deadline, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
             " close_reason = excluded.close_reason, deadline = excluded.deadline",
-            (t.token, t.run_id, t.app, t.generation, t.step, t.attempt, t.queue, t.status,
-             t.close_reason, t.deadline, t.created_at),
+            (
+                t.token,
+                t.run_id,
+                t.app,
+                t.generation,
+                t.step,
+                t.attempt,
+                t.queue,
+                t.status,
+                t.close_reason,
+                t.deadline,
+                t.created_at,
+            ),
         )
     conn.execute("DELETE FROM timers WHERE run_id = ?", (run.run_id,))
     timers = run.timers()

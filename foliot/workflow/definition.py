@@ -85,10 +85,7 @@ _ALLOWED: Final = {
     "wait": {"next", "signal", "timeout", "onTimeout"},
     "choice": {"choices", "default"},
 }
-_OPTIONAL_FIELDS: Final = (
-    "next on_failure retry timeout queue handler duration until until_path signal "
-    "on_timeout choices default"
-).split()
+_OPTIONAL_FIELDS: Final = tuple(a.name for a in attrs.fields(StepSpec) if a.name not in ("name", "type"))
 
 
 @attrs.frozen
@@ -253,7 +250,9 @@ def parse_definition(raw: Any) -> Definition:
         if s.type not in STEP_KINDS:
             raise ValidationError(f"{at}.type", f"unknown step type {s.type!r}; expected {list(STEP_KINDS)}")
         for attr in _OPTIONAL_FIELDS:
-            key = {"on_failure": "onFailure", "until_path": "untilPath", "on_timeout": "onTimeout"}.get(attr, attr)
+            key = {"on_failure": "onFailure", "until_path": "untilPath", "on_timeout": "onTimeout"}.get(
+                attr, attr
+            )
             if getattr(s, attr) is not None and key not in _ALLOWED[s.type]:
                 raise ValidationError(f"{at}.{key}", f"not allowed on a {s.type} step")
         following = spec.steps[i + 1].name if i + 1 < len(spec.steps) else END

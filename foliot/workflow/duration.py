@@ -9,9 +9,7 @@ _UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$")
 _MAX_MS = 10 * 365 * 86_400_000  # ten years: past this a timer is a typo
 
-_TIMESTAMP = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})$"
-)
+_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})$")
 
 
 class DurationError(ValueError):
@@ -58,7 +56,7 @@ def parse_timestamp(text: str) -> int:
         digits = re.match(r"\d+", rest)
         assert digits is not None
         frac = digits.group(0)
-        normalized = f"{head}.{frac[:6].ljust(6, '0')}{rest[len(frac):]}"
+        normalized = f"{head}.{frac[:6].ljust(6, '0')}{rest[len(frac) :]}"
     try:
         dt = datetime.fromisoformat(normalized)
     except ValueError as exc:

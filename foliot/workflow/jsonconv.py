@@ -102,7 +102,12 @@ def _make_converter() -> cattrs.Converter:
 
     def attrs_factory(cls: Any) -> Any:
         overrides = {a.name: override(rename=camel(a.name)) for a in attrs.fields(cls)}
-        inner = make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True, **overrides)
+        inner = make_dict_structure_fn(
+            cls,
+            conv,
+            _cattrs_forbid_extra_keys=True,
+            **overrides,  # type: ignore[arg-type]
+        )
 
         def hook(value: Any, t: Any) -> Any:
             if not isinstance(value, dict):

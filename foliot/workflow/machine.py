@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import attrs
 
-from .definition import END, FAIL, SENTINELS, STUCK, Definition, Step
+from .definition import END, FAIL, STUCK, Definition, Step
 from .duration import DurationError, parse_timestamp
 from .model import (
     TERMINAL_STATUSES,
@@ -273,19 +273,16 @@ class _Tx:
         type_: str,
         step: str | None = None,
         attempt: int | None = None,
+        /,
         **data: Any,
     ) -> None:
         seq = self.run.seq + 1
         self.run = attrs.evolve(self.run, seq=seq)
-        self.events.append(
-            Event(seq, self.ctx.now, self.run.generation, type_, step, attempt, data)
-        )
+        self.events.append(Event(seq, self.ctx.now, self.run.generation, type_, step, attempt, data))
 
     def done(self) -> Transition:
         run = attrs.evolve(self.run, updated_at=self.ctx.now)
-        return Transition(
-            run, tuple(self.events), tuple(self.effects), tuple(self.tasks), self.reply
-        )
+        return Transition(run, tuple(self.events), tuple(self.effects), tuple(self.tasks), self.reply)
 
     # ------------------------------------------------------------------ tasks
 
@@ -464,7 +461,9 @@ class _Tx:
 
     def step_failed(self, step: Step, error: ErrorInfo) -> None:
         """A task step failed for good: go to `onFailure`, else fail the run."""
-        self.emit("step_failed", step.name, self.run.attempt, **{"class": error.cls, "message": error.message})
+        self.emit(
+            "step_failed", step.name, self.run.attempt, **{"class": error.cls, "message": error.message}
+        )
         if step.on_failure is not None:
             self.set(carried_error=error)
             self.enter(step.on_failure)
@@ -564,7 +563,12 @@ def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
         return None
     tx.close_task("answered")
     if isinstance(outcome, Failed):
-        tx.emit("task_failed", step.name, task.attempt, **{"class": outcome.cls, "message": outcome.message, "retryable": outcome.retryable})
+        tx.emit(
+            "task_failed",
+            step.name,
+            task.attempt,
+            **{"class": outcome.cls, "message": outcome.message, "retryable": outcome.retryable},
+        )
         tx.attempt_failed(step, outcome)
         return None
     try:
@@ -578,14 +582,21 @@ def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
             f"the output of step {step.name!r} is {size} bytes, over the {tx.ctx.payload_max}-byte limit"
         )
         cls = "output_too_large" if not too_large else "invalid_output"
-        tx.emit("task_failed", step.name, task.attempt, **{"class": cls, "message": message, "retryable": False})
+        tx.emit(
+            "task_failed", step.name, task.attempt, **{"class": cls, "message": message, "retryable": False}
+        )
         tx.step_failed(step, ErrorInfo(step.name, cls, message))
         if msg.via_api:
             tx.reply = Rejected(400, cls, message)
         return None
     if outcome.next is not None and not tx.definition.has_target(outcome.next):
         message = f"next step {outcome.next!r} is no step of workflow {tx.definition.name!r}"
-        tx.emit("task_failed", step.name, task.attempt, **{"class": "invalid_next", "message": message, "retryable": False})
+        tx.emit(
+            "task_failed",
+            step.name,
+            task.attempt,
+            **{"class": "invalid_next", "message": message, "retryable": False},
+        )
         tx.step_failed(step, ErrorInfo(step.name, "invalid_next", message))
         if msg.via_api:
             tx.reply = Rejected(400, "invalid_next", message)
@@ -644,7 +655,13 @@ def _on_signal(tx: _Tx, msg: SignalIn) -> Reply | None:
         tx.set(signal_ids=(*run.signal_ids, msg.signal_id))
     signal = BufferedSignal(msg.name, msg.payload, msg.signal_id)
     waiting = run.status == "waiting" and run.wait_signal == msg.name
-    tx.emit("signal_received", run.current_step if waiting else None, name=msg.name, signalId=msg.signal_id, buffered=not waiting)
+    tx.emit(
+        "signal_received",
+        run.current_step if waiting else None,
+        name=msg.name,
+        signalId=msg.signal_id,
+        buffered=not waiting,
+    )
     if not waiting:
         tx.set(buffer=(*run.buffer, signal))
         tx.reply = Ok("buffered")
@@ -725,16 +742,32 @@ def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
         return _invalid_status(run, "rewind")
     target = msg.target or tx.definition
     if msg.to_step not in target.index:
-        return Rejected(400, "invalid_request", f"toStep: {msg.to_step!r} is no step of version {msg.version or run.version}")
+        return Rejected(
+            400,
+            "invalid_request",
+            f"toStep: {msg.to_step!r} is no step of version {msg.version or run.version}",
+        )
     tx.close_task("superseded")
-    changes: dict[str, Any] = {"generation": run.generation + 1, "closed_at": None, "error": None, "carried_error": None}
+    changes: dict[str, Any] = {
+        "generation": run.generation + 1,
+        "closed_at": None,
+        "error": None,
+        "carried_error": None,
+    }
     if msg.version is not None:
         changes["version"] = msg.version
     if run.status == "timed_out" and run.run_timeout_ms is not None:
         changes["deadline"] = tx.ctx.now + run.run_timeout_ms
     tx.set(**changes)
     tx.definition = target
-    tx.emit("run_rewound", msg.to_step, reason=msg.reason, fromStep=run.current_step, fromVersion=run.version, toVersion=tx.run.version)
+    tx.emit(
+        "run_rewound",
+        msg.to_step,
+        reason=msg.reason,
+        fromStep=run.current_step,
+        fromVersion=run.version,
+        toVersion=tx.run.version,
+    )
     tx.park("running")
     tx.enter(msg.to_step)
     tx.reply = Ok(tx.run)

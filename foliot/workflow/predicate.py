@@ -126,7 +126,7 @@ def json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, list):
         return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, dict):
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+        return bool(a.keys() == b.keys()) and all(json_equal(a[k], b[k]) for k in a)
     return bool(a == b)
 
 
@@ -135,9 +135,7 @@ def _is_number(v: Any) -> bool:
 
 
 def _ordered(actual: Any, value: Any) -> bool:
-    return (_is_number(actual) and _is_number(value)) or (
-        isinstance(actual, str) and isinstance(value, str)
-    )
+    return (_is_number(actual) and _is_number(value)) or (isinstance(actual, str) and isinstance(value, str))
 
 
 def evaluate(predicate: Predicate, scope: dict[str, Any]) -> bool:
@@ -151,7 +149,7 @@ def evaluate(predicate: Predicate, scope: dict[str, Any]) -> bool:
     actual = resolve(predicate.path, scope)
     op, value = predicate.op, predicate.value
     if op == "exists":
-        return (actual is not _MISSING) == value
+        return bool((actual is not _MISSING) == value)
     if actual is _MISSING:
         return False
     if op == "eq":
