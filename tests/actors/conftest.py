@@ -1,0 +1,119 @@
+"""An engine on an inline in-memory SQLite store with a mock HTTP transport, under MockClock."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+from cryptography.fernet import Fernet
+import httpx
+import pytest
+import trio
+
+from foliot.actors.engine import Engine
+from foliot.clock import Clock
+from foliot.config import Settings
+from foliot.credentials import Vault
+from foliot.storage.base import ApiKeyRecord, AppRecord, SecretRecord
+from foliot.storage.sqlite import open_sqlite
+from foliot.views import run_view
+from foliot.workflow.definition import canonical_json
+from foliot.workflow.model import Run
+
+T0 = 1_800_000_000_000
+DAY = 86_400.0
+
+Reply = httpx.Response | Callable[[dict[str, Any]], Awaitable[httpx.Response]]
+
+
+@attrs.define
+class Pushed:
+    at: float  # trio time
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@attrs.define
+class Env:
+    engine: Engine
+    pushes: list[Pushed] = attrs.Factory(list)
+    answers: dict[str, list[Any]] = attrs.Factory(dict)
+    pushed: trio.Event = attrs.Factory(trio.Event)
+
+    def answer(self, step: str, *replies: Any) -> None:
+        """Queue replies for a step: an httpx.Response, or an async fn(body) -> Response."""
+        self.answers.setdefault(step, []).extend(replies)
+
+    async def register(self, definition: dict[str, Any]) -> None:
+        await self.engine.store.add_workflow_version(
+            "app", definition["name"], canonical_json(definition), self.engine.clock.now()
+        )
+
+    async def start(self, workflow: str, input: Any = None, **kw: Any) -> str:
+        body, _ = await self.engine.start_run(
+            app="app", workflow=workflow, version=None, input=input,
+            business_key=kw.get("business_key"), run_timeout_ms=kw.get("run_timeout_ms"),
+            idempotency_key=None, request_hash="", render=run_view,
+        )
+        return str(body["runId"])
+
+    async def until(self, run_id: str, *statuses: str, days: float = 60) -> Run:
+        run: Run = await self.engine.wait_for(run_id, lambda r: r.status in statuses, days * DAY)
+        return run
+
+    async def until_pushes(self, count: int, days: float = 60) -> None:
+        with trio.fail_after(days * DAY):
+            while len(self.pushes) < count:
+                self.pushed = trio.Event()
+                await self.pushed.wait()
+
+
+def ok(value: Any = None, status: int = 200, **headers: str) -> httpx.Response:
+    return httpx.Response(status, content=json.dumps(value).encode(), headers=headers)
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    return {}
+
+
+@pytest.fixture
+async def env(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path, settings_overrides: dict[str, Any]
+) -> AsyncIterator[Env]:
+    settings = Settings(**{
+        "data_dir": str(tmp_path), "timer_window_ms": 86_400_000, "passivate_after_ms": 60_000,
+        **settings_overrides,
+    })
+    holder: list[Env] = []
+
+    async def transport(request: httpx.Request) -> httpx.Response:
+        e = holder[0]
+        body = json.loads(request.content)
+        e.pushes.append(Pushed(trio.current_time(), body, dict(request.headers)))
+        e.pushed.set()
+        queue = e.answers.get(body["step"], [])
+        reply = queue.pop(0) if queue else ok(None)
+        if callable(reply):
+            return await reply(body)
+        return reply
+
+    vault = Vault(Fernet.generate_key().decode())
+    async with open_sqlite(":memory:", inline=True) as store, httpx.AsyncClient(
+        transport=httpx.MockTransport(transport)
+    ) as client:
+        now = T0
+        await store.create_app(
+            AppRecord("app", "http://handler.test", None, now, now),
+            ApiKeyRecord("k1", "app", "x", now),
+            SecretRecord("s1", "app", vault.encrypt("whsec_test"), now, None),
+        )
+        engine = Engine(settings, store, clock=Clock(T0), vault=vault, http_client=client)
+        holder.append(Env(engine))
+        async with trio.open_nursery() as nursery:
+            await nursery.start(engine.serve)
+            yield holder[0]
+            nursery.cancel_scope.cancel()
