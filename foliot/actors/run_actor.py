@@ -65,6 +65,8 @@ class RunActor:
             self.run = await self.engine.store.get_run(self.run_id)
         idle_ms = self.engine.settings.passivate_after_ms
         while True:
+            if self.stop_requested and self.parked and self.mailbox_depth == 0:
+                return
             with trio.move_on_after(idle_ms / 1000) as scope:
                 self.idle_scope = scope
                 envelope = await self.receive.receive()

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from cryptography.fernet import Fernet
 import httpx
 import pytest
 import trio
+from cryptography.fernet import Fernet
 
 from foliot.actors.engine import Engine
 from foliot.clock import Clock
@@ -54,9 +54,15 @@ class Env:
 
     async def start(self, workflow: str, input: Any = None, **kw: Any) -> str:
         body, _ = await self.engine.start_run(
-            app="app", workflow=workflow, version=None, input=input,
-            business_key=kw.get("business_key"), run_timeout_ms=kw.get("run_timeout_ms"),
-            idempotency_key=None, request_hash="", render=run_view,
+            app="app",
+            workflow=workflow,
+            version=None,
+            input=input,
+            business_key=kw.get("business_key"),
+            run_timeout_ms=kw.get("run_timeout_ms"),
+            idempotency_key=None,
+            request_hash="",
+            render=run_view,
         )
         return str(body["runId"])
 
@@ -69,6 +75,11 @@ class Env:
             while len(self.pushes) < count:
                 self.pushed = trio.Event()
                 await self.pushed.wait()
+
+
+async def advance(seconds: float) -> None:
+    """Let virtual time pass (these tests run under MockClock; nothing waits on the wall)."""
+    await trio.sleep_until(trio.current_time() + seconds)
 
 
 def ok(value: Any = None, status: int = 200, **headers: str) -> httpx.Response:
@@ -84,10 +95,14 @@ def settings_overrides() -> dict[str, Any]:
 async def env(
     autojump_clock: trio.testing.MockClock, tmp_path: Path, settings_overrides: dict[str, Any]
 ) -> AsyncIterator[Env]:
-    settings = Settings(**{
-        "data_dir": str(tmp_path), "timer_window_ms": 86_400_000, "passivate_after_ms": 60_000,
-        **settings_overrides,
-    })
+    settings = Settings(
+        **{
+            "data_dir": str(tmp_path),
+            "timer_window_ms": 86_400_000,
+            "passivate_after_ms": 60_000,
+            **settings_overrides,
+        }
+    )
     holder: list[Env] = []
 
     async def transport(request: httpx.Request) -> httpx.Response:
@@ -102,9 +117,10 @@ async def env(
         return reply
 
     vault = Vault(Fernet.generate_key().decode())
-    async with open_sqlite(":memory:", inline=True) as store, httpx.AsyncClient(
-        transport=httpx.MockTransport(transport)
-    ) as client:
+    async with (
+        open_sqlite(":memory:", inline=True) as store,
+        httpx.AsyncClient(transport=httpx.MockTransport(transport)) as client,
+    ):
         now = T0
         await store.create_app(
             AppRecord("app", "http://handler.test", None, now, now),

@@ -11,7 +11,7 @@ from trio.testing import MockClock
 
 from foliot.signing import verify_signature
 
-from .conftest import DAY, Env, ok
+from .conftest import DAY, Env, advance, ok
 
 
 def _elapsed(start: float) -> float:
@@ -19,8 +19,12 @@ def _elapsed(start: float) -> float:
 
 
 async def test_a_14_day_sleep(env: Env, autojump_clock: MockClock) -> None:
-    await env.register({"name": "nap", "steps": [
-        {"name": "s", "type": "sleep", "duration": "14d"}, {"name": "t", "type": "task"}]})
+    await env.register(
+        {
+            "name": "nap",
+            "steps": [{"name": "s", "type": "sleep", "duration": "14d"}, {"name": "t", "type": "task"}],
+        }
+    )
     t0 = trio.current_time()
     run_id = await env.start("nap")
     run = await env.until(run_id, "sleeping")
@@ -45,10 +49,16 @@ async def test_signature_verifies_over_the_raw_body(env: Env, autojump_clock: Mo
 
 
 async def test_wait_timeout_goes_to_on_timeout(env: Env, autojump_clock: MockClock) -> None:
-    await env.register({"name": "pay", "steps": [
-        {"name": "w", "type": "wait", "signal": "paid", "timeout": "2d", "onTimeout": "release"},
-        {"name": "ship", "type": "task", "next": "$end"},
-        {"name": "release", "type": "task", "next": "$fail"}]})
+    await env.register(
+        {
+            "name": "pay",
+            "steps": [
+                {"name": "w", "type": "wait", "signal": "paid", "timeout": "2d", "onTimeout": "release"},
+                {"name": "ship", "type": "task", "next": "$end"},
+                {"name": "release", "type": "task", "next": "$fail"},
+            ],
+        }
+    )
     t0 = trio.current_time()
     run_id = await env.start("pay")
     run = await env.until(run_id, "failed")
@@ -59,8 +69,23 @@ async def test_wait_timeout_goes_to_on_timeout(env: Env, autojump_clock: MockClo
 
 async def test_backoff_sequence(env: Env, autojump_clock: MockClock) -> None:
     env.answer("t", *(ok({"error": {"class": "busy"}}, 503) for _ in range(4)))
-    await env.register({"name": "retry", "steps": [{"name": "t", "type": "task", "retry": {
-        "maxAttempts": 5, "initialInterval": "1s", "backoffCoefficient": 2.0, "maxInterval": "6s"}}]})
+    await env.register(
+        {
+            "name": "retry",
+            "steps": [
+                {
+                    "name": "t",
+                    "type": "task",
+                    "retry": {
+                        "maxAttempts": 5,
+                        "initialInterval": "1s",
+                        "backoffCoefficient": 2.0,
+                        "maxInterval": "6s",
+                    },
+                }
+            ],
+        }
+    )
     run_id = await env.start("retry")
     await env.until(run_id, "completed")
     times = [p.at for p in env.pushes]
@@ -70,10 +95,23 @@ async def test_backoff_sequence(env: Env, autojump_clock: MockClock) -> None:
     assert len({p.body["idempotencyKey"] for p in env.pushes}) == 5
 
 
-async def test_accepted_task_times_out_at_its_deadline_then_retries(env: Env, autojump_clock: MockClock) -> None:
+async def test_accepted_task_times_out_at_its_deadline_then_retries(
+    env: Env, autojump_clock: MockClock
+) -> None:
     env.answer("t", ok(None, 202))
-    await env.register({"name": "slow", "steps": [
-        {"name": "t", "type": "task", "timeout": "5m", "retry": {"maxAttempts": 2, "initialInterval": "1s"}}]})
+    await env.register(
+        {
+            "name": "slow",
+            "steps": [
+                {
+                    "name": "t",
+                    "type": "task",
+                    "timeout": "5m",
+                    "retry": {"maxAttempts": 2, "initialInterval": "1s"},
+                }
+            ],
+        }
+    )
     run_id = await env.start("slow")
     await env.until(run_id, "completed")
     first, second = env.pushes
@@ -86,12 +124,23 @@ async def test_accepted_task_times_out_at_its_deadline_then_retries(env: Env, au
 @pytest.mark.parametrize("settings_overrides", [{"sync_task_max_ms": 2_000}])
 async def test_sync_cap_bounds_a_slow_handler(env: Env, autojump_clock: MockClock) -> None:
     async def hang(body: dict[str, Any]) -> httpx.Response:
-        await trio.sleep(3600)
+        await advance(3600)  # the handler hangs for an hour of virtual time
         return ok(None)
 
     env.answer("t", hang)
-    await env.register({"name": "hang", "steps": [
-        {"name": "t", "type": "task", "timeout": "1h", "retry": {"maxAttempts": 2, "initialInterval": "1s"}}]})
+    await env.register(
+        {
+            "name": "hang",
+            "steps": [
+                {
+                    "name": "t",
+                    "type": "task",
+                    "timeout": "1h",
+                    "retry": {"maxAttempts": 2, "initialInterval": "1s"},
+                }
+            ],
+        }
+    )
     run_id = await env.start("hang")
     await env.until(run_id, "completed")
     first, second = env.pushes
@@ -102,7 +151,9 @@ async def test_sync_cap_bounds_a_slow_handler(env: Env, autojump_clock: MockCloc
 
 
 async def test_run_timeout(env: Env, autojump_clock: MockClock) -> None:
-    await env.register({"name": "w", "runTimeout": "3d", "steps": [{"name": "w", "type": "wait", "signal": "s"}]})
+    await env.register(
+        {"name": "w", "runTimeout": "3d", "steps": [{"name": "w", "type": "wait", "signal": "s"}]}
+    )
     t0 = trio.current_time()
     run_id = await env.start("w")
     run = await env.until(run_id, "timed_out")
@@ -115,7 +166,9 @@ async def test_connection_errors_are_retried(env: Env, autojump_clock: MockClock
         raise httpx.ConnectError("connection refused")
 
     env.answer("t", refuse, refuse)
-    await env.register({"name": "c", "steps": [{"name": "t", "type": "task", "retry": {"initialInterval": "1s"}}]})
+    await env.register(
+        {"name": "c", "steps": [{"name": "t", "type": "task", "retry": {"initialInterval": "1s"}}]}
+    )
     run_id = await env.start("c")
     await env.until(run_id, "completed")
     assert len(env.pushes) == 3

@@ -57,7 +57,9 @@ class Kit:
         assert self.run.task is not None, f"no open task (status {self.run.status})"
         return self.run.task.token
 
-    def answer(self, outcome: machine.Outcome, *, via_api: bool = False, token: str | None = None) -> Transition:
+    def answer(
+        self, outcome: machine.Outcome, *, via_api: bool = False, token: str | None = None
+    ) -> Transition:
         return self.send(machine.TaskAnswer(token or self.token, outcome, via_api))
 
     def ok(self, output: Any = None, next: str | None = None) -> Transition:

@@ -117,10 +117,24 @@ SCOPE = {
         ({"path": "state.nope", "op": "exists", "value": False}, True),
         ({"path": "state.nope", "op": "exists", "value": True}, False),
         ({"path": "input.orderId.deeper", "op": "exists", "value": True}, False),
-        ({"all": [{"path": "input.flag", "op": "eq", "value": True},
-                  {"path": "state.reserve.n", "op": "gt", "value": 1}]}, True),
-        ({"any": [{"path": "input.flag", "op": "eq", "value": False},
-                  {"path": "state.reserve.n", "op": "lt", "value": 1}]}, False),
+        (
+            {
+                "all": [
+                    {"path": "input.flag", "op": "eq", "value": True},
+                    {"path": "state.reserve.n", "op": "gt", "value": 1},
+                ]
+            },
+            True,
+        ),
+        (
+            {
+                "any": [
+                    {"path": "input.flag", "op": "eq", "value": False},
+                    {"path": "state.reserve.n", "op": "lt", "value": 1},
+                ]
+            },
+            False,
+        ),
         ({"not": {"path": "state.nope", "op": "eq", "value": 1}}, True),
     ],
 )

@@ -15,7 +15,14 @@ from ..api.test_order_flow import ORDER
 
 def test_the_spec_example_is_valid() -> None:
     d = parse_definition(copy.deepcopy(ORDER))
-    assert [s.name for s in d.steps] == ["reserve", "await-payment", "route", "ship-express", "ship", "release"]
+    assert [s.name for s in d.steps] == [
+        "reserve",
+        "await-payment",
+        "route",
+        "ship-express",
+        "ship",
+        "release",
+    ]
     assert d.step("reserve").next == "await-payment"
     assert d.step("release").next == "$fail"
     assert d.step("ship").handler == "/hooks/ship"
@@ -41,7 +48,10 @@ T = {"name": "a", "type": "task"}
         ({"name": "wf", "steps": [T], "runTimeout": "1.5s"}, "runTimeout"),
         ({"name": "wf", "steps": [T], "runTimeout": "0s"}, "runTimeout"),
         ({"name": "wf", "steps": [T], "defaults": {"timeout": "soon"}}, "defaults.timeout"),
-        ({"name": "wf", "steps": [T], "defaults": {"retry": {"maxAttempts": 0}}}, "defaults.retry.maxAttempts"),
+        (
+            {"name": "wf", "steps": [T], "defaults": {"retry": {"maxAttempts": 0}}},
+            "defaults.retry.maxAttempts",
+        ),
         ({"name": "wf", "steps": [T], "defaults": {"bogus": 1}}, "defaults.bogus"),
         (_doc(T, T), "steps[1].name"),
         (_doc({"name": "a b", "type": "task"}), "steps[0].name"),
@@ -71,15 +81,76 @@ T = {"name": "a", "type": "task"}
         (_doc({"name": "w", "type": "wait"}), "steps[0].signal"),
         (_doc({"name": "w", "type": "wait", "signal": "$go"}), "steps[0].signal"),
         (_doc({"name": "w", "type": "wait", "signal": "go", "onTimeout": "w"}), "steps[0].onTimeout"),
-        (_doc({"name": "w", "type": "wait", "signal": "go", "timeout": "1s", "onTimeout": "x"}), "steps[0].onTimeout"),
+        (
+            _doc({"name": "w", "type": "wait", "signal": "go", "timeout": "1s", "onTimeout": "x"}),
+            "steps[0].onTimeout",
+        ),
         (_doc({"name": "c", "type": "choice"}), "steps[0].choices"),
         (_doc({"name": "c", "type": "choice", "choices": []}), "steps[0].choices"),
-        (_doc({"name": "c", "type": "choice", "next": "c", "choices": [{"when": {"not": {"path": "state.x", "op": "exists", "value": True}}, "next": "$end"}]}), "steps[0].next"),
-        (_doc({"name": "c", "type": "choice", "choices": [{"when": {"path": "state.x", "op": "like", "value": 1}, "next": "$end"}]}), "steps[0].choices[0].when.op"),
-        (_doc({"name": "c", "type": "choice", "choices": [{"when": {"path": "x", "op": "eq", "value": 1}, "next": "$end"}]}), "steps[0].choices[0].when.path"),
-        (_doc({"name": "c", "type": "choice", "choices": [{"when": {"path": "state.x", "op": "eq", "value": 1}, "next": "zz"}]}), "steps[0].choices[0].next"),
-        (_doc({"name": "c", "type": "choice", "choices": [{"when": {"path": "state.x", "op": "eq", "value": 1}}]}), "steps[0].choices[0].next"),
-        (_doc({"name": "c", "type": "choice", "choices": [{"when": {"path": "state.x", "op": "eq", "value": 1}, "next": "$end"}], "default": "zz"}), "steps[0].default"),
+        (
+            _doc(
+                {
+                    "name": "c",
+                    "type": "choice",
+                    "next": "c",
+                    "choices": [
+                        {"when": {"not": {"path": "state.x", "op": "exists", "value": True}}, "next": "$end"}
+                    ],
+                }
+            ),
+            "steps[0].next",
+        ),
+        (
+            _doc(
+                {
+                    "name": "c",
+                    "type": "choice",
+                    "choices": [{"when": {"path": "state.x", "op": "like", "value": 1}, "next": "$end"}],
+                }
+            ),
+            "steps[0].choices[0].when.op",
+        ),
+        (
+            _doc(
+                {
+                    "name": "c",
+                    "type": "choice",
+                    "choices": [{"when": {"path": "x", "op": "eq", "value": 1}, "next": "$end"}],
+                }
+            ),
+            "steps[0].choices[0].when.path",
+        ),
+        (
+            _doc(
+                {
+                    "name": "c",
+                    "type": "choice",
+                    "choices": [{"when": {"path": "state.x", "op": "eq", "value": 1}, "next": "zz"}],
+                }
+            ),
+            "steps[0].choices[0].next",
+        ),
+        (
+            _doc(
+                {
+                    "name": "c",
+                    "type": "choice",
+                    "choices": [{"when": {"path": "state.x", "op": "eq", "value": 1}}],
+                }
+            ),
+            "steps[0].choices[0].next",
+        ),
+        (
+            _doc(
+                {
+                    "name": "c",
+                    "type": "choice",
+                    "choices": [{"when": {"path": "state.x", "op": "eq", "value": 1}, "next": "$end"}],
+                    "default": "zz",
+                }
+            ),
+            "steps[0].default",
+        ),
         ({"name": "wf", "steps": {"a": T}}, "steps"),
         ({"name": "wf", "steps": ["a"]}, "steps[0]"),
     ],

@@ -46,9 +46,17 @@ TASK = {"name": "t", "type": "task"}
             b'{"error":{"class":"busy","message":"later","retryable":false}}',
             Failed("busy", "later", False),
         ),
-        (400, b'{"error":{"class":"card_declined"}}', Failed("card_declined", "the handler answered 400", False)),
+        (
+            400,
+            b'{"error":{"class":"card_declined"}}',
+            Failed("card_declined", "the handler answered 400", False),
+        ),
         (400, b'{"error":{"retryable":true}}', Failed("http_400", "the handler answered 400", True)),
-        (500, b'{"error":{"class":7,"retryable":"yes"}}', Failed("http_500", "the handler answered 500", True)),
+        (
+            500,
+            b'{"error":{"class":7,"retryable":"yes"}}',
+            Failed("http_500", "the handler answered 500", True),
+        ),
         (500, b'{"error":"text"}', Failed("http_500", "the handler answered 500", True)),
     ],
 )
@@ -83,8 +91,12 @@ def test_task_step_dispatches_and_completes() -> None:
     assert k.run.closed_at == T0 and k.run.task is None and k.run.timer is None
     assert [t.close_reason for t in tr.tasks] == ["answered"]
     assert k.events() == [
-        "run_started", "step_started", "task_dispatched",
-        "task_completed", "step_completed", "run_completed",
+        "run_started",
+        "step_started",
+        "task_dispatched",
+        "task_completed",
+        "step_completed",
+        "run_completed",
     ]
     assert [e.seq for tr in k.history for e in tr.events] == list(range(1, 7))
     assert all(e.generation == 1 for tr in k.history for e in tr.events)
@@ -211,7 +223,11 @@ def test_next_defaults_and_sentinels() -> None:
 
 @pytest.mark.parametrize(
     ("sentinel", "status", "cls"),
-    [("$end", "completed", None), ("$fail", "failed", "failed_by_definition"), ("$stuck", "stuck", "stuck_by_definition")],
+    [
+        ("$end", "completed", None),
+        ("$fail", "failed", "failed_by_definition"),
+        ("$stuck", "stuck", "stuck_by_definition"),
+    ],
 )
 def test_sentinels(sentinel: str, status: str, cls: str | None) -> None:
     k = Kit([{**TASK, "next": sentinel}, {"name": "never", "type": "task"}])
@@ -244,17 +260,26 @@ def test_invalid_next_via_api_answers_400_and_fails_the_step() -> None:
     k = Kit([{**TASK, "onFailure": "comp"}, {"name": "comp", "type": "task"}])
     k.start()
     tr = k.answer(Completed(1, "nowhere"), via_api=True)
-    assert isinstance(tr.reply, machine.Rejected) and tr.reply.status == 400 and tr.reply.code == "invalid_next"
+    assert (
+        isinstance(tr.reply, machine.Rejected) and tr.reply.status == 400 and tr.reply.code == "invalid_next"
+    )
     assert tr.changed and k.run.current_step == "comp"
 
 
 def test_on_failure_carries_the_error_into_the_next_task() -> None:
-    k = Kit([{**TASK, "retry": {"maxAttempts": 1}, "onFailure": "comp"}, {"name": "comp", "type": "task", "next": "$fail"}])
+    k = Kit(
+        [
+            {**TASK, "retry": {"maxAttempts": 1}, "onFailure": "comp"},
+            {"name": "comp", "type": "task", "next": "$fail"},
+        ]
+    )
     k.start()
     k.fail("card_declined", message="no funds")
     assert k.run.current_step == "comp"
     assert k.run.carried_error is not None and k.run.carried_error.to_json() == {
-        "step": "t", "class": "card_declined", "message": "no funds"
+        "step": "t",
+        "class": "card_declined",
+        "message": "no funds",
     }
     k.ok()
     assert k.run.status == "failed" and k.run.error is not None
@@ -285,7 +310,10 @@ def test_output_over_the_limit_without_on_failure(via_api: bool) -> None:
     assert k.run.error.cls == "output_too_large" and "'t'" in k.run.error.message
     assert k.events().count("task_dispatched") == 1  # not retried
     if via_api:
-        assert isinstance(tr.reply, machine.Rejected) and (tr.reply.status, tr.reply.code) == (400, "output_too_large")
+        assert isinstance(tr.reply, machine.Rejected) and (tr.reply.status, tr.reply.code) == (
+            400,
+            "output_too_large",
+        )
     else:
         assert tr.reply == machine.Ok()
 
@@ -316,7 +344,13 @@ def test_sleep_until_past_continues_at_once() -> None:
     k = Kit([{"name": "s", "type": "sleep", "until": "2000-01-01T00:00:00Z"}, TASK])
     k.start()
     assert k.run.current_step == "t"
-    assert k.events()[:5] == ["run_started", "step_started", "sleep_started", "sleep_finished", "step_completed"]
+    assert k.events()[:5] == [
+        "run_started",
+        "step_started",
+        "sleep_started",
+        "sleep_finished",
+        "step_completed",
+    ]
 
 
 def test_sleep_until_path() -> None:
@@ -344,7 +378,14 @@ def test_wait_delivers() -> None:
 
 
 def test_signals_buffer_fifo_per_name_and_are_never_dropped() -> None:
-    k = Kit([TASK, WAIT, {"name": "w2", "type": "wait", "signal": "go"}, {"name": "w3", "type": "wait", "signal": "other"}])
+    k = Kit(
+        [
+            TASK,
+            WAIT,
+            {"name": "w2", "type": "wait", "signal": "go"},
+            {"name": "w3", "type": "wait", "signal": "other"},
+        ]
+    )
     k.start()
     for payload in (1, 2):
         assert k.send(machine.SignalIn("go", payload)).reply == machine.Ok("buffered")
@@ -411,10 +452,15 @@ def test_signal_after_timeout_fired_is_buffered_not_lost() -> None:
 
 def test_choice_first_match_default_and_stuck() -> None:
     steps = [
-        {"name": "c", "type": "choice", "choices": [
-            {"when": {"path": "input.n", "op": "gt", "value": 10}, "next": "big"},
-            {"when": {"path": "input.n", "op": "gt", "value": 5}, "next": "mid"},
-        ], "default": "small"},
+        {
+            "name": "c",
+            "type": "choice",
+            "choices": [
+                {"when": {"path": "input.n", "op": "gt", "value": 10}, "next": "big"},
+                {"when": {"path": "input.n", "op": "gt", "value": 5}, "next": "mid"},
+            ],
+            "default": "small",
+        },
         {"name": "big", "type": "task", "next": "$end"},
         {"name": "mid", "type": "task", "next": "$end"},
         {"name": "small", "type": "task", "next": "$end"},
@@ -432,8 +478,15 @@ def test_choice_first_match_default_and_stuck() -> None:
 
 
 def test_choice_loop_parks_as_stuck() -> None:
-    k = Kit([{"name": "c", "type": "choice", "choices": [
-        {"when": {"path": "input.x", "op": "exists", "value": False}, "next": "c"}]}])
+    k = Kit(
+        [
+            {
+                "name": "c",
+                "type": "choice",
+                "choices": [{"when": {"path": "input.x", "op": "exists", "value": False}, "next": "c"}],
+            }
+        ]
+    )
     k.start()
     assert k.run.status == "stuck" and k.run.error is not None and k.run.error.cls == "loop_detected"
 
@@ -506,7 +559,11 @@ def _at(situation: str) -> Kit:
         {"name": "t", "type": "task", "retry": {"maxAttempts": 2}},
         {"name": "w", "type": "wait", "signal": "go", "timeout": "1h"},
         {"name": "s", "type": "sleep", "duration": "1h"},
-        {"name": "c", "type": "choice", "choices": [{"when": {"path": "input.x", "op": "exists", "value": True}, "next": "$end"}]},
+        {
+            "name": "c",
+            "type": "choice",
+            "choices": [{"when": {"path": "input.x", "op": "exists", "value": True}, "next": "$end"}],
+        },
     ]
     k = Kit(steps, runTimeout="1d")
     k.start()
