@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -35,13 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(fn: object, settings: Settings) -> None:
-    if settings.database_url.startswith(("postgresql://", "postgres://")):
-        import trio_asyncio
-
-        trio_asyncio.run(fn, settings)  # one asyncio loop around the whole process
-    else:
-        trio.run(fn, settings)  # type: ignore[arg-type]
+def _run(fn: Callable[[Settings], Awaitable[None]], settings: Settings) -> None:
+    # With PostgreSQL, the store opens one asyncio loop (trio-asyncio) around its whole life.
+    trio.run(fn, settings)
 
 
 if __name__ == "__main__":

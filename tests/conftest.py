@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from foliot.views import run_view
 from foliot.workflow.model import Run
 
 from .helpers import HandlerServer, start_handler
+from .pg import Cluster
 
 ADMIN = "test-admin-token"
 
@@ -88,12 +90,37 @@ def settings_overrides() -> dict[str, Any]:
     return {}
 
 
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster | None]:
+    """One throwaway PostgreSQL cluster per test session (None when a URL is configured)."""
+    if os.environ.get("FOLIOT_TEST_DATABASE_URL"):
+        yield None
+        return
+    cluster = Cluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every test that stores through this runs once per backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'foliot.db'}"
+    configured = os.environ.get("FOLIOT_TEST_DATABASE_URL")
+    if configured:
+        return configured
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    return cluster.new_database()
+
+
 @pytest.fixture
 async def api(
-    tmp_path: Path, nursery: trio.Nursery, settings_overrides: dict[str, Any]
+    tmp_path: Path, nursery: trio.Nursery, settings_overrides: dict[str, Any], database_url: str
 ) -> AsyncIterator[Api]:
     handler = await start_handler(nursery, HandlerServer())
-    settings = make_settings(tmp_path, **settings_overrides)
+    settings = make_settings(tmp_path, **{"database_url": database_url, **settings_overrides})
     running: Running = await nursery.start(serve, settings)
     async with httpx.AsyncClient(base_url=running.url, timeout=30) as client:
         api = Api(running, client, handler)

@@ -27,7 +27,7 @@ async def test_parked_runs_passivate_and_rehydrate(env: Env, autojump_clock: Moc
     assert len(env.engine.supervisor.actors) == 5
     await advance(61)  # past FOLIOT_PASSIVATE_AFTER_MS
     assert env.engine.supervisor.actors == {}
-    reply, run = await env.engine.ask(ids[0], machine.SignalIn("go", {"n": 1}))
+    reply, _run = await env.engine.ask(ids[0], machine.SignalIn("go", {"n": 1}))
     assert reply == machine.Ok("delivered")
     done = await env.until(ids[0], "completed")
     assert done.state == {"w": {"n": 1}, "t": None}

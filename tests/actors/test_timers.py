@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import httpx
@@ -89,7 +90,7 @@ async def test_backoff_sequence(env: Env, autojump_clock: MockClock) -> None:
     run_id = await env.start("retry")
     await env.until(run_id, "completed")
     times = [p.at for p in env.pushes]
-    gaps = [round(b - a, 3) for a, b in zip(times, times[1:], strict=False)]
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(times)]
     assert gaps == [1.0, 2.0, 4.0, 6.0]
     assert [p.body["attempt"] for p in env.pushes] == [1, 2, 3, 4, 5]
     assert len({p.body["idempotencyKey"] for p in env.pushes}) == 5

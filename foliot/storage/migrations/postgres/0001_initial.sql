@@ -1,0 +1,90 @@
+CREATE TABLE apps (
+    name TEXT PRIMARY KEY,
+    handler_base_url TEXT NOT NULL,
+    description TEXT,
+    created_at BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+CREATE TABLE api_keys (
+    key_id TEXT PRIMARY KEY,
+    app TEXT NOT NULL REFERENCES apps(name),
+    secret_hash TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    revoked_at BIGINT
+);
+CREATE INDEX api_keys_app ON api_keys(app);
+CREATE TABLE signing_secrets (
+    secret_id TEXT PRIMARY KEY,
+    app TEXT NOT NULL REFERENCES apps(name),
+    secret_enc TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    expires_at BIGINT
+);
+CREATE INDEX signing_secrets_app ON signing_secrets(app);
+CREATE TABLE workflows (
+    app TEXT NOT NULL,
+    name TEXT NOT NULL,
+    version BIGINT NOT NULL,
+    document TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    PRIMARY KEY (app, name, version)
+);
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    app TEXT NOT NULL,
+    workflow TEXT NOT NULL,
+    status TEXT NOT NULL,
+    business_key TEXT,
+    is_open BOOLEAN NOT NULL,
+    created_at BIGINT NOT NULL,
+    seq BIGINT NOT NULL,
+    doc TEXT NOT NULL
+);
+CREATE UNIQUE INDEX runs_open_business_key ON runs(app, workflow, business_key)
+    WHERE is_open AND business_key IS NOT NULL;
+CREATE INDEX runs_by_app ON runs(app, created_at DESC, run_id DESC);
+CREATE INDEX runs_open ON runs(is_open) WHERE is_open;
+CREATE TABLE events (
+    run_id TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    at BIGINT NOT NULL,
+    generation BIGINT NOT NULL,
+    type TEXT NOT NULL,
+    step TEXT,
+    attempt BIGINT,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+);
+CREATE TABLE tasks (
+    token TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    app TEXT NOT NULL,
+    generation BIGINT NOT NULL,
+    step TEXT NOT NULL,
+    attempt BIGINT NOT NULL,
+    queue TEXT,
+    status TEXT NOT NULL,
+    close_reason TEXT,
+    deadline BIGINT,
+    created_at BIGINT NOT NULL
+);
+CREATE INDEX tasks_open ON tasks(status) WHERE status = 'open';
+CREATE INDEX tasks_run ON tasks(run_id);
+CREATE TABLE timers (
+    run_id TEXT NOT NULL,
+    slot TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    due_at BIGINT NOT NULL,
+    PRIMARY KEY (run_id, slot)
+);
+CREATE INDEX timers_due ON timers(due_at);
+CREATE TABLE idempotency (
+    app TEXT NOT NULL,
+    key TEXT NOT NULL,
+    request_hash TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    response TEXT NOT NULL,
+    created_at BIGINT NOT NULL,
+    PRIMARY KEY (app, key)
+);

@@ -1,0 +1,77 @@
+"""A throwaway PostgreSQL cluster for the tests: initdb + pg_ctl in a temp dir, on a free port.
+
+Used unless FOLIOT_TEST_DATABASE_URL names a server. When the tests run as root (CI), the
+cluster runs as `nobody`, because PostgreSQL refuses to run as root.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+
+def _bin(name: str) -> str:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)
+    if not candidates:
+        raise RuntimeError(f"{name} not found on PATH or under /usr/lib/postgresql/*/bin")
+    return candidates[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="foliot-pg-"))
+        self.data = self.dir / "data"
+        self.port = free_port()
+        self.user: str | None = "nobody" if os.geteuid() == 0 else None
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        if self.user is not None:
+            shutil.chown(self.dir, self.user)
+        return subprocess.run(
+            args, check=check, capture_output=True, text=True, user=self.user, cwd=self.dir, timeout=120
+        )
+
+    def start(self) -> Cluster:
+        self._run(_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write(
+                f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.dir}'\n"
+                "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 200\n"
+            )
+        self.pg_ctl("start", "-w", "-t", "60", "-l", str(self.dir / "log"))
+        return self
+
+    def pg_ctl(self, *args: str) -> None:
+        self._run(_bin("pg_ctl"), "-D", str(self.data), *args)
+
+    def stop(self, mode: str = "fast") -> None:
+        self.pg_ctl("stop", "-m", mode, "-w")
+
+    def restart(self) -> None:
+        self.pg_ctl("start", "-w", "-t", "60", "-l", str(self.dir / "log"))
+
+    def new_database(self) -> str:
+        """A fresh empty database on the cluster; returns its URL."""
+        name = "t_" + uuid.uuid4().hex[:12]
+        self._run(_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name)
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+
+    def destroy(self) -> None:
+        self._run(_bin("pg_ctl"), "-D", str(self.data), "stop", "-m", "immediate", check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
