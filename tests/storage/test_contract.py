@@ -1,0 +1,196 @@
+"""One contract, both backends: what the engine relies on from a Store."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import attrs
+import pytest
+import trio
+
+from foliot.errors import StaleWrite, UniqueViolation
+from foliot.storage.base import (
+    ApiKeyRecord,
+    AppRecord,
+    IdempotencyRecord,
+    RunFilter,
+    SecretRecord,
+    Store,
+    UnitOfWork,
+)
+from foliot.storage.factory import open_store
+from foliot.workflow.model import Event, Run, TaskRow, Timer
+
+T0 = 1_800_000_000_000
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    async with open_store(database_url) as s:
+        yield s
+
+
+def make_run(run_id: str, *, status: str = "waiting", bk: str | None = None, created: int = T0, **kw: object) -> Run:
+    return Run(
+        run_id=run_id, app="app", workflow="wf", version=1, status=status, input={"i": 1},
+        state={}, generation=1, created_at=created, updated_at=created, trace_id="t", business_key=bk,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def seed_app(store: Store) -> None:
+    await store.create_app(
+        AppRecord("app", "http://h", None, T0, T0),
+        ApiKeyRecord("k1", "app", "hash", T0),
+        SecretRecord("s1", "app", "enc", T0, None),
+    )
+
+
+async def test_migrations_are_idempotent(store: Store) -> None:
+    await store.migrate()
+    await store.migrate()
+    await store.ping()
+
+
+async def test_apps_keys_and_secrets(store: Store) -> None:
+    await seed_app(store)
+    assert not await store.create_app(
+        AppRecord("app", "http://other", None, T0, T0), ApiKeyRecord("k2", "app", "h", T0), SecretRecord("s2", "app", "e", T0, None)
+    )
+    assert await store.get_api_key("k2") is None  # the refused create stored nothing
+    record, created = await store.put_app("app", "http://new", "d", T0 + 1)
+    assert not created and record.handler_base_url == "http://new" and record.created_at == T0
+    assert (await store.get_app("app")) == record
+    await store.add_api_key(ApiKeyRecord("k3", "app", "h3", T0 + 2))
+    assert [k.key_id for k in await store.list_api_keys("app")] == ["k1", "k3"]
+    assert await store.revoke_api_key("app", "k1", T0 + 3)
+    assert not await store.revoke_api_key("app", "k1", T0 + 4)
+    assert (await store.get_api_key("k1")).revoked_at == T0 + 3  # type: ignore[union-attr]
+    assert [k.key_id for k in await store.list_api_keys("app")] == ["k3"]
+    await store.rotate_signing_secret(SecretRecord("s2", "app", "enc2", T0 + 5, None), grace_until=T0 + 100)
+    secrets = await store.list_signing_secrets("app")
+    assert [(s.secret_id, s.expires_at) for s in secrets] == [("s1", T0 + 100), ("s2", None)]
+    await store.rotate_signing_secret(SecretRecord("s3", "app", "enc3", T0 + 6, None), grace_until=T0 + 50)
+    secrets = await store.list_signing_secrets("app")
+    assert [(s.secret_id, s.expires_at) for s in secrets] == [("s1", T0 + 50), ("s2", T0 + 50), ("s3", None)]
+
+
+async def test_workflow_versions(store: Store) -> None:
+    a, created = await store.add_workflow_version("app", "wf", '{"v":1}', T0)
+    assert (a.version, created) == (1, True)
+    same, created = await store.add_workflow_version("app", "wf", '{"v":1}', T0 + 1)
+    assert (same.version, created) == (1, False)
+    b, created = await store.add_workflow_version("app", "wf", '{"v":2}', T0 + 2)
+    assert (b.version, created) == (2, True)
+    back, created = await store.add_workflow_version("app", "wf", '{"v":1}', T0 + 3)
+    assert (back.version, created) == (3, True)  # identical to an older one is still new
+    await store.add_workflow_version("app", "other", "{}", T0)
+    assert (await store.get_workflow("app", "wf", None)).version == 3  # type: ignore[union-attr]
+    assert (await store.get_workflow("app", "wf", 2)).document == '{"v":2}'  # type: ignore[union-attr]
+    assert await store.get_workflow("app", "wf", 9) is None
+    assert [(w.name, w.version) for w in await store.list_workflows("app")] == [("other", 1), ("wf", 3)]
+
+
+async def test_concurrent_registrations_get_distinct_versions(store: Store) -> None:
+    versions: list[int] = []
+
+    async def register(i: int) -> None:
+        record, _ = await store.add_workflow_version("app", "race", f'{{"i":{i}}}', T0)
+        versions.append(record.version)
+
+    async with trio.open_nursery() as nursery:
+        for i in range(8):
+            nursery.start_soon(register, i)
+    assert sorted(versions) == list(range(1, 9))
+
+
+async def test_commit_is_atomic_and_guarded(store: Store) -> None:
+    timer = Timer("sleep", T0 + 10, "1:s")
+    run = make_run("r1", status="sleeping", seq=2, timer=timer, deadline=T0 + 99)
+    events = (Event(1, T0, 1, "run_started"), Event(2, T0, 1, "sleep_started", "s", None, {"wakeAt": T0 + 10}))
+    task = TaskRow("tok", "r1", "app", 1, "t", 1, None, "open", None, T0 + 5, T0)
+    await store.commit(UnitOfWork(run, None, events, (task,)))
+    assert await store.get_run("r1") == run
+    assert [e.type for e in await store.list_events("r1", 0, 10)] == ["run_started", "sleep_started"]
+    assert (await store.list_events("r1", 1, 10))[0].data == {"wakeAt": T0 + 10}
+    due = await store.timers_due_before(T0 + 1000, 10)
+    assert [(t.slot, t.kind, t.due_at) for t in due] == [("step", "sleep", T0 + 10), ("run", "run_timeout", T0 + 99)]
+    assert [t.token for t in await store.open_tasks()] == ["tok"]
+
+    # A stale writer (expected seq 1) is refused and changes nothing.
+    stale = attrs.evolve(run, status="completed", seq=3)
+    with pytest.raises(StaleWrite):
+        await store.commit(UnitOfWork(stale, 1, (Event(3, T0, 1, "x"),)))
+    assert (await store.get_run("r1")) == run
+    assert len(await store.list_events("r1", 0, 10)) == 2
+
+    # A failing unit (duplicate event seq) leaves no partial change.
+    bad = attrs.evolve(run, status="completed", seq=3)
+    with pytest.raises(UniqueViolation):
+        await store.commit(UnitOfWork(bad, 2, (Event(2, T0, 1, "dup"),)))
+    assert (await store.get_run("r1")) == run
+
+    closed = attrs.evolve(run, status="completed", seq=3, timer=None, closed_at=T0 + 10)
+    done = attrs.evolve(task, status="closed", close_reason="answered")
+    await store.commit(UnitOfWork(closed, 2, (Event(3, T0, 1, "run_completed"),), (done,)))
+    assert await store.timers_due_before(T0 + 1000, 10) == []  # a closed run needs no timers
+    assert await store.open_tasks() == []
+    assert (await store.get_task("tok")).close_reason == "answered"  # type: ignore[union-attr]
+
+
+async def test_business_keys_are_unique_among_open_runs(store: Store) -> None:
+    await store.commit(UnitOfWork(make_run("a", bk="k"), None))
+    with pytest.raises(UniqueViolation) as info:
+        await store.commit(UnitOfWork(make_run("b", bk="k"), None))
+    assert info.value.constraint == "business_key"
+    assert await store.get_run("b") is None
+    assert (await store.find_open_run("app", "wf", "k")).run_id == "a"  # type: ignore[union-attr]
+    await store.commit(UnitOfWork(make_run("a", bk="k", status="completed", seq=1), 0))
+    assert await store.find_open_run("app", "wf", "k") is None
+    await store.commit(UnitOfWork(make_run("b", bk="k"), None))
+    # Reopening the first (a rewind) now collides with the second.
+    with pytest.raises(UniqueViolation):
+        await store.commit(UnitOfWork(make_run("a", bk="k", status="running", seq=2), 1))
+
+
+async def test_idempotency_records(store: Store) -> None:
+    record = IdempotencyRecord("app", "key-1", "h", "r1", '{"runId":"r1"}', T0)
+    await store.commit(UnitOfWork(make_run("r1"), None, idempotency=record))
+    assert await store.get_idempotency("app", "key-1") == record
+    with pytest.raises(UniqueViolation) as info:
+        await store.commit(UnitOfWork(make_run("r2"), None, idempotency=attrs.evolve(record, run_id="r2")))
+    assert info.value.constraint == "idempotency"
+    assert await store.get_run("r2") is None
+
+
+async def test_list_runs_filters_and_pages(store: Store) -> None:
+    for i in range(7):
+        status = "waiting" if i % 2 else "completed"
+        await store.commit(UnitOfWork(make_run(f"r{i}", status=status, created=T0 + i // 2), None))
+    pages, after = [], None
+    while True:
+        page = await store.list_runs(RunFilter("app"), 3, after)
+        pages.append([r.run_id for r in page])
+        if len(page) < 3:
+            break
+        after = (page[-1].created_at, page[-1].run_id)
+    flat = [r for p in pages for r in p]
+    assert flat == ["r6", "r5", "r4", "r3", "r2", "r1", "r0"]
+    waiting = await store.list_runs(RunFilter("app", status="waiting"), 10, None)
+    assert [r.run_id for r in waiting] == ["r5", "r3", "r1"]
+    assert await store.list_runs(RunFilter("other"), 10, None) == []
+    assert await store.count_open_runs() == {"waiting": 3}
+
+
+async def test_timer_paging_is_keyset(store: Store) -> None:
+    for i in range(12):
+        run = make_run(f"r{i:02d}", status="sleeping", timer=Timer("sleep", T0 + i // 3, "k"))
+        await store.commit(UnitOfWork(run, None))
+    seen, after = [], None
+    while True:
+        page = await store.timers_due_before(T0 + 100, 5, after)
+        seen += [t.run_id for t in page]
+        if len(page) < 5:
+            break
+        after = (page[-1].due_at, page[-1].run_id, page[-1].slot)
+    assert seen == [f"r{i:02d}" for i in range(12)]
