@@ -48,7 +48,9 @@ class Cluster:
         )
 
     def start(self) -> Cluster:
-        self._run(_bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8")
+        self._run(
+            _bin("initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"
+        )
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write(
                 f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.dir}'\n"

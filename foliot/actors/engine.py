@@ -179,7 +179,8 @@ class Engine:
 
     def later(self, delay_s: float, run_id: str, envelope: Envelope) -> None:
         """Deliver an envelope again after a delay (storage was down when it arrived)."""
-        assert self._nursery is not None
+        if self._nursery is None or self.supervisor.closed:
+            return
 
         async def again() -> None:
             await trio.sleep(delay_s)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from ..errors import Internal
+from ..errors import Internal, Unavailable
 from ..storage.base import UnitOfWork
 from ..workflow import machine
 from ..workflow.model import Run
@@ -40,12 +40,16 @@ class Supervisor:
         self.spawned = 0
         self.passivated = 0
         self.restarts = 0
+        self.closed = False  # shutting down: nothing new is spawned
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            await trio.sleep_forever()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self.closed = True
 
     # ------------------------------------------------------------------ routing
 
@@ -65,7 +69,13 @@ class Supervisor:
         return self._actor(run.run_id, run)
 
     def tell(self, run_id: str, envelope: Envelope) -> bool:
-        """Deliver without waiting; False when the mailbox is full (back-pressure)."""
+        """Deliver without waiting; False when the mailbox is full (back-pressure).
+
+        While shutting down, messages are dropped: each one is re-created from storage at the
+        next start (open tasks are re-delivered, timers fire again), so nothing is lost.
+        """
+        if self.closed:
+            return True
         actor = self._actor(run_id)
         try:
             actor.send.send_nowait(envelope)
@@ -76,6 +86,8 @@ class Supervisor:
     async def ask(self, run_id: str, envelope: Envelope) -> None:
         """Deliver, waiting for mailbox room if needed (only this caller waits)."""
         while True:
+            if self.closed:
+                raise Unavailable("the server is shutting down")
             actor = self._actor(run_id)
             try:
                 actor.send.send_nowait(envelope)
@@ -91,11 +103,15 @@ class Supervisor:
     # ------------------------------------------------------------------ lifecycle
 
     async def _supervise(self, actor: RunActor) -> None:
+        cancelled = False
         try:
             while True:
                 try:
                     await actor.main()
                     return
+                except trio.Cancelled:
+                    cancelled = True
+                    raise
                 except Exception as exc:
                     self.restarts += 1
                     log.exception("run actor %s crashed", actor.run_id)
@@ -109,17 +125,25 @@ class Supervisor:
         finally:
             if self.actors.get(actor.run_id) is actor:
                 del self.actors[actor.run_id]
-            self._strand_check(actor)
+            self._strand_check(actor, shutting_down=cancelled)
             self.passivated += 1
             actor.send.close()
 
-    def _strand_check(self, actor: RunActor) -> None:
-        """Messages that raced with the exit are handed to a fresh actor, never dropped."""
+    def _strand_check(self, actor: RunActor, *, shutting_down: bool) -> None:
+        """Messages that raced with the exit go to a fresh actor, never dropped.
+
+        At shutdown they are refused instead (callers get 503); what they would have done is
+        re-created from storage at the next start.
+        """
         while True:
             try:
                 envelope = actor.receive.receive_nowait()
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 return
+            if shutting_down or self.closed:
+                if envelope.reply is not None:
+                    envelope.reply.fail(Unavailable("the server is shutting down"))
+                continue
             self.tell(actor.run_id, envelope)
 
     def _record_crash(self, run_id: str) -> bool:

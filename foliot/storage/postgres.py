@@ -121,7 +121,9 @@ class PostgresStore:
         async def apply(conn: asyncpg.Connection) -> None:
             await conn.execute("SELECT pg_advisory_lock($1)", _MIGRATION_LOCK)
             try:
-                await conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)")
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY)"
+                )
                 done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
                 folder = resources.files("foliot.storage") / "migrations" / "postgres"
                 for entry in sorted(folder.iterdir(), key=lambda e: e.name):
@@ -336,7 +338,9 @@ class PostgresStore:
             )
         )
         return [
-            Event(r["seq"], r["at"], r["generation"], r["type"], r["step"], r["attempt"], json.loads(r["data"]))
+            Event(
+                r["seq"], r["at"], r["generation"], r["type"], r["step"], r["attempt"], json.loads(r["data"])
+            )
             for r in rows
         ]
 
@@ -460,8 +464,19 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
             " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
             " close_reason = excluded.close_reason, deadline = excluded.deadline",
             [
-                (t.token, t.run_id, t.app, t.generation, t.step, t.attempt, t.queue, t.status,
-                 t.close_reason, t.deadline, t.created_at)
+                (
+                    t.token,
+                    t.run_id,
+                    t.app,
+                    t.generation,
+                    t.step,
+                    t.attempt,
+                    t.queue,
+                    t.status,
+                    t.close_reason,
+                    t.deadline,
+                    t.created_at,
+                )
                 for t in unit.tasks
             ],
         )

@@ -30,10 +30,22 @@ async def store(database_url: str) -> AsyncIterator[Store]:
         yield s
 
 
-def make_run(run_id: str, *, status: str = "waiting", bk: str | None = None, created: int = T0, **kw: object) -> Run:
+def make_run(
+    run_id: str, *, status: str = "waiting", bk: str | None = None, created: int = T0, **kw: object
+) -> Run:
     return Run(
-        run_id=run_id, app="app", workflow="wf", version=1, status=status, input={"i": 1},
-        state={}, generation=1, created_at=created, updated_at=created, trace_id="t", business_key=bk,
+        run_id=run_id,
+        app="app",
+        workflow="wf",
+        version=1,
+        status=status,
+        input={"i": 1},
+        state={},
+        generation=1,
+        created_at=created,
+        updated_at=created,
+        trace_id="t",
+        business_key=bk,
         **kw,  # type: ignore[arg-type]
     )
 
@@ -55,7 +67,9 @@ async def test_migrations_are_idempotent(store: Store) -> None:
 async def test_apps_keys_and_secrets(store: Store) -> None:
     await seed_app(store)
     assert not await store.create_app(
-        AppRecord("app", "http://other", None, T0, T0), ApiKeyRecord("k2", "app", "h", T0), SecretRecord("s2", "app", "e", T0, None)
+        AppRecord("app", "http://other", None, T0, T0),
+        ApiKeyRecord("k2", "app", "h", T0),
+        SecretRecord("s2", "app", "e", T0, None),
     )
     assert await store.get_api_key("k2") is None  # the refused create stored nothing
     record, created = await store.put_app("app", "http://new", "d", T0 + 1)
@@ -107,14 +121,20 @@ async def test_concurrent_registrations_get_distinct_versions(store: Store) -> N
 async def test_commit_is_atomic_and_guarded(store: Store) -> None:
     timer = Timer("sleep", T0 + 10, "1:s")
     run = make_run("r1", status="sleeping", seq=2, timer=timer, deadline=T0 + 99)
-    events = (Event(1, T0, 1, "run_started"), Event(2, T0, 1, "sleep_started", "s", None, {"wakeAt": T0 + 10}))
+    events = (
+        Event(1, T0, 1, "run_started"),
+        Event(2, T0, 1, "sleep_started", "s", None, {"wakeAt": T0 + 10}),
+    )
     task = TaskRow("tok", "r1", "app", 1, "t", 1, None, "open", None, T0 + 5, T0)
     await store.commit(UnitOfWork(run, None, events, (task,)))
     assert await store.get_run("r1") == run
     assert [e.type for e in await store.list_events("r1", 0, 10)] == ["run_started", "sleep_started"]
     assert (await store.list_events("r1", 1, 10))[0].data == {"wakeAt": T0 + 10}
     due = await store.timers_due_before(T0 + 1000, 10)
-    assert [(t.slot, t.kind, t.due_at) for t in due] == [("step", "sleep", T0 + 10), ("run", "run_timeout", T0 + 99)]
+    assert [(t.slot, t.kind, t.due_at) for t in due] == [
+        ("step", "sleep", T0 + 10),
+        ("run", "run_timeout", T0 + 99),
+    ]
     assert [t.token for t in await store.open_tasks()] == ["tok"]
 
     # A stale writer (expected seq 1) is refused and changes nothing.
