@@ -53,7 +53,8 @@ class Cluster:
         )
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write(
-                f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{self.dir}'\n"
+                f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{self.dir}'\n"
                 "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 200\n"
             )
         self.pg_ctl("start", "-w", "-t", "60", "-l", str(self.dir / "log"))

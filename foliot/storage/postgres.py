@@ -85,7 +85,8 @@ class PostgresStore:
                 return await fn(conn)
 
         try:
-            return await trio_asyncio.aio_as_trio(inner, loop=self._loop)()
+            result: T = await trio_asyncio.aio_as_trio(inner, loop=self._loop)()
+            return result
         except StorageError:
             raise
         except Exception as exc:
@@ -246,7 +247,8 @@ class PostgresStore:
                 return WorkflowRecord(**dict(row)), False
             version = 1 if row is None else row["version"] + 1
             await conn.execute(
-                "INSERT INTO workflows (app, name, version, document, created_at) VALUES ($1, $2, $3, $4, $5)",
+                "INSERT INTO workflows (app, name, version, document, created_at)"
+                " VALUES ($1, $2, $3, $4, $5)",
                 app,
                 name,
                 version,
