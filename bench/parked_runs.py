@@ -24,8 +24,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from foliot.config import Settings  # noqa: E402
-from foliot.server import Running, serve  # noqa: E402
+from foliot.config import Settings
+from foliot.server import Running, serve
 
 ADMIN = "bench-admin"
 WORKFLOW = {
@@ -111,9 +111,7 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"start latency          p50 {pct(lat, 0.5):.1f} ms  p99 {pct(lat, 0.99):.1f} ms")
                 live = len(running.engine.supervisor.actors)
                 print(f"live actors (parked)   {live}  RSS +{rss_mb() - rss0:.0f} MB")
-                with trio.move_on_after(30):
-                    while running.engine.supervisor.actors:
-                        await trio.sleep(0.5)
+                await trio.sleep(settings.passivate_after_ms / 1000 + 1)  # idle actors passivate
                 print(
                     f"after passivation      {len(running.engine.supervisor.actors)} live actors, "
                     f"RSS {rss_mb():.0f} MB, timers in memory {running.engine.timers.stats()['inMemory']}"
