@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -25,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
     )
     from . import server
+
+    # `kill -USR1 <pid>` dumps every thread's stack to stderr: for a server that seems stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     try:
         if args.command == "serve":

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import secrets
+import signal
+import sys
 from pathlib import Path
 
 import attrs
@@ -62,11 +64,31 @@ async def serve(
         config.errorlog = logging.getLogger("hypercorn.error")
         config.keep_alive_timeout = 75
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(dump_tasks_on_signal)
             binds = await nursery.start(hypercorn_serve, app, config)
             log.info("serving on %s", ", ".join(binds))
             await nursery.start(engine.serve)
             log.info("ready")
             task_status.started(Running(binds, engine))
+
+
+def task_tree(task: trio.lowlevel.Task, depth: int = 0) -> list[str]:
+    """One line per Trio task under `task`, with the frames it is waiting in."""
+    frames = [f"{f.f_code.co_filename.rsplit('/', 2)[-1]}:{f.f_lineno}" for f, _ in task.iter_await_frames()]
+    lines = [f"{'  ' * depth}{task.name} {' > '.join(frames[-6:])}"]
+    for nursery in task.child_nurseries:
+        for child in nursery.child_tasks:
+            lines += task_tree(child, depth + 1)
+    return lines
+
+
+async def dump_tasks_on_signal() -> None:
+    """`kill -USR2 <pid>` prints every Trio task and where it waits: for a server that seems stuck."""
+    with trio.open_signal_receiver(signal.SIGUSR2) as signals:
+        async for _ in signals:
+            root = trio.lowlevel.current_root_task()
+            tree = task_tree(root) if root is not None else []
+            print("task tree:\n" + "\n".join(tree), file=sys.stderr, flush=True)
 
 
 async def migrate(settings: Settings) -> None:

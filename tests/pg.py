@@ -33,7 +33,8 @@ def free_port() -> int:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
+        self.durable = durable  # fast by default; durable when a test crashes the cluster
         self.dir = Path(tempfile.mkdtemp(prefix="foliot-pg-"))
         self.data = self.dir / "data"
         self.port = free_port()
@@ -55,7 +56,8 @@ class Cluster:
             conf.write(
                 f"\nport = {self.port}\nlisten_addresses = '127.0.0.1'\n"
                 f"unix_socket_directories = '{self.dir}'\n"
-                "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nmax_connections = 200\n"
+                "max_connections = 200\n"
+                + ("" if self.durable else "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
             )
         self.pg_ctl("start", "-w", "-t", "60", "-l", str(self.dir / "log"))
         return self

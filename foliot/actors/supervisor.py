@@ -47,7 +47,10 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 task_status.started()
-                await trio.sleep_forever()
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    self.closed = True  # before the nursery stops taking new actors
         finally:
             self.closed = True
 

@@ -205,6 +205,21 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
             )
         return None
 
+    @app.after_request
+    async def _settle_body(response: Response) -> Response:
+        """An error answered before the body was read: read a small body so the connection
+        stays in step for its next request; close the connection after a large one."""
+        if response.status_code >= 400 and request.method in ("POST", "PUT", "PATCH", "DELETE"):
+            length = request.content_length
+            if length is not None and length <= settings_.body_max_bytes and response.status_code != 413:
+                try:
+                    await request.get_data(cache=True)
+                except Exception:
+                    response.headers["Connection"] = "close"
+            else:
+                response.headers["Connection"] = "close"
+        return response
+
     @app.errorhandler(ApiError)
     async def _api_error(error: ApiError) -> Response:
         return error_response(error)

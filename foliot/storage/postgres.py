@@ -72,12 +72,21 @@ class PostgresStore:
         self._loop = loop  # the trio-asyncio loop; explicit, so any Trio task may call in
         self._pool: asyncpg.Pool | None = None
 
-    async def _call(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, write: bool = False) -> T:
-        """Run `fn(conn)` on the asyncio side, in a transaction when it writes; one crossing."""
+    async def _call(
+        self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, write: bool = False, limit_s: float = 10.0
+    ) -> T:
+        """Run `fn(conn)` on the asyncio side, in a transaction when it writes; one crossing.
+
+        Bounded by `limit_s`: a database that stops answering is reported as unavailable
+        instead of holding the caller, and the pool is rebuilt so no half-dead connection
+        survives the outage.
+        """
 
         async def inner() -> T:
             if self._pool is None:
-                self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=10, timeout=5)
+                self._pool = await asyncpg.create_pool(
+                    self.url, min_size=1, max_size=10, timeout=5, command_timeout=limit_s
+                )
             async with self._pool.acquire(timeout=5) as conn:
                 if write:
                     async with conn.transaction():
@@ -85,12 +94,24 @@ class PostgresStore:
                 return await fn(conn)
 
         try:
-            result: T = await trio_asyncio.aio_as_trio(inner, loop=self._loop)()
+            with trio.fail_after(limit_s):
+                result: T = await trio_asyncio.aio_as_trio(inner, loop=self._loop)()
             return result
         except StorageError:
             raise
+        except trio.TooSlowError:
+            self._reset_pool()
+            raise StorageUnavailable(f"the database did not answer within {limit_s:.0f}s") from None
         except Exception as exc:
-            raise _translate(exc) from exc
+            error = _translate(exc)
+            if isinstance(error, StorageUnavailable):
+                self._reset_pool()
+            raise error from exc
+
+    def _reset_pool(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.terminate()
 
     async def connect(self, attempts: int = 30) -> None:
         """Wait for the database at start-up (it may still be booting)."""
@@ -116,7 +137,7 @@ class PostgresStore:
                 await trio_asyncio.aio_as_trio(shut, loop=self._loop)()
 
     async def ping(self) -> None:
-        await self._call(lambda c: c.fetchval("SELECT 1"))
+        await self._call(lambda c: c.fetchval("SELECT 1"), limit_s=3.0)
 
     async def migrate(self) -> None:
         async def apply(conn: asyncpg.Connection) -> None:

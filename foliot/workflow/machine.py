@@ -647,11 +647,11 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
 
 def _on_signal(tx: _Tx, msg: SignalIn) -> Reply | None:
     run = tx.run
+    if msg.signal_id is not None and msg.signal_id in run.signal_ids:
+        return Ok("duplicate")  # even once closed: a retried delivery must not look like an error
     if run.status in TERMINAL_STATUSES:
         return Rejected(409, "run_closed", f"run {run.run_id} is {run.status}")
     if msg.signal_id is not None:
-        if msg.signal_id in run.signal_ids:
-            return Ok("duplicate")
         tx.set(signal_ids=(*run.signal_ids, msg.signal_id))
     signal = BufferedSignal(msg.name, msg.payload, msg.signal_id)
     waiting = run.status == "waiting" and run.wait_signal == msg.name

@@ -420,9 +420,12 @@ def test_duplicate_signal_ids() -> None:
 def test_signal_to_a_closed_run() -> None:
     k = Kit([TASK])
     k.start()
+    k.send(machine.SignalIn("go", None, "s1"))
     k.ok()
     tr = k.send(machine.SignalIn("go"))
     assert isinstance(tr.reply, machine.Rejected) and tr.reply.code == "run_closed" and not tr.changed
+    # A retry of a signal the run already took is still a duplicate, not an error.
+    assert k.send(machine.SignalIn("go", None, "s1")).reply == machine.Ok("duplicate")
 
 
 def test_wait_timeout_without_on_timeout_fails() -> None:
