@@ -12,6 +12,7 @@ from foliot.http.openapi import document, routes
 
 from ..conftest import Api
 from ..helpers import answer_json
+from .test_tasks import accepted_task
 
 ONE = {
     "name": "one",
@@ -125,12 +126,7 @@ async def test_state_edit_records_keys_and_reason_but_no_value(api: Api) -> None
 
 
 async def test_cancel_while_a_202_task_is_open(api: Api) -> None:
-    api.handler.route("a", lambda b, h: (202, {}, b""))
-    await api.register(ONE)
-    run = await api.start("one")
-    await api.handler.wait_for(1)
-    token = api.handler.received[0].body["taskToken"]
-    await api.engine.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
+    run, token = await accepted_task(api, ONE)
     r = await intervene(api, run["runId"], "cancel", {"reason": "customer cancelled"})
     assert r.status_code == 200 and r.json()["status"] == "cancelled"
     late = await api.call("POST", f"/apps/orders/tasks/{token}/complete", {"output": 1})

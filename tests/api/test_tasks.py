@@ -84,13 +84,19 @@ async def test_output_over_the_limit_goes_to_on_failure(api: Api) -> None:
     assert done["error"]["class"] == "failed_by_definition"
 
 
-async def test_accepted_then_completed_out_of_band(api: Api) -> None:
+async def accepted_task(api: Api, workflow: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """Start a run whose first task the handler answers with 202; return it and the task token."""
     api.handler.route("a", lambda b, h: (202, {}, b""))
-    await api.register(TWO)
-    run = await api.start("two")
+    await api.register(workflow)
+    run = await api.start(workflow["name"])
     await api.handler.wait_for(1)
     token = api.handler.received[0].body["taskToken"]
     await api.engine.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
+    return run, str(token)
+
+
+async def test_accepted_then_completed_out_of_band(api: Api) -> None:
+    run, token = await accepted_task(api, TWO)
     r = await api.call("POST", f"/apps/orders/tasks/{token}/heartbeat", {})
     assert r.status_code == 200 and r.json() == {"cancelRequested": False}
     r = await api.call("POST", f"/apps/orders/tasks/{token}/complete", {"output": {"late": 1}, "next": "c"})
@@ -104,12 +110,7 @@ async def test_accepted_then_completed_out_of_band(api: Api) -> None:
 
 
 async def test_complete_over_the_limit_answers_400_and_fails_the_step(api: Api) -> None:
-    api.handler.route("a", lambda b, h: (202, {}, b""))
-    await api.register(TWO)
-    run = await api.start("two")
-    await api.handler.wait_for(1)
-    token = api.handler.received[0].body["taskToken"]
-    await api.engine.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
+    _run, token = await accepted_task(api, TWO)
     r = await api.call("POST", f"/apps/orders/tasks/{token}/complete", {"output": sized(LIMIT + 1)})
     assert r.status_code == 400 and r.json()["error"]["code"] == "output_too_large"
     await api.handler.wait_for(2)
@@ -117,12 +118,7 @@ async def test_complete_over_the_limit_answers_400_and_fails_the_step(api: Api) 
 
 
 async def test_complete_with_unknown_next_answers_400(api: Api) -> None:
-    api.handler.route("a", lambda b, h: (202, {}, b""))
-    await api.register(NO_COMP)
-    run = await api.start("nocomp")
-    await api.handler.wait_for(1)
-    token = api.handler.received[0].body["taskToken"]
-    await api.engine.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
+    run, token = await accepted_task(api, NO_COMP)
     r = await api.call("POST", f"/apps/orders/tasks/{token}/complete", {"output": 1, "next": "zzz"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_next"
     done = await api.until(run["runId"], "failed")
@@ -130,12 +126,7 @@ async def test_complete_with_unknown_next_answers_400(api: Api) -> None:
 
 
 async def test_complete_with_an_error_retries(api: Api) -> None:
-    api.handler.route("a", lambda b, h: (202, {}, b""))
-    await api.register(NO_COMP)
-    run = await api.start("nocomp")
-    await api.handler.wait_for(1)
-    token = api.handler.received[0].body["taskToken"]
-    await api.engine.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
+    _run, token = await accepted_task(api, NO_COMP)
     r = await api.call(
         "POST",
         f"/apps/orders/tasks/{token}/complete",

@@ -28,6 +28,19 @@ pytestmark = pytest.mark.e2e
 ADMIN = "e2e-admin"
 
 
+async def wait_ready(url: str, limit_s: float = 60) -> None:
+    """Poll `/readyz` of a server process until it answers 200."""
+    async with httpx.AsyncClient(base_url=url, timeout=2) as client:
+        with trio.fail_after(limit_s):
+            while True:
+                try:
+                    if (await client.get("/readyz")).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                await trio.sleep(0.05)
+
+
 @attrs.define
 class Server:
     """One `foliot serve` subprocess, restartable on the same database and port."""
@@ -49,15 +62,7 @@ class Server:
             [sys.executable, "-m", "foliot.cli", "serve"], env=self.env, stdout=log, stderr=subprocess.STDOUT
         )
         t0 = trio.current_time()
-        async with httpx.AsyncClient(base_url=self.url, timeout=2) as client:
-            with trio.fail_after(60):
-                while True:
-                    try:
-                        if (await client.get("/readyz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await trio.sleep(0.05)
+        await wait_ready(self.url)
         self.ready_times.append(trio.current_time() - t0)
 
     async def kill(self) -> None:

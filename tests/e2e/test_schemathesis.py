@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from ..pg import free_port
+from .test_crash_recovery import wait_ready
 
 pytestmark = pytest.mark.e2e
 
@@ -40,15 +41,8 @@ async def test_no_server_errors_for_generated_input(tmp_path: Path) -> None:
         )
     url = f"http://127.0.0.1:{port}"
     try:
+        await wait_ready(url)
         async with httpx.AsyncClient(base_url=url) as client:
-            with trio.fail_after(30):
-                while True:
-                    try:
-                        if (await client.get("/readyz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await trio.sleep(0.05)
             r = await client.put(
                 "/apps/orders",
                 json={"handlerBaseUrl": "http://127.0.0.1:9"},
