@@ -30,7 +30,8 @@ lint: $(STAMP)
 	$(BIN)/mypy foliot
 
 bench: $(STAMP)
-	$(BIN)/python bench/parked_runs.py
+	$(BIN)/python bench/parked_runs.py --runs 2000
+	$(BIN)/python bench/idle_pollers.py --pollers 200
 
 clean:
 	rm -rf $(VENV) .foliot .pytest_cache .mypy_cache .ruff_cache
