@@ -214,3 +214,19 @@ async def test_timer_paging_is_keyset(store: Store) -> None:
             break
         after = (page[-1].due_at, page[-1].run_id, page[-1].slot)
     assert seen == [f"r{i:02d}" for i in range(12)]
+
+
+async def test_sqlite_commits_concurrent_units_together(tmp_path: object) -> None:
+    """Group commit: units queued while a batch is being written share the next transaction."""
+    from pathlib import Path
+
+    from foliot.storage.sqlite import open_sqlite
+
+    assert isinstance(tmp_path, Path)
+    async with open_sqlite(str(tmp_path / "group.db")) as store:
+        async with trio.open_nursery() as nursery:
+            for i in range(200):
+                nursery.start_soon(store.commit, UnitOfWork(make_run(f"g{i}"), None))
+        assert store.committed >= 200
+        assert store.batches < store.committed / 4  # far fewer transactions than units
+        assert len(await store.list_runs(RunFilter("app"), 1000, None)) == 200
