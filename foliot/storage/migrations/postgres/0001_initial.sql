@@ -70,6 +70,7 @@ CREATE TABLE tasks (
 );
 CREATE INDEX tasks_open ON tasks(status) WHERE status = 'open';
 CREATE INDEX tasks_run ON tasks(run_id);
+CREATE INDEX tasks_queue ON tasks(app, queue) WHERE status = 'open' AND queue IS NOT NULL;
 CREATE TABLE timers (
     run_id TEXT NOT NULL,
     slot TEXT NOT NULL,
