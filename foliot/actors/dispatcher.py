@@ -19,7 +19,6 @@ import trio
 from .. import signing
 from ..workflow.duration import format_timestamp
 from ..workflow.machine import (
-    Completed,
     Failed,
     Outcome,
     TaskAnswer,
@@ -172,6 +171,3 @@ class Dispatcher:
         if budget_ms == self._sync_cap_ms:
             return timeout_failure("the synchronous attempt passed FOLIOT_SYNC_TASK_MAX_MS")
         return timeout_failure()
-
-
-__all__ = ["Completed", "Dispatcher", "Target", "task_body"]

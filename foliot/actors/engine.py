@@ -100,10 +100,6 @@ class Engine:
             self.recovered_tasks += 1
         log.info("recovery done: %d open tasks re-delivered or re-offered", self.recovered_tasks)
 
-    def stop(self) -> None:
-        if self._nursery is not None:
-            self._nursery.cancel_scope.cancel()
-
     # ------------------------------------------------------------------ helpers for actors
 
     def context(self) -> Context:
@@ -308,6 +304,3 @@ class Engine:
                 if run is not None and predicate(run):
                     return run
                 await event.wait()
-
-    async def close(self) -> None:
-        self.stop()

@@ -62,7 +62,12 @@ class RunActor:
     async def main(self) -> None:
         """Run until passivated. Raises only on a bug; the supervisor restarts it."""
         if self.run is None:
-            self.run = await self.engine.store.get_run(self.run_id)
+            try:
+                self.run = await self.engine.store.get_run(self.run_id)
+            except StorageError as exc:
+                # Cannot rehydrate now: answer or re-schedule what waits, and leave quietly.
+                self._drain_after_storage_failure(exc)
+                return
         idle_ms = self.engine.settings.passivate_after_ms
         while True:
             if self.stop_requested and self.parked and self.mailbox_depth == 0:
@@ -150,6 +155,14 @@ class RunActor:
             self.engine.later(delay, self.run_id, retry)
         elif isinstance(envelope.message, TimerFired):
             self.engine.timers.retry_later(self.run_id, envelope.message, 10_000)
+
+    def _drain_after_storage_failure(self, exc: StorageError) -> None:
+        while True:
+            try:
+                envelope = self.receive.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return
+            self._storage_failed(envelope, exc)
 
     # ------------------------------------------------------------------ effects
 

@@ -123,7 +123,11 @@ class Supervisor:
                         slot.fail(Internal("the run's actor failed; see the server log"))
                     actor.current = None
                     if self._record_crash(actor.run_id):
-                        await self._give_up(actor, exc)
+                        try:
+                            await self._give_up(actor, exc)
+                        except Exception:
+                            log.exception("could not park run %s as stuck; retrying later", actor.run_id)
+                            await trio.sleep(1)
                     actor.run = None  # restart from the last checkpoint
         finally:
             if self.actors.get(actor.run_id) is actor:

@@ -174,3 +174,29 @@ async def test_a_claimed_task_not_completed_by_its_deadline_is_retried(
     assert token2 != token
     run = await env.engine.store.get_run(run_id)
     assert run is not None and run.attempt == 2
+
+
+async def test_rehydrating_while_storage_is_down_answers_503_and_recovers(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from foliot.errors import StorageUnavailable
+
+    await env.register({"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]})
+    run_id = await env.start("w")
+    await env.until(run_id, "waiting")
+    await advance(61)  # passivated
+    assert env.engine.supervisor.actors == {}
+    real = env.engine.store.get_run
+
+    async def down(run_id: str) -> Any:
+        raise StorageUnavailable("database is down")
+
+    monkeypatch.setattr(env.engine.store, "get_run", down)
+    for _ in range(5):  # more than the crash limit: an outage is not a crash
+        with pytest.raises(ApiError) as info:
+            await env.engine.ask(run_id, machine.SignalIn("go"))
+        assert info.value.status == 503
+    assert env.engine.supervisor.restarts == 0
+    monkeypatch.setattr(env.engine.store, "get_run", real)
+    reply, _ = await env.engine.ask(run_id, machine.SignalIn("go"))
+    assert reply == machine.Ok("delivered")
