@@ -179,4 +179,46 @@ def json_dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+# Row tuples for a unit of work, in the column order both backends' INSERTs use.
+
+
+def event_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
+    """(run_id, seq, at, generation, type, step, attempt, data)"""
+    run_id = unit.run.run_id
+    return [
+        (run_id, e.seq, e.at, e.generation, e.type, e.step, e.attempt, json_dumps(e.data))
+        for e in unit.events
+    ]
+
+
+def task_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
+    """(token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline, created_at)"""
+    return [
+        (
+            t.token,
+            t.run_id,
+            t.app,
+            t.generation,
+            t.step,
+            t.attempt,
+            t.queue,
+            t.status,
+            t.close_reason,
+            t.deadline,
+            t.created_at,
+        )
+        for t in unit.tasks
+    ]
+
+
+def timer_rows(run: Run) -> list[tuple[Any, ...]]:
+    """(run_id, slot, kind, key, due_at)"""
+    return [(run.run_id, slot, t.kind, t.key, t.due) for slot, t in run.timers()]
+
+
+def idempotency_row(record: IdempotencyRecord) -> tuple[Any, ...]:
+    """(app, key, request_hash, run_id, response, created_at)"""
+    return (record.app, record.key, record.request_hash, record.run_id, record.response, record.created_at)
+
+
 Rows = Sequence[Any]

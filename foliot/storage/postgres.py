@@ -31,7 +31,11 @@ from .base import (
     TimerRecord,
     UnitOfWork,
     WorkflowRecord,
+    event_rows,
+    idempotency_row,
     json_dumps,
+    task_rows,
+    timer_rows,
 )
 
 T = TypeVar("T")
@@ -475,10 +479,7 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
         await conn.executemany(
             "INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
             " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            [
-                (run.run_id, e.seq, e.at, e.generation, e.type, e.step, e.attempt, json_dumps(e.data))
-                for e in unit.events
-            ],
+            event_rows(unit),
         )
     if unit.tasks:
         await conn.executemany(
@@ -486,41 +487,19 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
             " close_reason, deadline, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
             " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
             " close_reason = excluded.close_reason, deadline = excluded.deadline",
-            [
-                (
-                    t.token,
-                    t.run_id,
-                    t.app,
-                    t.generation,
-                    t.step,
-                    t.attempt,
-                    t.queue,
-                    t.status,
-                    t.close_reason,
-                    t.deadline,
-                    t.created_at,
-                )
-                for t in unit.tasks
-            ],
+            task_rows(unit),
         )
     await conn.execute("DELETE FROM timers WHERE run_id = $1", run.run_id)
-    timers = run.timers()
+    timers = timer_rows(run)
     if timers:
         await conn.executemany(
-            "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES ($1, $2, $3, $4, $5)",
-            [(run.run_id, slot, t.kind, t.key, t.due) for slot, t in timers],
+            "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES ($1, $2, $3, $4, $5)", timers
         )
     if unit.idempotency is not None:
-        i = unit.idempotency
         await conn.execute(
             "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
             " VALUES ($1, $2, $3, $4, $5, $6)",
-            i.app,
-            i.key,
-            i.request_hash,
-            i.run_id,
-            i.response,
-            i.created_at,
+            *idempotency_row(unit.idempotency),
         )
 
 

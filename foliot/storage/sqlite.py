@@ -30,7 +30,11 @@ from .base import (
     TimerRecord,
     UnitOfWork,
     WorkflowRecord,
+    event_rows,
+    idempotency_row,
     json_dumps,
+    task_rows,
+    timer_rows,
 )
 
 T = TypeVar("T")
@@ -457,44 +461,25 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
         conn.executemany(
             "INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (run.run_id, e.seq, e.at, e.generation, e.type, e.step, e.attempt, json_dumps(e.data))
-                for e in unit.events
-            ],
+            event_rows(unit),
         )
-    for t in unit.tasks:
-        conn.execute(
+    if unit.tasks:
+        conn.executemany(
             "INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
             " close_reason, deadline, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
             " close_reason = excluded.close_reason, deadline = excluded.deadline",
-            (
-                t.token,
-                t.run_id,
-                t.app,
-                t.generation,
-                t.step,
-                t.attempt,
-                t.queue,
-                t.status,
-                t.close_reason,
-                t.deadline,
-                t.created_at,
-            ),
+            task_rows(unit),
         )
     conn.execute("DELETE FROM timers WHERE run_id = ?", (run.run_id,))
-    timers = run.timers()
-    if timers:
-        conn.executemany(
-            "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES (?, ?, ?, ?, ?)",
-            [(run.run_id, slot, t.kind, t.key, t.due) for slot, t in timers],
-        )
+    conn.executemany(
+        "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES (?, ?, ?, ?, ?)", timer_rows(run)
+    )
     if unit.idempotency is not None:
-        i = unit.idempotency
         conn.execute(
             "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?)",
-            (i.app, i.key, i.request_hash, i.run_id, i.response, i.created_at),
+            idempotency_row(unit.idempotency),
         )
 
 
