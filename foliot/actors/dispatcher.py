@@ -17,6 +17,7 @@ import httpx
 import trio
 
 from .. import signing
+from ..errors import StorageError
 from ..workflow.duration import format_timestamp
 from ..workflow.machine import (
     Failed,
@@ -129,8 +130,22 @@ class Dispatcher:
         self.outcomes[kind] = self.outcomes.get(kind, 0) + 1
         self._answer(run.run_id, TaskAnswer(task.token, outcome))
 
+    async def _resolve(self, run: Run, task: TaskRef) -> Target | None:
+        """The app's URL and secrets; while storage is down, wait (the push has not happened)."""
+        delay = 0.2
+        while True:
+            try:
+                return await self._target(run.app)
+            except StorageError:
+                if task.deadline is None or self._now() + delay * 1000 >= task.deadline:
+                    return None
+                await trio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     async def _attempt(self, run: Run, task: TaskRef, path: str) -> Outcome:
-        target = await self._target(run.app)
+        target = await self._resolve(run, task)
+        if target is None:
+            return timeout_failure("storage was unavailable until the attempt's deadline")
         body = compact_json(task_body(run, task))
         headers = {
             "content-type": "application/json",

@@ -185,3 +185,27 @@ async def test_timers_beyond_the_window_are_paged_in(env: Env, autojump_clock: M
     for run_id in ids:
         await env.until(run_id, "completed")
     assert env.engine.timers.max_lag_ms < 60_000
+
+
+async def test_a_push_waits_for_storage_instead_of_burning_an_attempt(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from foliot.errors import StorageUnavailable
+
+    await env.register({"name": "one", "steps": [{"name": "t", "type": "task", "timeout": "1m"}]})
+    env.engine.forget_target("app")
+    real = env.engine.store.get_app
+    calls = 0
+
+    async def flaky(name: str) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls <= 3:
+            raise StorageUnavailable("down")
+        return await real(name)
+
+    monkeypatch.setattr(env.engine.store, "get_app", flaky)
+    run_id = await env.start("one")
+    run = await env.until(run_id, "completed")
+    assert calls == 4 and len(env.pushes) == 1 and env.pushes[0].body["attempt"] == 1
+    assert run.state == {"t": None}
