@@ -64,6 +64,8 @@ class HandlerServer:
         raw = b""
         while True:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the sender went away mid-body (a killed server): nothing was delivered
             raw += message.get("body", b"")
             if not message.get("more_body"):
                 break
