@@ -72,7 +72,12 @@ async def actor(run_id: str) -> Response:
     if found is None:
         raise NotFound(f"no live actor for run {run_id!r} (it may be passivated)")
     view = _actor_view(found.describe())
-    view["timers"] = [{**t, "due": ts(t["due"])} for t in eng.timers.pending_for(run_id)]
+    in_wheel = {(t["slot"], t["kind"], t["key"]) for t in eng.timers.pending_for(run_id)}
+    run = found.run
+    view["timers"] = [
+        {"slot": slot, "kind": t.kind, "due": ts(t.due), "inMemory": (slot, t.kind, t.key) in in_wheel}
+        for slot, t in (run.timers() if run is not None else [])
+    ]
     return json_response(view)
 
 
