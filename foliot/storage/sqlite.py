@@ -147,9 +147,12 @@ class SqliteStore:
             raise job.error
         return job.result  # type: ignore[no-any-return]
 
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def _read(self, fn: Callable[[sqlite3.Connection], T], *, scan: bool = False) -> T:
+        """Point reads by key run on the Trio thread: in WAL mode they never wait for the writer
+        and cost less than a thread hop. Scans (lists, recovery) go to the reader thread."""
         try:
-            if self.inline:
+            if self.inline or not scan:
+                await trio.lowlevel.checkpoint()
                 return fn(self._reader)
             return await trio.to_thread.run_sync(fn, self._reader, limiter=self._read_limiter)
         except sqlite3.Error as exc:
@@ -306,7 +309,8 @@ class SqliteStore:
                 " WHERE app = ? GROUP BY name) latest ON w.name = latest.name AND w.version = latest.v"
                 " WHERE w.app = ? ORDER BY w.name",
                 (app, app),
-            ).fetchall()
+            ).fetchall(),
+            scan=True,
         )
         return [WorkflowRecord(**dict(r)) for r in rows]
 
@@ -347,7 +351,7 @@ class SqliteStore:
             f"SELECT doc FROM runs WHERE {' AND '.join(clauses)}"
             " ORDER BY created_at DESC, run_id DESC LIMIT ?"
         )
-        rows = await self._read(lambda c: c.execute(sql, (*params, limit)).fetchall())
+        rows = await self._read(lambda c: c.execute(sql, (*params, limit)).fetchall(), scan=True)
         return [_run(r["doc"]) for r in rows]
 
     async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]:
@@ -355,7 +359,8 @@ class SqliteStore:
             lambda c: c.execute(
                 "SELECT * FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
                 (run_id, after, limit),
-            ).fetchall()
+            ).fetchall(),
+            scan=True,
         )
         return [
             Event(r["seq"], r["at"], r["generation"], r["type"], r["step"], r["attempt"], _loads(r["data"]))
@@ -378,7 +383,8 @@ class SqliteStore:
 
     async def open_tasks(self) -> list[TaskRow]:
         rows = await self._read(
-            lambda c: c.execute("SELECT * FROM tasks WHERE status = 'open' ORDER BY created_at").fetchall()
+            lambda c: c.execute("SELECT * FROM tasks WHERE status = 'open' ORDER BY created_at").fetchall(),
+            scan=True,
         )
         return [TaskRow(**dict(r)) for r in rows]
 
@@ -392,14 +398,15 @@ class SqliteStore:
             sql = "SELECT * FROM timers WHERE due_at < ? AND (due_at, run_id, slot) > (?, ?, ?)"
             params = [before, *after]
         sql += " ORDER BY due_at, run_id, slot LIMIT ?"
-        rows = await self._read(lambda c: c.execute(sql, (*params, limit)).fetchall())
+        rows = await self._read(lambda c: c.execute(sql, (*params, limit)).fetchall(), scan=True)
         return [TimerRecord(**dict(r)) for r in rows]
 
     async def count_open_runs(self) -> dict[str, int]:
         rows = await self._read(
             lambda c: c.execute(
                 "SELECT status, COUNT(*) AS n FROM runs WHERE is_open = 1 GROUP BY status"
-            ).fetchall()
+            ).fetchall(),
+            scan=True,
         )
         return {r["status"]: r["n"] for r in rows}
 
