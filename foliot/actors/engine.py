@@ -233,8 +233,7 @@ class Engine:
             which = f"version {version} of " if version is not None else ""
             raise NotFound(f"{which}workflow {workflow!r} not found")
         definition = await self.definition(app, workflow, record.version)
-        if business_key is not None:
-            await self._refuse_business_key(app, workflow, business_key)
+        # No pre-check of the business key: the unique index on open runs decides, atomically.
         run_id = "run_" + secrets.token_hex(12)
         tr = machine.start(
             run_id=run_id,

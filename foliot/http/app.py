@@ -117,8 +117,10 @@ async def require_admin() -> Caller:
 async def require_app(app: str) -> Caller:
     """Admin, or a key of this very app; the app must exist."""
     caller = await authenticate()
-    if not caller.admin and caller.app != app:
-        raise Forbidden(f"this key does not belong to app {app!r}")
+    if not caller.admin:
+        if caller.app != app:
+            raise Forbidden(f"this key does not belong to app {app!r}")
+        return caller  # a live key's app exists (the key row references it)
     if not is_name(app) or await engine().store.get_app(app) is None:
         raise NotFound(f"app {app!r} not found")
     return caller
