@@ -39,6 +39,8 @@ class Pushed:
 @attrs.define
 class Env:
     engine: Engine
+    make_engine: Callable[[], Engine]
+    nursery: trio.Nursery
     pushes: list[Pushed] = attrs.Factory(list)
     answers: dict[str, list[Any]] = attrs.Factory(dict)
     pushed: trio.Event = attrs.Factory(trio.Event)
@@ -46,6 +48,28 @@ class Env:
     def answer(self, step: str, *replies: Any) -> None:
         """Queue replies for a step: an httpx.Response, or an async fn(body) -> Response."""
         self.answers.setdefault(step, []).extend(replies)
+
+    scope: trio.CancelScope | None = None
+
+    async def _serve(
+        self, engine: Engine, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        with trio.CancelScope() as scope:
+            self.scope = scope
+            await engine.serve(task_status=task_status)
+
+    async def boot(self) -> None:
+        await self.nursery.start(self._serve, self.engine)
+
+    async def crash_and_restart(self, down_for: float = 0) -> None:
+        """Stop the engine where it stands (in-flight pushes cut off), let time pass, start a
+        fresh engine on the same store: what a kill -9 and a restart leave behind."""
+        assert self.scope is not None
+        self.scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        await advance(down_for)
+        self.engine = self.make_engine()
+        await self.boot()
 
     async def register(self, definition: dict[str, Any]) -> None:
         await self.engine.store.add_workflow_version(
@@ -127,9 +151,13 @@ async def env(
             ApiKeyRecord("k1", "app", "x", now),
             SecretRecord("s1", "app", vault.encrypt("whsec_test"), now, None),
         )
-        engine = Engine(settings, store, clock=Clock(T0), vault=vault, http_client=client)
-        holder.append(Env(engine))
+        clock = Clock(T0)
+
+        def make_engine() -> Engine:
+            return Engine(settings, store, clock=clock, vault=vault, http_client=client)
+
         async with trio.open_nursery() as nursery:
-            await nursery.start(engine.serve)
+            holder.append(Env(make_engine(), make_engine, nursery))
+            await holder[0].boot()
             yield holder[0]
             nursery.cancel_scope.cancel()

@@ -1,0 +1,83 @@
+"""Recovery from the state a crash leaves, under MockClock: a fresh engine on the same store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import trio
+from trio.testing import MockClock
+
+from .conftest import Env, advance, ok
+
+
+async def test_an_open_attempt_is_redelivered_with_its_key(env: Env, autojump_clock: MockClock) -> None:
+    async def hang(body: dict[str, Any]) -> httpx.Response:
+        await advance(3600)
+        return ok("never")
+
+    env.answer("t", hang, ok({"done": True}))
+    await env.register({"name": "one", "steps": [{"name": "t", "type": "task", "timeout": "10m"}]})
+    run_id = await env.start("one")
+    await env.until_pushes(1)
+    await env.crash_and_restart(down_for=5)
+    run = await env.until(run_id, "completed")
+    keys = [p.body["idempotencyKey"] for p in env.pushes]
+    assert keys == [f"{run_id}:1:t:1", f"{run_id}:1:t:1"]  # the same attempt, the same key
+    assert run.state == {"t": {"done": True}}
+    assert env.engine.recovered_tasks == 1
+
+
+async def test_a_sleep_due_while_down_fires_at_start(env: Env, autojump_clock: MockClock) -> None:
+    await env.register(
+        {
+            "name": "nap",
+            "steps": [{"name": "s", "type": "sleep", "duration": "1h"}, {"name": "t", "type": "task"}],
+        }
+    )
+    run_id = await env.start("nap")
+    await env.until(run_id, "sleeping")
+    await env.crash_and_restart(down_for=2 * 3600)
+    t0 = trio.current_time()
+    await env.until(run_id, "completed")
+    assert trio.current_time() - t0 < 1  # fired at start-up, not an hour later
+    assert env.engine.timers.max_lag_ms >= 3_600_000
+
+
+async def test_an_accepted_task_whose_deadline_passed_while_down_is_retried(
+    env: Env, autojump_clock: MockClock
+) -> None:
+    env.answer("t", ok(None, 202), ok({"second": True}))
+    await env.register(
+        {
+            "name": "slow",
+            "steps": [
+                {
+                    "name": "t",
+                    "type": "task",
+                    "timeout": "5m",
+                    "retry": {"maxAttempts": 2, "initialInterval": "1s"},
+                }
+            ],
+        }
+    )
+    run_id = await env.start("slow")
+    await env.engine.wait_for(run_id, lambda r: r.task is not None and r.task.accepted, 60)
+    await env.crash_and_restart(down_for=600)
+    run = await env.until(run_id, "completed")
+    assert [p.body["attempt"] for p in env.pushes] == [1, 2]  # the 202 attempt was not pushed again
+    events = await env.engine.store.list_events(run_id, 0, 100)
+    assert "task_timed_out" in [e.type for e in events]
+    assert run.state == {"t": {"second": True}}
+
+
+async def test_an_unclaimed_queued_task_is_offered_again(env: Env, autojump_clock: MockClock) -> None:
+    await env.register({"name": "q", "steps": [{"name": "t", "type": "task", "queue": "work"}]})
+    run_id = await env.start("q")
+    assert env.engine.queues.depth("app", "work") == 1
+    await env.crash_and_restart(down_for=30)
+    assert env.engine.queues.depth("app", "work") == 1
+    ((token, offered_run),) = env.engine.queues.pop("app", "work", 5)
+    assert offered_run == run_id
+    run = await env.engine.store.get_run(run_id)
+    assert run is not None and run.task is not None and run.task.token == token
