@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from quart import Blueprint, Response
+from quart import Blueprint, Response, request
 
 from ..errors import InvalidRequest, NotFound
 from ..storage.base import WorkflowRecord
 from ..workflow.definition import canonical_json, parse_definition
 from ..workflow.duration import format_timestamp as ts
-from ..workflow.jsonconv import ValidationError
-from .app import check_name, engine, json_response, raw_json, require_app
+from ..workflow.jsonconv import ValidationError, is_name
+from .app import check_name, check_query, engine, json_response, query_int, raw_json, require_app
 
 blueprint = Blueprint("workflows", __name__)
 
@@ -47,8 +47,15 @@ async def register(app_name: str) -> Response:
 @blueprint.get("/apps/<app_name>/workflows")
 async def list_workflows(app_name: str) -> Response:
     await require_app(app_name)
-    records = await engine().store.list_workflows(app_name)
-    return json_response({"workflows": [_view(r, full=False) for r in records]})
+    check_query({"limit", "cursor"})
+    limit = query_int("limit", 100, 1, 1000)
+    cursor = request.args.get("cursor")
+    if cursor is not None and not is_name(cursor):
+        raise InvalidRequest("not a cursor this API returned", field="cursor")
+    records = await engine().store.list_workflows(app_name, limit + 1, cursor)
+    page = records[:limit]
+    next_cursor = page[-1].name if len(records) > limit else None
+    return json_response({"workflows": [_view(r, full=False) for r in page], "nextCursor": next_cursor})
 
 
 @blueprint.get("/apps/<app_name>/workflows/<name>")

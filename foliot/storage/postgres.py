@@ -304,11 +304,14 @@ class PostgresStore:
             )
         return None if row is None else WorkflowRecord(**dict(row))
 
-    async def list_workflows(self, app: str) -> list[WorkflowRecord]:
+    async def list_workflows(self, app: str, limit: int, after: str | None = None) -> list[WorkflowRecord]:
         rows = await self._call(
             lambda c: c.fetch(
-                "SELECT DISTINCT ON (name) * FROM workflows WHERE app = $1 ORDER BY name, version DESC",
+                "SELECT DISTINCT ON (name) * FROM workflows WHERE app = $1 AND name > $2"
+                " ORDER BY name, version DESC LIMIT $3",
                 app,
+                after or "",
+                limit,
             )
         )
         return [WorkflowRecord(**dict(r)) for r in rows]

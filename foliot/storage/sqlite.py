@@ -302,13 +302,14 @@ class SqliteStore:
         row = await self._read(fn)
         return None if row is None else WorkflowRecord(**dict(row))
 
-    async def list_workflows(self, app: str) -> list[WorkflowRecord]:
+    async def list_workflows(self, app: str, limit: int, after: str | None = None) -> list[WorkflowRecord]:
         rows = await self._read(
             lambda c: c.execute(
                 "SELECT w.* FROM workflows w JOIN (SELECT name, MAX(version) AS v FROM workflows"
-                " WHERE app = ? GROUP BY name) latest ON w.name = latest.name AND w.version = latest.v"
-                " WHERE w.app = ? ORDER BY w.name",
-                (app, app),
+                " WHERE app = ? AND name > ? GROUP BY name) latest"
+                " ON w.name = latest.name AND w.version = latest.v"
+                " WHERE w.app = ? ORDER BY w.name LIMIT ?",
+                (app, after or "", app, limit),
             ).fetchall(),
             scan=True,
         )

@@ -23,7 +23,7 @@ async def snapshot(api: Api) -> dict[str, Any]:
         "other": await store.get_app("other"),
         "keys": await store.list_api_keys(api.app),
         "secrets": await store.list_signing_secrets(api.app),
-        "workflows": await store.list_workflows(api.app),
+        "workflows": await store.list_workflows(api.app, 1000),
         "runs": runs,
         "events": [await store.list_events(r.run_id, 0, 1000) for r in runs],
     }

@@ -231,3 +231,17 @@ async def test_poll_complete_over_http(api: Api) -> None:
     assert final["state"] == {"pick": {"picked": True}}
     empty = await api.call("POST", "/apps/orders/tasks/poll", {"queue": "warehouse", "waitSeconds": 0})
     assert empty.json() == {"tasks": []}
+
+
+async def test_workflow_listing_pages(api: Api) -> None:
+    for name in ("c", "a", "b"):
+        await api.register({"name": name, "steps": [{"name": "t", "type": "task"}]})
+    await api.register({"name": "a", "steps": [{"name": "t2", "type": "task"}]})
+    first = (await api.call("GET", "/apps/orders/workflows", params={"limit": 2})).json()
+    assert [(w["name"], w["version"]) for w in first["workflows"]] == [("a", 2), ("b", 1)]
+    rest = (
+        await api.call("GET", "/apps/orders/workflows", params={"limit": 2, "cursor": first["nextCursor"]})
+    ).json()
+    assert [w["name"] for w in rest["workflows"]] == ["c"] and rest["nextCursor"] is None
+    bad = await api.call("GET", "/apps/orders/workflows", params={"limit": 0})
+    assert bad.status_code == 400

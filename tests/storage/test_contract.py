@@ -102,7 +102,9 @@ async def test_workflow_versions(store: Store) -> None:
     assert (await store.get_workflow("app", "wf", None)).version == 3  # type: ignore[union-attr]
     assert (await store.get_workflow("app", "wf", 2)).document == '{"v":2}'  # type: ignore[union-attr]
     assert await store.get_workflow("app", "wf", 9) is None
-    assert [(w.name, w.version) for w in await store.list_workflows("app")] == [("other", 1), ("wf", 3)]
+    assert [(w.name, w.version) for w in await store.list_workflows("app", 10)] == [("other", 1), ("wf", 3)]
+    assert [w.name for w in await store.list_workflows("app", 1)] == ["other"]
+    assert [(w.name, w.version) for w in await store.list_workflows("app", 10, "other")] == [("wf", 3)]
 
 
 async def test_concurrent_registrations_get_distinct_versions(store: Store) -> None:
