@@ -12,6 +12,7 @@ from typing import Any
 from quart import Quart
 
 from .. import __version__
+from ..workflow.model import STATUSES
 
 NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}
 DURATION = {"type": "string", "pattern": r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$", "examples": ["30s"]}
@@ -142,6 +143,25 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("GET", "/admin/timers"): ("Timer wheel status", None, 200, "admin"),
 }
 
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
+_STATUS = {"type": "string", "enum": sorted(STATUSES)}
+QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
+    ("GET", "/apps/{app_name}/workflows"): {"limit": _LIMIT, "cursor": {"type": "string"}},
+    ("GET", "/apps/{app_name}/runs"): {
+        "workflow": NAME,
+        "status": _STATUS,
+        "businessKey": {"type": "string"},
+        "limit": _LIMIT,
+        "cursor": {"type": "string"},
+    },
+    ("GET", "/apps/{app_name}/runs/{run_id}/events"): {
+        "after": {"type": "integer", "minimum": 0},
+        "limit": _LIMIT,
+        "cursor": {"type": "string"},
+    },
+    ("GET", "/admin/actors"): {"status": _STATUS, "limit": _LIMIT},
+}
+
 _PARAM = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 
 
@@ -171,6 +191,9 @@ def document(app: Quart) -> dict[str, Any]:
                 "schema": {"type": "integer"} if p == "version" else {"type": "string"},
             }
             for p in re.findall(r"{([a-z_]+)}", path)
+        ] + [
+            {"name": name, "in": "query", "required": False, "schema": schema}
+            for name, schema in QUERY.get((method, path), {}).items()
         ]
         op: dict[str, Any] = {
             "summary": summary,
