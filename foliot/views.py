@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .workflow.duration import format_timestamp as ts
-from .workflow.model import Event, Run, TaskRow
+from .workflow.model import Event, Run
 
 
 def run_view(run: Run) -> dict[str, Any]:
@@ -45,18 +45,4 @@ def event_view(event: Event) -> dict[str, Any]:
         "step": event.step,
         "attempt": event.attempt,
         "data": data,
-    }
-
-
-def task_row_view(task: TaskRow) -> dict[str, Any]:
-    return {
-        "taskToken": task.token,
-        "runId": task.run_id,
-        "step": task.step,
-        "attempt": task.attempt,
-        "generation": task.generation,
-        "queue": task.queue,
-        "status": task.status,
-        "closeReason": task.close_reason,
-        "deadline": ts(task.deadline),
     }

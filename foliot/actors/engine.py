@@ -133,9 +133,8 @@ class Engine:
     async def target(self, app: str) -> Target:
         now = self.clock.now()
         cached = self._targets.get(app)
-        if cached is not None and now - cached[0] < _TARGET_TTL_MS:
-            target = cached[1]
-            return target
+        if cached is not None and now < cached[0]:
+            return cached[1]
         record = await self.store.get_app(app)
         if record is None:
             raise NotFound(f"app {app!r} not found")
@@ -145,23 +144,20 @@ class Engine:
             if s.expires_at is None or s.expires_at > now
         ]
         target = Target(record.handler_base_url, tuple(self.vault.decrypt(s.secret_enc) for s in live))
-        # Cache no further than the next secret expiry, so the outgoing one stops in time.
-        expiries = [s.expires_at for s in live if s.expires_at is not None]
-        stamp = now if not expiries else min(now, min(expiries) - _TARGET_TTL_MS)
-        self._targets[app] = (stamp, target)
+        # Cache no longer than the next secret expiry, so the outgoing one stops in time.
+        valid_until = min([now + _TARGET_TTL_MS] + [s.expires_at for s in live if s.expires_at is not None])
+        self._targets[app] = (valid_until, target)
         return target
 
     def forget_target(self, app: str) -> None:
         self._targets.pop(app, None)
 
-    def dispatch(self, run: Run, task: TaskRef) -> None:
+    def dispatch(self, run: Run, task: TaskRef, path: str) -> None:
+        """Push the task to `path`, or offer it to its queue until a poller claims it."""
         if task.queue is not None:
             if task.claimed_by is None:
                 self.queues.offer(run.app, task.queue, task.token, run.run_id)
             return
-        definition = self._definitions.get((run.app, run.workflow, run.version))
-        step = definition.index.get(task.step) if definition is not None else None
-        path = step.handler if step is not None and step.handler else f"/foliot/{run.workflow}/{task.step}"
         self.dispatcher.push(run, task, path)
 
     def abort(self, token: str) -> None:
@@ -199,12 +195,17 @@ class Engine:
 
     # ------------------------------------------------------------------ API surface
 
-    async def ask(self, run_id: str, message: ActorMessage) -> tuple[Reply, Run | None]:
-        """Send a message to a run's actor and wait until it committed and answered."""
+    async def ask(
+        self, run_id: str, message: ActorMessage, known: Run | None = None
+    ) -> tuple[Reply, Run | None]:
+        """Send a message to a run's actor and wait until it committed and answered.
+
+        `known` is the run as the caller just read it; it spares a passivated run a second read.
+        """
         if not self.ready:
             raise Unavailable("the engine is starting; retry shortly")
         slot = ReplySlot()
-        await self.supervisor.ask(run_id, Envelope(message, slot))
+        await self.supervisor.ask(run_id, Envelope(message, slot), known)
         reply = await slot.wait()
         return reply, slot.value
 

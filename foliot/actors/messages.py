@@ -17,12 +17,7 @@ class Redeliver:
     token: str
 
 
-@attrs.frozen
-class Peek:
-    """Answer with the actor's current run document (no transition)."""
-
-
-ActorMessage = Message | Redeliver | Peek
+ActorMessage = Message | Redeliver
 
 
 @attrs.define

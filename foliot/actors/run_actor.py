@@ -17,9 +17,10 @@ import trio
 from ..errors import StaleWrite, StorageError, Unavailable, UniqueViolation
 from ..storage.base import UnitOfWork
 from ..workflow import machine
+from ..workflow.definition import Definition
 from ..workflow.machine import Rejected, Rewind, TimerFired, Transition
 from ..workflow.model import Run
-from .messages import Envelope, Peek, Redeliver
+from .messages import Envelope, Redeliver
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -98,14 +99,10 @@ class RunActor:
             if slot is not None:
                 slot.put(Rejected(404, "not_found", f"no run {self.run_id}"))
             return
-        if isinstance(msg, Peek):
-            if slot is not None:
-                slot.put(machine.Ok(run))
-            return
-        if isinstance(msg, Redeliver):
-            self.redeliver(run, msg.token)
-            return
         definition = await self.engine.definition(run.app, run.workflow, run.version)
+        if isinstance(msg, Redeliver):
+            self.redeliver(run, definition, msg.token)
+            return
         if isinstance(msg, Rewind) and msg.version is not None and msg.version != run.version:
             target = await self.engine.maybe_definition(run.app, run.workflow, msg.version)
             if target is None:
@@ -172,21 +169,20 @@ class RunActor:
         engine.timers.sync(tr.run)
         for effect in tr.effects:
             if isinstance(effect, machine.Dispatch):
-                engine.dispatch(tr.run, effect.task)
+                engine.dispatch(tr.run, effect.task, effect.path)
             elif isinstance(effect, machine.Abort):
                 engine.abort(effect.token)
         engine.notify(tr.run)
 
-    def redeliver(self, run: Run, token: str) -> None:
+    def redeliver(self, run: Run, definition: Definition, token: str) -> None:
+        """Send the open attempt again, same token and key; a 202-accepted one is left to its
+        deadline, and one already past its deadline to the deadline timer."""
         task = run.task
         if task is None or task.token != token or task.accepted or not run.is_open:
             return
-        if task.queue is not None:
-            if task.claimed_by is None:
-                self.engine.queues.offer(run.app, task.queue, task.token, run.run_id)
+        if task.queue is None and task.deadline is not None and task.deadline <= self.engine.clock.now():
             return
-        if task.deadline is not None and task.deadline > self.engine.clock.now():
-            self.engine.dispatch(run, task)
+        self.engine.dispatch(run, task, definition.step(task.step).push_path(run.workflow))
 
     def describe(self) -> dict[str, Any]:
         run = self.run

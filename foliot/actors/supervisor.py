@@ -86,12 +86,16 @@ class Supervisor:
             return False
         return True
 
-    async def ask(self, run_id: str, envelope: Envelope) -> None:
-        """Deliver, waiting for mailbox room if needed (only this caller waits)."""
+    async def ask(self, run_id: str, envelope: Envelope, run: Run | None = None) -> None:
+        """Deliver, waiting for mailbox room if needed (only this caller waits).
+
+        `run`, a document the caller just read from storage, seeds the actor if it has to be
+        spawned, so a passivated run is not read twice (a stale seed is caught by the guarded
+        write and reloaded)."""
         while True:
             if self.closed:
                 raise Unavailable("the server is shutting down")
-            actor = self._actor(run_id)
+            actor = self._actor(run_id, run)
             try:
                 actor.send.send_nowait(envelope)
                 return

@@ -195,8 +195,8 @@ async def events(app_name: str, run_id: str) -> Response:
 
 
 async def _intervene(app_name: str, run_id: str, message: machine.Message) -> Response:
-    await owned_run(app_name, run_id)
-    reply, run = await engine().ask(run_id, message)
+    known = await owned_run(app_name, run_id)
+    reply, run = await engine().ask(run_id, message, known)
     return reply_response(reply, run)
 
 

@@ -45,15 +45,14 @@ async def signal(app_name: str) -> Response:
         run = await eng.run_document(spec.run_id) if len(spec.run_id) <= 64 else None
         if run is None or run.app != app_name:
             raise NotFound(f"run {spec.run_id!r} not found")
-        run_id = run.run_id
     else:
         assert spec.workflow is not None and spec.business_key is not None
         check_name(spec.workflow, "workflow")
-        found = await eng.store.find_open_run(app_name, spec.workflow, spec.business_key)
-        if found is None:
+        run = await eng.store.find_open_run(app_name, spec.workflow, spec.business_key)
+        if run is None:
             raise NotFound(f"no open run of {spec.workflow!r} with businessKey {spec.business_key!r}")
-        run_id = found.run_id
-    reply, _ = await eng.ask(run_id, machine.SignalIn(spec.name, spec.payload, spec.signal_id))
+    run_id = run.run_id
+    reply, _ = await eng.ask(run_id, machine.SignalIn(spec.name, spec.payload, spec.signal_id), run)
     if isinstance(reply, machine.Rejected):
         raise rejected_error(reply)
     return json_response({"runId": run_id, "status": reply.value}, 202)

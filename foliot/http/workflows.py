@@ -60,19 +60,20 @@ async def list_workflows(app_name: str) -> Response:
 
 @blueprint.get("/apps/<app_name>/workflows/<name>")
 async def latest(app_name: str, name: str) -> Response:
-    await require_app(app_name)
-    check_name(name, "name")
-    record = await engine().store.get_workflow(app_name, name, None)
-    if record is None:
-        raise NotFound(f"workflow {name!r} not found")
-    return json_response(_view(record, full=True))
+    return await _one(app_name, name, None)
 
 
 @blueprint.get("/apps/<app_name>/workflows/<name>/versions/<int:version>")
 async def version(app_name: str, name: str, version: int) -> Response:
+    return await _one(app_name, name, version)
+
+
+async def _one(app_name: str, name: str, version: int | None) -> Response:
+    """One version of a workflow with its definition (the latest when `version` is None)."""
     await require_app(app_name)
     check_name(name, "name")
     record = await engine().store.get_workflow(app_name, name, version)
     if record is None:
-        raise NotFound(f"workflow {name!r} has no version {version}")
+        which = "" if version is None else f" version {version}"
+        raise NotFound(f"workflow {name!r}{which} not found")
     return json_response(_view(record, full=True))

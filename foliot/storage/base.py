@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -221,6 +220,3 @@ def timer_rows(run: Run) -> list[tuple[Any, ...]]:
 def idempotency_row(record: IdempotencyRecord) -> tuple[Any, ...]:
     """(app, key, request_hash, run_id, response, created_at)"""
     return (record.app, record.key, record.request_hash, record.run_id, record.response, record.created_at)
-
-
-Rows = Sequence[Any]

@@ -9,6 +9,7 @@ cannot jump while a statement is in flight.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -413,8 +414,6 @@ class SqliteStore:
 
 
 def _loads(text: str) -> Any:
-    import json
-
     return json.loads(text)
 
 

@@ -131,6 +131,10 @@ class Step:
     choices: tuple[Choice, ...] = ()
     default: str | None = None
 
+    def push_path(self, workflow: str) -> str:
+        """Where a push of this task step goes, below the app's handlerBaseUrl."""
+        return self.handler or f"/foliot/{workflow}/{self.name}"
+
 
 @attrs.frozen
 class Definition:

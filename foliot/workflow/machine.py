@@ -152,9 +152,10 @@ Message = (
 
 @attrs.frozen
 class Dispatch:
-    """Send the run's open task: push it to the handler or offer it to the queue."""
+    """Send the run's open task: push it to `path` or offer it to the queue."""
 
     task: TaskRef
+    path: str
 
 
 @attrs.frozen
@@ -394,7 +395,7 @@ class _Tx:
             queue=step.queue,
             deadline=deadline,
         )
-        self.effects.append(Dispatch(task))
+        self.effects.append(Dispatch(task, step.push_path(self.definition.name)))
 
     def enter_sleep(self, step: Step) -> str | None:
         if step.duration_ms is not None:

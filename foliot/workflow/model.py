@@ -139,7 +139,3 @@ def run_to_dict(run: Run) -> dict[str, Any]:
 
 def run_from_dict(data: dict[str, Any]) -> Run:
     return _codec.structure(data, Run)
-
-
-def event_to_dict(event: Event) -> dict[str, Any]:
-    return _codec.unstructure(event)  # type: ignore[no-any-return]

@@ -22,7 +22,3 @@ def compact_json(value: Any) -> bytes:
 def payload_size(value: Any) -> int:
     """Size in bytes of `value` as compact JSON: `<`, `>`, `&` count 1, U+2028 counts 3."""
     return len(compact_json(value))
-
-
-def fits(value: Any, limit: int) -> bool:
-    return payload_size(value) <= limit
