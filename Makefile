@@ -25,7 +25,7 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e"
 
 lint: $(STAMP)
-	$(BIN)/ruff check foliot tests bench
+	$(BIN)/ruff check foliot tests bench examples
 	$(BIN)/ruff format --check foliot
 	$(BIN)/mypy foliot
 
