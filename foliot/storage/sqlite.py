@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -111,6 +111,10 @@ class SqliteStore:
                 job.done.set()
 
     def _commit_batch(self, batch: list[_Job]) -> None:
+        """Commit `batch` in one transaction. Never raises: whatever goes wrong becomes the error
+        of the job it belongs to (or of every job, when the transaction itself fails), so the
+        writer task outlives any job (a RecursionError or a UnicodeEncodeError in one job's
+        document conversion included)."""
         conn = self._writer
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -118,21 +122,24 @@ class SqliteStore:
             for job in batch:
                 job.error = _translate(exc)
             return
-        for i, job in enumerate(batch):
-            conn.execute(f"SAVEPOINT j{i}")
-            try:
-                job.result = job.fn(conn)
-                conn.execute(f"RELEASE j{i}")
-            except (sqlite3.Error, StorageError) as exc:
-                conn.execute(f"ROLLBACK TO j{i}")
-                conn.execute(f"RELEASE j{i}")
-                job.error = _translate(exc) if isinstance(exc, sqlite3.Error) else exc
         try:
+            for i, job in enumerate(batch):
+                conn.execute(f"SAVEPOINT j{i}")
+                try:
+                    job.result = job.fn(conn)
+                    conn.execute(f"RELEASE j{i}")
+                except Exception as exc:  # this job's error; its neighbours go on
+                    conn.execute(f"ROLLBACK TO j{i}")
+                    conn.execute(f"RELEASE j{i}")
+                    job.error = _translate(exc) if isinstance(exc, sqlite3.Error) else exc
             conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            conn.execute("ROLLBACK")
+        except Exception as exc:  # the transaction itself failed: nothing of the batch is kept
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            error = _translate(exc) if isinstance(exc, sqlite3.Error) else StorageError(repr(exc))
             for job in batch:
-                job.error = _translate(exc)
+                job.result, job.error = None, error
             return
         self.batches += 1
         self.committed += len(batch)
