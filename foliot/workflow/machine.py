@@ -29,7 +29,7 @@ from .model import (
     TaskRow,
     Timer,
 )
-from .payload import PayloadError, payload_size
+from .payload import DepthError, PayloadError, loads, payload_size
 from .predicate import evaluate, lookup
 
 MAX_IMMEDIATE_STEPS: Final = 1000  # choices looping on themselves park the run as stuck
@@ -218,15 +218,17 @@ def classify_response(status: int, body: bytes, next_header: str | None) -> Outc
         if not body.strip():
             return Completed(None, next_header)
         try:
-            output = json.loads(body, parse_constant=_refuse_constant)
-        except (ValueError, UnicodeDecodeError):
+            output = loads(_json_text(body))
+        except DepthError as exc:
+            return Failed("invalid_output", f"the handler's answer {exc}", False)
+        except ValueError:  # UnicodeDecodeError and PayloadError included
             return Failed("invalid_output", "the handler's answer is not JSON", False)
         return Completed(output, next_header)
     retryable = status in (408, 429) or status >= 500 or status < 200
     cls, message = f"http_{status}", f"the handler answered {status}"
     try:
-        parsed = json.loads(body, parse_constant=_refuse_constant) if body.strip() else None
-    except (ValueError, UnicodeDecodeError):
+        parsed = loads(_json_text(body)) if body.strip() else None
+    except ValueError:
         parsed = None
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         err = parsed["error"]
@@ -247,8 +249,9 @@ def timeout_failure(message: str = "the attempt passed its deadline") -> Failed:
     return Failed("timeout", message, True)
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+def _json_text(body: bytes) -> str:
+    """A handler's body as text, in the encodings `json.loads` itself detects."""
+    return body.decode(json.detect_encoding(body))
 
 
 # --------------------------------------------------------------------------- the builder
