@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from typing import Final
 
 _UNITS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
-_DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$")
+# ASCII digits only (`\d` would take `٣`), matched whole (`$` would let a trailing newline in).
+_DURATION = re.compile(r"(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m(?!s))?(?:([0-9]+)s)?(?:([0-9]+)ms)?")
+_DURATION_MAX_CHARS = 64  # bounds every number's digits before int() sees it
 _MAX_MS = 10 * 365 * 86_400_000  # ten years: past this a timer is a typo
 
-_TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:\d{2})$")
+_TIMESTAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MS: Final = timedelta(milliseconds=1)
+# What `format_timestamp` can render: years 1..9999 in UTC.
+MIN_TIMESTAMP_MS: Final = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // _MS
+MAX_TIMESTAMP_MS: Final = (datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC) - _EPOCH) // _MS
 
 
 class DurationError(ValueError):
@@ -20,7 +30,9 @@ def parse_duration(text: str) -> int:
     """Parse a duration string into milliseconds; units in descending order, each once."""
     if not isinstance(text, str) or not text:
         raise DurationError("expected a duration such as '30s', '5m' or '1h30m'")
-    match = _DURATION.match(text)
+    if len(text) > _DURATION_MAX_CHARS:
+        raise DurationError(f"invalid duration: longer than {_DURATION_MAX_CHARS} characters")
+    match = _DURATION.fullmatch(text)
     if match is None or not any(match.groups()):
         raise DurationError(f"invalid duration {text!r}: use whole numbers with d, h, m, s or ms")
     total = 0
@@ -46,8 +58,12 @@ def format_duration(ms: int) -> str:
 
 
 def parse_timestamp(text: str) -> int:
-    """Parse an RFC 3339 timestamp with an explicit offset into epoch milliseconds."""
-    if not isinstance(text, str) or not _TIMESTAMP.match(text):
+    """Parse an RFC 3339 timestamp with an explicit offset into epoch milliseconds.
+
+    Refuses what `format_timestamp` could not render: anything before year 1 or from year 10000
+    on, once moved to UTC (`9999-12-31T23:59:59-23:59` is in year 10000).
+    """
+    if not isinstance(text, str) or not _TIMESTAMP.fullmatch(text):
         raise DurationError("expected an RFC 3339 timestamp such as '2026-11-29T18:00:00.000Z'")
     normalized = text.upper().replace("Z", "+00:00")
     # datetime keeps microseconds only; cut extra fraction digits.
@@ -61,12 +77,15 @@ def parse_timestamp(text: str) -> int:
         dt = datetime.fromisoformat(normalized)
     except ValueError as exc:
         raise DurationError(f"invalid timestamp {text!r}") from exc
-    return int(dt.timestamp() * 1000)
+    ms = (dt - _EPOCH) // _MS  # exact: aware subtraction never leaves datetime's range
+    if not MIN_TIMESTAMP_MS <= ms <= MAX_TIMESTAMP_MS:
+        raise DurationError(f"timestamp {text!r} is outside years 1..9999 in UTC")
+    return ms
 
 
 def format_timestamp(ms: int | None) -> str | None:
-    """Epoch milliseconds as `2026-11-29T18:00:00.000Z`."""
+    """Epoch milliseconds as `2026-11-29T18:00:00.000Z` (exact integer arithmetic)."""
     if ms is None:
         return None
-    dt = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    dt = _EPOCH + timedelta(milliseconds=ms)
+    return dt.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"

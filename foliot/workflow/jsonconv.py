@@ -1,7 +1,8 @@
 """A strict cattrs converter for camelCase JSON documents.
 
 Strict means: no coercion (`"3"` is not an int, `1` is not a bool, a string is not a list),
-unknown keys are refused, and every error names the camelCase path of the offending field.
+integers fit in 64 bits (storage cannot bind more), unknown keys are refused, and every error
+names the camelCase path of the offending field.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cattrs.gen import make_dict_structure_fn, override
 
 T = TypeVar("T")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_INT64 = 2**63
 
 
 class ValidationError(ValueError):
@@ -35,7 +37,7 @@ def camel(name: str) -> str:
 
 def is_name(value: Any) -> bool:
     """Names of apps, workflows, steps, signals and queues; `$`-names are reserved."""
-    return isinstance(value, str) and bool(_NAME.match(value))
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None  # `$` would take "a\n"
 
 
 def _strict(kind: type, label: str) -> Callable[[Any, Any], Any]:
@@ -48,6 +50,8 @@ def _strict(kind: type, label: str) -> Callable[[Any, Any], Any]:
             raise TypeError(f"expected {label}")
         if not isinstance(value, kind):
             raise TypeError(f"expected {label}")
+        if isinstance(value, int) and not -_INT64 <= value < _INT64:
+            raise TypeError("expected a 64-bit integer")
         return value
 
     return hook
