@@ -18,6 +18,7 @@ import trio
 
 from .. import signing
 from ..errors import StorageError
+from ..workflow.definition import HandlerPathError, push_url
 from ..workflow.duration import format_timestamp
 from ..workflow.machine import (
     Failed,
@@ -146,6 +147,10 @@ class Dispatcher:
         target = await self._resolve(run, task)
         if target is None:
             return timeout_failure("storage was unavailable until the attempt's deadline")
+        try:
+            url = push_url(target.handler_base_url, path)
+        except HandlerPathError as exc:
+            return Failed("invalid_handler", f"handler path {path[:200]!r} {exc}", False)
         body = compact_json(task_body(run, task))
         headers = {
             "content-type": "application/json",
@@ -156,7 +161,6 @@ class Dispatcher:
             "traceparent": traceparent(run, task),
             "user-agent": "foliot",
         }
-        url = target.handler_base_url.rstrip("/") + path
         assert task.deadline is not None
         budget_ms = min(task.deadline - self._now(), self._sync_cap_ms)
         if budget_ms <= 0:

@@ -8,7 +8,9 @@ targets, so the machine never re-interprets text.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
+from urllib.parse import unquote
 
 import attrs
 
@@ -28,6 +30,10 @@ DEFAULT_INITIAL_INTERVAL_MS: Final = 1_000
 DEFAULT_BACKOFF: Final = 2.0
 DEFAULT_MAX_INTERVAL_MS: Final = 60_000
 MAX_ATTEMPTS_CAP: Final = 1000
+MAX_HANDLER_PATH: Final = 1024
+# RFC 3986 path characters: unreserved, sub-delims, ':', '@', '/' and %XX escapes. No '?', '#',
+# '\\', spaces, controls or raw non-ASCII.
+_PATH_CHARS: Final = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})*")
 
 
 @attrs.frozen
@@ -209,17 +215,52 @@ def _retry(spec: RetrySpec | None, defaults: RetrySpec | None, field: str) -> Re
     )
 
 
-def _handler_path(path: str, field: str) -> str:
-    if (
-        not path.startswith("/")
-        or path.startswith("//")
-        or "://" in path
-        or "\\" in path
-        or any(c.isspace() or ord(c) < 32 for c in path)
-        or "#" in path
-    ):
-        raise ValidationError(field, "must be a path starting with '/' (absolute URLs are refused)")
+class HandlerPathError(ValueError):
+    """A step `handler` that is not a plain path below the app's handlerBaseUrl."""
+
+
+def check_handler_path(path: str) -> str:
+    """`path` if it stays below whatever base URL it is appended to, else `HandlerPathError`.
+
+    A path starts with one `/`, holds only RFC 3986 path characters, and none of its segments is
+    `.` or `..` or decodes to something holding `/`, `\\`, `%` (double encoding) or a control
+    character: `/../b`, `/%2e%2E/b`, `/a%2fb` and `/a%5c..` are all refused.
+    """
+    if not isinstance(path, str) or not path.startswith("/") or path.startswith("//"):
+        raise HandlerPathError("must be a path starting with a single '/' (absolute URLs are refused)")
+    if len(path) > MAX_HANDLER_PATH:
+        raise HandlerPathError(f"is longer than {MAX_HANDLER_PATH} characters")
+    if _PATH_CHARS.fullmatch(path) is None:
+        raise HandlerPathError(
+            "must hold only URL path characters (no '?', '#', '\\', spaces or raw non-ASCII; "
+            "percent-encode them)"
+        )
+    for segment in path.split("/")[1:]:
+        try:
+            decoded = unquote(segment, errors="strict") if "%" in segment else segment
+        except UnicodeDecodeError:
+            raise HandlerPathError("has a %XX escape that is not UTF-8") from None
+        if decoded in (".", ".."):
+            raise HandlerPathError("must not contain '.' or '..' segments (percent-encoded or not)")
+        if any(c in decoded for c in "/\\%") or any(ord(c) < 32 or ord(c) == 127 for c in decoded):
+            raise HandlerPathError("must not percent-encode '/', '\\', '%' or control characters")
     return path
+
+
+def push_url(handler_base_url: str, path: str) -> str:
+    """The URL a task is pushed to: the base URL plus a checked path, never outside the base.
+
+    Definitions are checked when registered; this guards every push as well, so a path that
+    slipped in any other way cannot reach another tenant's endpoints.
+    """
+    return handler_base_url.rstrip("/") + check_handler_path(path)
+
+
+def _handler_path(path: str, field: str) -> str:
+    try:
+        return check_handler_path(path)
+    except HandlerPathError as exc:
+        raise ValidationError(field, str(exc)) from None
 
 
 def parse_definition(raw: Any) -> Definition:
