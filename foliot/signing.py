@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Iterable
 
@@ -43,7 +44,15 @@ def sign(body: bytes, secrets: Iterable[str], timestamp: int | None = None) -> s
     return ",".join(parts)
 
 
+_MAX_HEADER = 4096
+_MAX_TIMESTAMP_DIGITS = 12  # unix seconds until the year 33658
+_V1 = re.compile(r"[0-9a-f]{64}")
+
+
 def parse_header(header: str) -> tuple[int, list[str]]:
+    """`(t, [v1, ...])` from a `foliot-signature` value; `SignatureError` for any malformed one."""
+    if not isinstance(header, str) or len(header) > _MAX_HEADER or not header.isascii():
+        raise SignatureError("malformed foliot-signature header")
     timestamp: int | None = None
     signatures: list[str] = []
     for item in header.split(","):
@@ -51,10 +60,13 @@ def parse_header(header: str) -> tuple[int, list[str]]:
         if not sep:
             raise SignatureError("malformed foliot-signature header")
         if key == "t":
-            if not value.isdigit():
+            # ASCII digits only: `str.isdigit` takes "²", which `int()` refuses.
+            if timestamp is not None or not 1 <= len(value) <= _MAX_TIMESTAMP_DIGITS or not value.isdigit():
                 raise SignatureError("malformed timestamp in foliot-signature")
             timestamp = int(value)
         elif key == "v1":
+            if _V1.fullmatch(value) is None:
+                raise SignatureError("malformed v1 signature in foliot-signature")
             signatures.append(value)
     if timestamp is None or not signatures:
         raise SignatureError("foliot-signature needs t= and at least one v1=")
