@@ -1,8 +1,11 @@
 """The quart-trio application: factory, authentication, strict bodies, error mapping.
 
-Every error leaves as `{"error": {"code", "message", ...}}`; no stack trace ever does. Bodies
+Every response is JSON, errors as `{"error": {"code", "message", ...}}` (unknown routes 404,
+wrong methods 405 with `Allow`, never an HTML redirect); no stack trace ever leaves. Bodies
 over `2 * FOLIOT_PAYLOAD_MAX_BYTES + 64 KiB` are refused from their Content-Length (or as soon
-as the stream passes the limit) before they are read in full.
+as the stream passes the limit) before they are read in full; a body must be JSON (415
+otherwise) nested at most `BODY_MAX_DEPTH` levels; numbers in paths and query strings are ASCII
+digits within bounds.
 """
 
 from __future__ import annotations
@@ -15,11 +18,12 @@ from typing import Any, TypeVar
 import attrs
 from quart import Quart, Response, g, request
 from quart_trio import QuartTrio
-from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
 from .. import credentials
 from ..actors.engine import Engine
 from ..config import Settings
+from ..digits import INT64_MAX, ascii_int
 from ..errors import (
     ApiError,
     Forbidden,
@@ -32,6 +36,7 @@ from ..errors import (
     Unavailable,
 )
 from ..workflow.jsonconv import ValidationError, is_name, structure
+from ..workflow.payload import MAX_DEPTH, DepthError, loads
 
 T = TypeVar("T")
 log = logging.getLogger("foliot.http")
@@ -44,7 +49,26 @@ _HTTP_CODES = {
     405: "method_not_allowed",
     409: "conflict",
     413: "payload_too_large",
+    415: "unsupported_media_type",
 }
+
+BODY_MAX_DEPTH = MAX_DEPTH + 2
+"""A body's own object and one wrapper (`set` of a state edit) come on top of a value's levels."""
+
+
+class UnsupportedMediaType(ApiError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+def is_json_media_type(content_type: str) -> bool:
+    """`application/json`, `application/*+json` and the SWF protocol's `application/x-amz-json-*`,
+    with any parameters (`; charset=utf-8`)."""
+    mime = content_type.partition(";")[0].strip().lower()
+    kind, _, subtype = mime.partition("/")
+    return kind == "application" and (
+        subtype == "json" or subtype.endswith("+json") or subtype.startswith("x-amz-json-")
+    )
 
 
 @attrs.frozen
@@ -129,10 +153,6 @@ async def require_app(app: str) -> Caller:
 # ---------------------------------------------------------------------- bodies and queries
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 async def raw_json(*, empty_ok: bool = False) -> Any:
     data = await request.get_data(cache=True, as_text=False)
     assert isinstance(data, bytes)
@@ -141,7 +161,12 @@ async def raw_json(*, empty_ok: bool = False) -> Any:
             return {}
         raise InvalidRequest("the request body must be a JSON object")
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+        return loads(data.decode("utf-8"), BODY_MAX_DEPTH)
+    except DepthError:
+        raise InvalidRequest(
+            f"the request body nests arrays/objects deeper than {BODY_MAX_DEPTH} levels "
+            f"(a value may nest {MAX_DEPTH})"
+        ) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidRequest(f"malformed JSON: {exc}") from None
 
@@ -160,16 +185,17 @@ def parse(raw: Any, cls: type[T]) -> T:
         raise InvalidRequest(exc.message, field=exc.field or None) from None
 
 
+def number(raw: str, field: str, low: int = 0, high: int = INT64_MAX) -> int:
+    """A number from a query string, cursor or path: ASCII digits in `low..high`, else 400."""
+    try:
+        return ascii_int(raw, low, high)
+    except ValueError:
+        raise InvalidRequest(f"must be a whole number {low}..{high}", field=field) from None
+
+
 def query_int(name: str, default: int, low: int, high: int) -> int:
     raw = request.args.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit():
-        raise InvalidRequest(f"must be an integer {low}..{high}", field=name)
-    value = int(raw)
-    if not low <= value <= high:
-        raise InvalidRequest(f"must be {low}..{high}", field=name)
-    return value
+    return default if raw is None else number(raw, name, low, high)
 
 
 def check_query(allowed: set[str]) -> None:
@@ -191,7 +217,10 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
     app.config["MAX_CONTENT_LENGTH"] = settings_.body_max_bytes
     app.config["BODY_TIMEOUT"] = 60
     app.config["JSON_SORT_KEYS"] = False
+    # `/runs/` answers like `/runs`, and `/apps//x` is a JSON 404: werkzeug would otherwise
+    # answer either with an HTML redirect.
     app.url_map.strict_slashes = False
+    app.url_map.merge_slashes = False
 
     @app.before_request
     async def _context() -> Response | None:
@@ -205,6 +234,15 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
                     f"request body of {length} bytes is over the {settings_.body_max_bytes}-byte limit"
                 )
             )
+        has_body = bool(length) or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+        content_type = request.headers.get("Content-Type")
+        # No Content-Type at all is taken as JSON (docs/decisions.md); any other type is refused.
+        if has_body and content_type is not None and not is_json_media_type(content_type):
+            return error_response(
+                UnsupportedMediaType("request bodies are JSON: send Content-Type: application/json")
+            )
+        if "\x00" in request.path or any("\x00" in k or "\x00" in v for k, v in request.args.items(True)):
+            return error_response(InvalidRequest("NUL characters are not allowed in paths or queries"))
         return None
 
     @app.after_request
@@ -240,9 +278,21 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
     @app.errorhandler(HTTPException)
     async def _http_error(error: HTTPException) -> Response:
         status = error.code or 500
-        api = ApiError(error.description or error.name, code=_HTTP_CODES.get(status, "internal"))
+        if status < 400:  # a routing redirect: answer JSON, never werkzeug's HTML page
+            status = 404
+        code = _HTTP_CODES.get(status, "invalid_request" if status < 500 else "internal")
+        if status == 404:
+            message = f"no route {request.path!r}"[:300]
+        elif isinstance(error, MethodNotAllowed):
+            message = f"{request.method} is not allowed here"
+        else:
+            message = error.description or error.name
+        api = ApiError(message, code=code)
         api.status = status
-        return error_response(api)
+        response = error_response(api)
+        if isinstance(error, MethodNotAllowed) and error.valid_methods:
+            response.headers["Allow"] = ", ".join(sorted(error.valid_methods))
+        return response
 
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 from quart import Blueprint, Response, request
 
+from ..digits import INT64_MAX
 from ..errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge
 from ..storage.base import RunFilter, decode_cursor, encode_cursor
 from ..views import event_view, run_view
@@ -23,6 +24,7 @@ from .app import (
     check_query,
     engine,
     json_response,
+    number,
     parse,
     query_int,
     raw_json,
@@ -35,6 +37,7 @@ blueprint = Blueprint("runs", __name__)
 MAX_BUSINESS_KEY = 256
 MAX_IDEMPOTENCY_KEY = 255
 MAX_REASON = 1024
+MAX_CURSOR = 512  # far above any cursor this API returns
 
 
 @attrs.frozen
@@ -160,14 +163,25 @@ async def list_runs(app_name: str) -> Response:
     after = None
     cursor = args.get("cursor")
     if cursor:
-        parts = decode_cursor(cursor, 2)
-        if parts is None or not isinstance(parts[0], int) or not isinstance(parts[1], str):
-            raise InvalidRequest("not a cursor this API returned", field="cursor")
-        after = (parts[0], parts[1])
+        after = _runs_cursor(cursor)
     runs = await engine().store.list_runs(RunFilter(app_name, workflow, status, bkey), limit + 1, after)
     page = runs[:limit]
     next_cursor = encode_cursor(page[-1].created_at, page[-1].run_id) if len(runs) > limit else None
     return json_response({"runs": [run_view(r) for r in page], "nextCursor": next_cursor})
+
+
+def _runs_cursor(cursor: str) -> tuple[int, str]:
+    """`(createdAt, runId)` from a runs cursor; 400 unless it could be one this API returned."""
+    parts = decode_cursor(cursor, 2) if len(cursor) <= MAX_CURSOR else None
+    if (
+        parts is None
+        or type(parts[0]) is not int
+        or not -INT64_MAX <= parts[0] <= INT64_MAX
+        or not isinstance(parts[1], str)
+        or not 1 <= len(parts[1]) <= 64
+    ):
+        raise InvalidRequest("not a cursor this API returned", field="cursor")
+    return parts[0], parts[1]
 
 
 @blueprint.get("/apps/<app_name>/runs/<run_id>")
@@ -184,9 +198,7 @@ async def events(app_name: str, run_id: str) -> Response:
     after = query_int("after", 0, 0, 2**62)
     cursor = request.args.get("cursor")
     if cursor:
-        if not cursor.isdigit():
-            raise InvalidRequest("not a cursor this API returned", field="cursor")
-        after = int(cursor)
+        after = number(cursor, "cursor")
     limit = query_int("limit", 100, 1, 1000)
     rows = await engine().store.list_events(run_id, after, limit + 1)
     page = rows[:limit]

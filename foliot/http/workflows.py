@@ -11,7 +11,7 @@ from ..storage.base import WorkflowRecord
 from ..workflow.definition import canonical_json, parse_definition
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.jsonconv import ValidationError, is_name
-from .app import check_name, check_query, engine, json_response, query_int, raw_json, require_app
+from .app import check_name, check_query, engine, json_response, number, query_int, raw_json, require_app
 
 blueprint = Blueprint("workflows", __name__)
 
@@ -63,15 +63,17 @@ async def latest(app_name: str, name: str) -> Response:
     return await _one(app_name, name, None)
 
 
-@blueprint.get("/apps/<app_name>/workflows/<name>/versions/<int:version>")
-async def version(app_name: str, name: str, version: int) -> Response:
+@blueprint.get("/apps/<app_name>/workflows/<name>/versions/<version>")
+async def version(app_name: str, name: str, version: str) -> Response:
     return await _one(app_name, name, version)
 
 
-async def _one(app_name: str, name: str, version: int | None) -> Response:
+async def _one(app_name: str, name: str, version_text: str | None) -> Response:
     """One version of a workflow with its definition (the latest when `version` is None)."""
     await require_app(app_name)
     check_name(name, "name")
+    # Not werkzeug's `int:` converter: it takes Unicode digits and hands SQLite any size.
+    version = None if version_text is None else number(version_text, "version", low=1)
     record = await engine().store.get_workflow(app_name, name, version)
     if record is None:
         which = "" if version is None else f" version {version}"
