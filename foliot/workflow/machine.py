@@ -314,6 +314,13 @@ class _Tx:
             self.effects.append(Abort(task.token))
         self.set(task=None)
 
+    def arm(self, kind: str, due: int, label: str) -> Timer:
+        """A new step timer. Its key carries the run's arming counter, so no firing of an
+        earlier arming (same step, same generation, same token) can ever match it."""
+        n = self.run.armings + 1
+        self.set(armings=n)
+        return Timer(kind, due, f"{label}#{n}")
+
     # ------------------------------------------------------------------ parking and closing
 
     def park(self, status: str, **changes: Any) -> None:
@@ -387,7 +394,7 @@ class _Tx:
             queue=step.queue,
             deadline=deadline,
         )
-        timer = Timer("task_deadline", deadline, task.token) if deadline is not None else None
+        timer = self.arm("task_deadline", deadline, task.token) if deadline is not None else None
         self.park("running", attempt=attempt, task=task, timer=timer)
         self.tasks.append(self.task_row(task, "open", None))
         self.emit(
@@ -421,8 +428,8 @@ class _Tx:
             self.emit("sleep_finished", step.name)
             self.emit("step_completed", step.name)
             return step.next
-        key = f"{self.run.generation}:{step.name}"
-        self.park("sleeping", wake_at=due, timer=Timer("sleep", due, key))
+        timer = self.arm("sleep", due, f"{self.run.generation}:{step.name}")
+        self.park("sleeping", wake_at=due, timer=timer)
         return None
 
     def enter_wait(self, step: Step) -> str | None:
@@ -435,7 +442,7 @@ class _Tx:
         wake_at = None
         if step.timeout_ms is not None:
             wake_at = self.ctx.now + step.timeout_ms
-            timer = Timer("wait_timeout", wake_at, f"{self.run.generation}:{step.name}")
+            timer = self.arm("wait_timeout", wake_at, f"{self.run.generation}:{step.name}")
         self.park("waiting", wait_signal=step.signal, wake_at=wake_at, timer=timer)
         return None
 
@@ -481,8 +488,8 @@ class _Tx:
         if retry.allows(attempt, failure.cls, failure.retryable):
             delay = retry.backoff_ms(attempt)
             due = self.ctx.now + delay
-            key = f"{self.run.generation}:{step.name}:{attempt + 1}"
-            self.park("running", timer=Timer("retry", due, key))
+            timer = self.arm("retry", due, f"{self.run.generation}:{step.name}:{attempt + 1}")
+            self.park("running", timer=timer)
             self.emit("retry_scheduled", step.name, attempt, delayMs=delay, nextAttempt=attempt + 1, at=due)
             return
         self.step_failed(step, ErrorInfo(step.name, failure.cls, failure.message))
@@ -686,7 +693,7 @@ def _on_claim(tx: _Tx, msg: Claim) -> Reply | None:
     assert step.timeout_ms is not None
     deadline = tx.ctx.now + step.timeout_ms
     claimed = attrs.evolve(task, deadline=deadline, claimed_by=msg.worker_id or "")
-    tx.set(task=claimed, timer=Timer("task_deadline", deadline, task.token))
+    tx.set(task=claimed, timer=tx.arm("task_deadline", deadline, task.token))
     tx.tasks.append(tx.task_row(claimed, "open", None))
     tx.emit("task_claimed", step.name, task.attempt, workerId=msg.worker_id, deadline=deadline)
     tx.effects.append(Claimed(claimed))
@@ -704,7 +711,7 @@ def _on_heartbeat(tx: _Tx, msg: Heartbeat) -> Reply | None:
     assert step.timeout_ms is not None
     deadline = tx.ctx.now + step.timeout_ms
     extended = attrs.evolve(task, deadline=deadline)
-    tx.set(task=extended, timer=Timer("task_deadline", deadline, task.token))
+    tx.set(task=extended, timer=tx.arm("task_deadline", deadline, task.token))
     tx.tasks.append(tx.task_row(extended, "open", None))
     tx.reply = Ok({"cancelRequested": False, "deadline": deadline})
     return None

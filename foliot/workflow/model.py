@@ -43,7 +43,11 @@ class TaskRef:
 
 @attrs.frozen
 class Timer:
-    """The run's step timer. `key` tells a current firing from a stale one."""
+    """The run's step timer. `key` names one arming: a firing applies only while the run still
+    holds a timer with that key, so a stale or duplicated firing can never end a later arming.
+
+    Step-timer keys end in `#<n>`, the run's arming counter (`Run.armings`); documents stored
+    before the counter existed hold keys without it and still match their own firings."""
 
     kind: str  # sleep | wait_timeout | task_deadline | retry
     due: int
@@ -84,6 +88,7 @@ class Run:
     carried_error: ErrorInfo | None = None
     buffer: tuple[BufferedSignal, ...] = ()
     signal_ids: tuple[str, ...] = ()
+    armings: int = 0  # step timers armed so far; numbers the next one (Timer.key)
     seq: int = 0  # the last event's sequence number; also the row's write version
 
     @property

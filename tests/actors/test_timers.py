@@ -209,3 +209,104 @@ async def test_a_push_waits_for_storage_instead_of_burning_an_attempt(
     run = await env.until(run_id, "completed")
     assert calls == 4 and len(env.pushes) == 1 and env.pushes[0].body["attempt"] == 1
     assert run.state == {"t": None}
+
+
+# --------------------------------------------------------------------------- timer identity
+
+
+LOOP = {
+    "name": "loop",
+    "steps": [
+        {"name": "s", "type": "sleep", "duration": "10s"},
+        {
+            "name": "c",
+            "type": "choice",
+            "choices": [{"when": {"path": "input.stop", "op": "eq", "value": True}, "next": "$end"}],
+            "default": "s",
+        },
+    ],
+}
+
+
+def _sleeps(events: list[Any]) -> list[int]:
+    """Each sleep's length in ms, from its sleep_started to its sleep_finished."""
+    out: list[int] = []
+    started: int | None = None
+    for e in events:
+        if e.type == "sleep_started":
+            assert started is None, "a sleep started while another was running"
+            started = e.at
+        elif e.type == "sleep_finished":
+            assert started is not None, "a sleep finished twice"
+            out.append(e.at - started)
+            started = None
+    return out
+
+
+def _fail_commits(env: Env, monkeypatch: pytest.MonkeyPatch, start: float, end: float) -> None:
+    """Every commit between trio times `start` and `end` fails as if the database were down."""
+    from foliot.errors import StorageUnavailable
+
+    real = env.engine.store.commit
+
+    async def flaky(unit: Any) -> None:
+        if start <= trio.current_time() < end:
+            raise StorageUnavailable("database is down")
+        await real(unit)
+
+    monkeypatch.setattr(env.engine.store, "commit", flaky)
+
+
+@pytest.mark.parametrize("settings_overrides", [{"timer_window_ms": 60_000}])
+async def test_a_looping_sleep_is_never_cut_short_by_a_stale_firing(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from foliot.workflow import machine
+
+    await env.register(LOOP)
+    t0 = trio.current_time()
+    run_id = await env.start("loop", {"stop": False})
+    _fail_commits(env, monkeypatch, t0 + 25, t0 + 65)  # writes fail for 40 s
+    await advance(200)
+    await env.engine.ask(run_id, machine.Cancel())
+    events = await env.engine.store.list_events(run_id, 0, 1000)
+    lengths = _sleeps(events)
+    assert len(lengths) >= 10
+    assert all(n >= 10_000 for n in lengths), lengths
+
+
+async def test_a_heartbeat_whose_commit_straddles_the_deadline_extends_it(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from foliot.workflow import machine
+
+    env.answer("t", ok(None, 202))
+    await env.register(
+        {
+            "name": "hb",
+            "steps": [{"name": "t", "type": "task", "timeout": "10s", "retry": {"maxAttempts": 1}}],
+        }
+    )
+    t0, c0 = trio.current_time(), env.engine.clock.now()
+    run_id = await env.start("hb")
+    await env.until_pushes(1)
+    token = env.pushes[0].body["taskToken"]
+    real = env.engine.store.commit
+
+    async def slow(unit: Any) -> None:
+        await advance(0.5)  # the heartbeat's commit is still running when the deadline passes
+        await real(unit)
+
+    await advance(9.9 - _elapsed(t0))
+    monkeypatch.setattr(env.engine.store, "commit", slow)
+    reply, _ = await env.engine.ask(run_id, machine.Heartbeat(token))
+    assert isinstance(reply, machine.Ok)
+    monkeypatch.setattr(env.engine.store, "commit", real)
+    await advance(15 - _elapsed(t0))
+    run = await env.engine.store.get_run(run_id)
+    assert run is not None and run.status == "running" and run.task is not None
+    run = await env.until(run_id, "failed")
+    events = await env.engine.store.list_events(run_id, 0, 100)
+    timed_out = [e for e in events if e.type == "task_timed_out"]
+    assert len(timed_out) == 1
+    assert timed_out[0].at - c0 == 19_900  # the heartbeat's deadline: 9.9 s + 10 s
