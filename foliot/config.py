@@ -34,6 +34,7 @@ class Settings:
     passivate_after_ms: int = 60_000
     mailbox_size: int = 64
     timer_window_ms: int = 60_000
+    timer_max_inflight: int = 256
     log_level: str = "INFO"
 
     @property
@@ -57,5 +58,6 @@ class Settings:
             passivate_after_ms=_int(e, "FOLIOT_PASSIVATE_AFTER_MS", 60_000),
             mailbox_size=_int(e, "FOLIOT_MAILBOX_SIZE", 64),
             timer_window_ms=_int(e, "FOLIOT_TIMER_WINDOW_MS", 60_000),
+            timer_max_inflight=max(1, _int(e, "FOLIOT_TIMER_MAX_INFLIGHT", 256)),
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
         )

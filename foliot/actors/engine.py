@@ -53,7 +53,13 @@ class Engine:
         self.vault = vault
         self.supervisor = Supervisor(self)
         self.queues = Queues()
-        self.timers = TimerWheel(store, self.clock, self._deliver_timer, window_ms=settings.timer_window_ms)
+        self.timers = TimerWheel(
+            store,
+            self.clock,
+            self._deliver_timer,
+            window_ms=settings.timer_window_ms,
+            max_inflight=settings.timer_max_inflight,
+        )
         self._own_client = http_client is None
         self.http = http_client or httpx.AsyncClient(follow_redirects=False)
         self.dispatcher = Dispatcher(

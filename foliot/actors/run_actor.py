@@ -82,13 +82,27 @@ class RunActor:
                     return  # passivate; the supervisor unregisters us without a checkpoint
                 continue
             self.current = envelope
-            await self.handle(envelope)
+            await self._handle_settled(envelope)
             self.current = None
             self.processed += 1
             if self.mailbox_depth == 0 and (
                 self.run is None or not self.run.is_open or (self.stop_requested and self.parked)
             ):
                 return
+
+    async def _handle_settled(self, envelope: Envelope) -> None:
+        """`handle`; a timer firing is then settled with the wheel, which holds it in flight
+        until told: done once the run no longer holds that arming (applied or stale), else
+        (storage failed, a crash) handed out again after a backoff."""
+        msg = envelope.message
+        try:
+            await self.handle(envelope)
+        finally:
+            if isinstance(msg, TimerFired):
+                held = self.run is not None and any(
+                    slot == msg.slot and t.key == msg.key for slot, t in self.run.timers()
+                )
+                self.engine.timers.settle(self.run_id, msg, applied=not held)
 
     async def handle(self, envelope: Envelope) -> None:
         self.last_message_at = self.engine.clock.now()
@@ -145,13 +159,15 @@ class RunActor:
         if envelope.reply is not None:
             envelope.reply.fail(Unavailable("storage is unavailable; nothing was changed, retry"))
             return
-        # No caller to tell (a timer, a push answer): try again later, as the message still holds.
+        if isinstance(envelope.message, TimerFired):
+            # The wheel owns a firing until it is settled; it hands it out again after a backoff.
+            self.engine.timers.settle(self.run_id, envelope.message, applied=False)
+            return
+        # No caller to tell (a push answer): try again later, as the message still holds.
         if envelope.attempts < _MAX_REDELIVERIES:
             delay = min(0.2 * 2**envelope.attempts, 5.0)
             retry = attrs.evolve(envelope, attempts=envelope.attempts + 1)
             self.engine.later(delay, self.run_id, retry)
-        elif isinstance(envelope.message, TimerFired):
-            self.engine.timers.retry_later(self.run_id, envelope.message, 10_000)
 
     def _drain_after_storage_failure(self, exc: StorageError) -> None:
         while True:

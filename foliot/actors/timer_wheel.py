@@ -1,10 +1,23 @@
 """One actor for every durable timer: sleeps, wait timeouts, task deadlines, backoffs, run timeouts.
 
-Timers are rows in storage (derived from each run's document on every commit). The wheel keeps
-only those due within `window_ms` in a heap and pages later ones in as time advances, so a
-million parked runs cost a million rows, not a million heap entries. Entries are never
-deleted from the heap: a superseded one is recognised as stale when it surfaces (its key no
-longer matches the run's current timer) and skipped, as trio's own deadline heap does.
+Timers are rows in storage (derived from each run's document on every commit), read in storage
+order `(due_at, run_id, slot)`. The wheel holds only a prefix of that order in memory: at most
+`page_size` rows paged in at a time, and none due later than `window_ms` ahead, so a million
+parked runs cost a million rows, not a million heap entries. Everything before `_limit` is known
+to the wheel; armings committed by this node (`sync`) join the prefix when they fall inside it.
+
+A timer is in one of three places: *waiting* (in the heap), *in flight* (handed to its run's
+actor, not yet settled) or in storage only. A firing is in flight from delivery until the actor
+`settle`s it, after its commit or once it found the firing stale; while in flight, neither a
+page-in nor a sync adds that arming again, so it fires once. At most `max_inflight` firings are
+out at a time, which paces a storm of timers due together at the rate the store commits them and
+bounds how many passivated runs timers rehydrate at once. A firing that could not be applied
+(storage down, the actor crashed) goes back to waiting with a backoff; one whose mailbox was
+full is handed out again 100 ms later, never twice at once.
+
+Heap entries are never deleted: a superseded one is recognised as stale when it surfaces and
+skipped, and the heap is rebuilt when stale entries outnumber live ones, as trio's own deadline
+heap does.
 """
 
 from __future__ import annotations
@@ -12,40 +25,81 @@ from __future__ import annotations
 import heapq
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final, Protocol
 
 import trio
 
 from ..clock import Clock
-from ..storage.base import Store
+from ..storage.base import TimerRecord
 from ..workflow.machine import TimerFired
 from ..workflow.model import Run
 
 log = logging.getLogger("foliot.timers")
 
 TimerId = tuple[str, str]  # (run_id, slot)
-_PAGE = 5_000
+Position = tuple[int, str, str]  # (due_at, run_id, slot): the storage order
+FlightId = tuple[str, str, str]  # (run_id, slot, key): one arming
+
+MAILBOX_FULL_RETRY_MS: Final = 100
+RETRY_MS: Final = (200, 1_000, 5_000, 10_000)  # after a firing was not applied, by attempt
+LEASE_MS: Final = 120_000  # a firing never settled (a lost message) is handed out again
+
+
+class TimerSource(Protocol):
+    """What the wheel needs from a store."""
+
+    async def timers_due_before(
+        self, before: int, limit: int, after: Position | None = None
+    ) -> list[TimerRecord]: ...
+
+
+class _Entry:
+    """One arming the wheel knows about."""
+
+    __slots__ = ("attempts", "due", "fire_at", "key", "kind", "seq")
+
+    def __init__(self, kind: str, key: str, due: int, fire_at: int, attempts: int = 0) -> None:
+        self.kind = kind
+        self.key = key
+        self.due = due
+        self.fire_at = fire_at
+        self.attempts = attempts
+        self.seq = 0
+
+
+def _just_after(pos: Position) -> Position:
+    """The smallest position greater than `pos` (never sent to SQL: only compared here)."""
+    return (pos[0], pos[1], pos[2] + "\x00")
 
 
 class TimerWheel:
     def __init__(
         self,
-        store: Store,
+        store: TimerSource,
         clock: Clock,
         deliver: Callable[[str, TimerFired], bool],
         *,
         window_ms: int = 60_000,
+        max_inflight: int = 256,
+        page_size: int | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._deliver = deliver
         self._window_ms = window_ms
-        self._heap: list[tuple[int, int, str, str, str, str]] = []
-        self._current: dict[TimerId, tuple[str, str, int]] = {}
-        self._horizon = 0  # every stored timer due before this is in the heap
+        self._max_inflight = max(1, max_inflight)
+        self._page = max(16, page_size if page_size is not None else 4 * self._max_inflight)
+        self._heap: list[tuple[int, str, str, int]] = []  # (fire_at, run_id, slot, seq)
+        self._waiting: dict[TimerId, _Entry] = {}
+        self._inflight: dict[FlightId, tuple[_Entry, int]] = {}  # -> (entry, handed out at)
+        self._limit: Position = (0, "", "")  # every stored timer before this is known
+        self._cursor: Position | None = None  # where the next page-in reads from
+        self._paging: dict[TimerId, tuple[str, str, int] | None] | None = None
         self._seq = 0
         self._wake = trio.Event()
         self.fired = 0
+        self.retried = 0
+        self.max_inflight_seen = 0
         self.last_lag_ms = 0
         self.max_lag_ms = 0
 
@@ -55,109 +109,211 @@ class TimerWheel:
         """After a commit: make the wheel's view of this run's timers match its document."""
         wanted = dict(run.timers())
         for slot in ("step", "run"):
-            tid = (run.run_id, slot)
             timer = wanted.get(slot)
-            if timer is None:
-                self._current.pop(tid, None)
-                continue
-            self._add(run.run_id, slot, timer.kind, timer.key, timer.due)
+            arming = None if timer is None else (timer.kind, timer.key, timer.due)
+            if self._paging is not None:
+                self._paging[(run.run_id, slot)] = arming  # newer than what the page-in reads
+            self._apply(run.run_id, slot, arming)
+        if len(self._waiting) > 2 * self._page and self._paging is None:
+            self._shrink()
 
-    def _add(self, run_id: str, slot: str, kind: str, key: str, due: int) -> None:
+    def settle(self, run_id: str, msg: TimerFired, *, applied: bool) -> None:
+        """The actor is done with a firing: applied or stale (`applied`), or not applied
+        (storage failed, the actor crashed): then it is handed out again after a backoff.
+        Settling a firing that is no longer in flight does nothing."""
+        flight = self._inflight.pop((run_id, msg.slot, msg.key), None)
+        if flight is None:
+            return
+        self._wake.set()  # a slot is free
+        if applied:
+            return
+        entry = flight[0]
+        tid = (run_id, msg.slot)
+        if tid in self._waiting or (entry.due, run_id, msg.slot) >= self._limit:
+            return  # a newer arming is waiting, or the page-in will read the row again
+        self.retried += 1
+        entry.fire_at = self._clock.now() + RETRY_MS[min(entry.attempts, len(RETRY_MS) - 1)]
+        entry.attempts += 1
+        self._push(run_id, msg.slot, entry)
+
+    def _apply(self, run_id: str, slot: str, arming: tuple[str, str, int] | None) -> None:
         tid = (run_id, slot)
-        if due >= self._horizon:
-            # Beyond the window: storage holds it and a later page-in brings it back.
-            self._current.pop(tid, None)
+        if arming is None:
+            self._waiting.pop(tid, None)
             return
-        if self._current.get(tid) == (kind, key, due):
+        kind, key, due = arming
+        if (run_id, slot, key) in self._inflight:
+            return  # being fired: its settle decides what happens next
+        current = self._waiting.get(tid)
+        if current is not None and current.key == key:
+            return  # already waiting (perhaps with a later fire_at after a full mailbox)
+        if (due, run_id, slot) >= self._limit:
+            # Beyond what the wheel holds: storage has it and a later page-in brings it.
+            self._waiting.pop(tid, None)
             return
-        self._current[tid] = (kind, key, due)
-        self._seq += 1
-        heapq.heappush(self._heap, (due, self._seq, run_id, slot, kind, key))
-        if self._heap[0][1] == self._seq:
-            self._wake.set()
+        self._push(run_id, slot, _Entry(kind, key, due, due))
 
-    def retry_later(self, run_id: str, msg: TimerFired, delay_ms: int = 1_000) -> None:
-        """A firing could not be applied (mailbox full, storage down): fire it again soon."""
-        self._add(run_id, msg.slot, msg.kind, msg.key, self._clock.now() + delay_ms)
+    def _push(self, run_id: str, slot: str, entry: _Entry) -> None:
+        self._seq += 1
+        entry.seq = self._seq
+        self._waiting[(run_id, slot)] = entry
+        heapq.heappush(self._heap, (entry.fire_at, run_id, slot, entry.seq))
+        if self._heap[0][3] == entry.seq:
+            self._wake.set()
+        if len(self._heap) > 2 * len(self._waiting) + 1024:
+            self._rebuild_heap()
+
+    def _rebuild_heap(self) -> None:
+        self._heap = [(e.fire_at, tid[0], tid[1], e.seq) for tid, e in self._waiting.items()]
+        heapq.heapify(self._heap)
+
+    def _shrink(self) -> None:
+        """Too many waiting (a burst of armings inside the prefix): keep the first `page_size`
+        in storage order and leave the rest to storage, pulling the limit back to match."""
+        order = sorted(self._waiting.items(), key=lambda kv: (kv[1].due, kv[0][0], kv[0][1]))
+        keep, drop = order[: self._page], order[self._page :]
+        for tid, _ in drop:
+            del self._waiting[tid]
+        (run_id, slot), first = drop[0]
+        self._limit = (first.due, run_id, slot)
+        if self._cursor is not None and self._cursor >= self._limit:
+            (run_id, slot), last = keep[-1]
+            self._cursor = (last.due, run_id, slot)
+        self._rebuild_heap()
 
     # ------------------------------------------------------------------ introspection
 
     def stats(self) -> dict[str, Any]:
-        nxt = self._next_live()
+        nxt = self._peek()
         return {
-            "inMemory": len(self._current),
+            "inMemory": len(self._waiting) + len(self._inflight),
+            "waiting": len(self._waiting),
+            "inflight": len(self._inflight),
+            "maxInflight": self._max_inflight,
             "heapEntries": len(self._heap),
-            "nextDue": nxt,
+            "nextDue": None if nxt is None else nxt[0],
             "fired": self.fired,
+            "retried": self.retried,
             "lagMs": self.last_lag_ms,
             "maxLagMs": self.max_lag_ms,
-            "horizon": self._horizon,
+            "horizon": self._limit[0],
         }
 
     def pending_for(self, run_id: str) -> list[dict[str, Any]]:
         out = []
         for slot in ("step", "run"):
-            cur = self._current.get((run_id, slot))
+            cur = self._waiting.get((run_id, slot))
             if cur is not None:
-                out.append({"slot": slot, "kind": cur[0], "key": cur[1], "due": cur[2]})
+                out.append({"slot": slot, "kind": cur.kind, "key": cur.key, "due": cur.due})
+        for (rid, slot, key), (entry, _) in self._inflight.items():
+            if rid == run_id:
+                out.append({"slot": slot, "kind": entry.kind, "key": key, "due": entry.due})
         return out
 
-    def _next_live(self) -> int | None:
-        while self._heap:
-            due, _, run_id, slot, kind, key = self._heap[0]
-            if self._current.get((run_id, slot)) == (kind, key, due):
-                return due
-            heapq.heappop(self._heap)
+    def _peek(self) -> tuple[int, str, str, int] | None:
+        """The earliest live heap entry (ties in storage order), dropping stale ones on the way."""
+        heap = self._heap
+        while heap:
+            top = heap[0]
+            entry = self._waiting.get((top[1], top[2]))
+            if entry is not None and entry.seq == top[3]:
+                return top
+            heapq.heappop(heap)
         return None
 
     # ------------------------------------------------------------------ the actor
 
     async def page_in(self) -> None:
-        """Load every stored timer due before now + window (overdue ones included)."""
-        horizon = self._clock.now() + self._window_ms
-        self._horizon = horizon
-        after: tuple[int, str, str] | None = None
-        while True:
-            rows = await self._store.timers_due_before(horizon, _PAGE, after)
-            for r in rows:
-                self._add(r.run_id, r.slot, r.kind, r.key, r.due_at)
-            if len(rows) < _PAGE:
-                return
+        """Read the next stored timers, in storage order: no more than fit in `page_size`, and
+        none due more than `window_ms` ahead (overdue ones included)."""
+        room = self._page - len(self._waiting)
+        if room <= 0:
+            return
+        before = self._clock.now() + self._window_ms
+        self._paging = {}
+        try:
+            rows = await self._store.timers_due_before(before, room, self._cursor)
+            touched = self._paging
+        finally:
+            self._paging = None
+        if rows:
             last = rows[-1]
-            after = (last.due_at, last.run_id, last.slot)
+            self._cursor = (last.due_at, last.run_id, last.slot)
+        reached = _just_after(self._cursor) if len(rows) == room and self._cursor else (before, "", "")
+        self._limit = max(self._limit, reached)
+        for r in rows:
+            if (r.run_id, r.slot) not in touched:
+                self._apply(r.run_id, r.slot, (r.kind, r.key, r.due_at))
+        for (run_id, slot), arming in touched.items():
+            self._apply(run_id, slot, arming)  # committed while we read: newer than the row
+
+    def _wants_page_in(self, now: int) -> bool:
+        if self._limit[0] > now + self._window_ms // 2 or len(self._waiting) >= self._page:
+            return False  # the prefix reaches far enough ahead, or memory is full
+        if len(self._waiting) < self._page // 2:
+            return True
+        nxt = self._peek()
+        return nxt is None or nxt[0] > self._limit[0]  # a stored timer may be due before it
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         await self.page_in()
         task_status.started()
         while True:
             now = self._clock.now()
-            if now >= self._horizon - self._window_ms // 2:
+            self._expire_leases(now)
+            if self._wants_page_in(now):
                 try:
                     await self.page_in()
                 except Exception:
                     log.exception("timer page-in failed; retrying")
                     await trio.sleep(1)
                     continue
-            self._fire_due(self._clock.now())
-            nxt = self._next_live()
-            refresh_at = self._horizon - self._window_ms // 2
-            wake_at = refresh_at if nxt is None else min(nxt, refresh_at)
+                now = self._clock.now()
+            self._fire_due(now)
             self._wake = trio.Event()
-            with trio.move_on_at(self._clock.trio_deadline(wake_at)):
+            with trio.move_on_at(self._clock.trio_deadline(self._wake_at(now))):
                 await self._wake.wait()
 
+    def _wake_at(self, now: int) -> int:
+        at = self._limit[0] - self._window_ms // 2
+        if at <= now:
+            at = now + self._window_ms // 2  # reached only through firing, which wakes us
+        if len(self._inflight) < self._max_inflight:
+            nxt = self._peek()
+            if nxt is not None:
+                at = min(at, nxt[0])
+        if self._inflight:
+            oldest = next(iter(self._inflight.values()))[1]
+            at = min(at, oldest + LEASE_MS)
+        return at
+
     def _fire_due(self, now: int) -> None:
-        while True:
-            due = self._next_live()
-            if due is None or due > now:
+        """Hand out due firings, earliest first, while fewer than `max_inflight` are out."""
+        while len(self._inflight) < self._max_inflight:
+            top = self._peek()
+            if top is None or top[0] > now:
                 return
-            _, _, run_id, slot, kind, key = heapq.heappop(self._heap)
-            del self._current[(run_id, slot)]
-            msg = TimerFired(slot, kind, key)
-            lag = now - due
-            self.last_lag_ms = lag
-            self.max_lag_ms = max(self.max_lag_ms, lag)
-            if self._deliver(run_id, msg):
-                self.fired += 1
-            else:
-                self.retry_later(run_id, msg, 100)
+            heapq.heappop(self._heap)
+            _, run_id, slot, _ = top
+            entry = self._waiting.pop((run_id, slot))
+            fid = (run_id, slot, entry.key)
+            self._inflight[fid] = (entry, now)
+            if not self._deliver(run_id, TimerFired(slot, entry.kind, entry.key)):
+                # Mailbox full: still waiting, handed out again shortly; never twice at once.
+                del self._inflight[fid]
+                entry.fire_at = now + MAILBOX_FULL_RETRY_MS
+                self._push(run_id, slot, entry)
+                continue
+            self.fired += 1
+            self.max_inflight_seen = max(self.max_inflight_seen, len(self._inflight))
+            if entry.attempts == 0:
+                self.last_lag_ms = now - entry.due
+                self.max_lag_ms = max(self.max_lag_ms, self.last_lag_ms)
+
+    def _expire_leases(self, now: int) -> None:
+        while self._inflight:
+            fid, (entry, at) = next(iter(self._inflight.items()))
+            if now < at + LEASE_MS:
+                return
+            log.warning("timer %s of run %s was never settled; firing it again", fid[2], fid[0])
+            self.settle(fid[0], TimerFired(fid[1], entry.kind, fid[2]), applied=False)

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
+import trio.lowlevel
 from trio.testing import MockClock
 
+from foliot.actors.timer_wheel import TimerWheel
+from foliot.clock import Clock
 from foliot.signing import verify_signature
+from foliot.storage.base import TimerRecord
+from foliot.workflow.machine import TimerFired
 
-from .conftest import DAY, Env, advance, ok
+from .conftest import DAY, T0, Env, advance, ok
 
 
 def _elapsed(start: float) -> float:
@@ -310,3 +317,262 @@ async def test_a_heartbeat_whose_commit_straddles_the_deadline_extends_it(
     timed_out = [e for e in events if e.type == "task_timed_out"]
     assert len(timed_out) == 1
     assert timed_out[0].at - c0 == 19_900  # the heartbeat's deadline: 9.9 s + 10 s
+
+
+# --------------------------------------------------------------------------- the wheel alone
+
+
+class _Rows:
+    """A timers table in memory, read the way the stores read it (storage order, a cursor)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, str], TimerRecord] = {}
+        self.limits: list[int] = []
+        self.gate: trio.Event | None = None  # when set, reads wait for it (a slow database)
+
+    def arm(self, run_id: str, due: int, key: str = "k#1", slot: str = "step") -> None:
+        self.rows[(run_id, slot)] = TimerRecord(run_id, slot, "sleep", key, due)
+
+    async def timers_due_before(
+        self, before: int, limit: int, after: tuple[int, str, str] | None = None
+    ) -> list[TimerRecord]:
+        self.limits.append(limit)
+        if self.gate is not None:
+            await self.gate.wait()
+        await trio.lowlevel.checkpoint()
+        order = sorted((r.due_at, r.run_id, r.slot) for r in self.rows.values())
+        start = 0 if after is None else bisect.bisect_right(order, after)
+        found = [self.rows[pos[1], pos[2]] for pos in order[start : start + limit]]
+        return [r for r in found if r.due_at < before]
+
+
+class _Actors:
+    """Stands in for the run actors: takes each firing, 'commits' it after `hold` seconds
+    (deletes the row, as the run's next document would) and settles it."""
+
+    def __init__(self, rows: _Rows, nursery: trio.Nursery, hold: float = 0.01) -> None:
+        self.rows = rows
+        self.nursery = nursery
+        self.hold = hold
+        self.wheel: TimerWheel
+        self.delivered: list[tuple[str, str]] = []
+        self.refuse: dict[str, int] = {}  # run_id -> full mailboxes to answer first
+        self.fail: dict[str, int] = {}  # run_id -> failed commits to answer first
+        self.max_waiting = 0
+
+    def deliver(self, run_id: str, msg: TimerFired) -> bool:
+        if self.refuse.get(run_id, 0) > 0:
+            self.refuse[run_id] -= 1
+            return False
+        self.delivered.append((run_id, msg.key))
+        self.max_waiting = max(self.max_waiting, self.wheel.stats()["waiting"])
+        self.nursery.start_soon(self._commit, run_id, msg)
+        return True
+
+    async def _commit(self, run_id: str, msg: TimerFired) -> None:
+        await trio.sleep(self.hold)
+        if self.fail.get(run_id, 0) > 0:
+            self.fail[run_id] -= 1
+            self.wheel.settle(run_id, msg, applied=False)
+            return
+        row = self.rows.rows.get((run_id, msg.slot))
+        if row is not None and row.key == msg.key:
+            del self.rows.rows[(run_id, msg.slot)]
+        self.wheel.settle(run_id, msg, applied=True)
+
+
+async def _wheel(
+    nursery: trio.Nursery, rows: _Rows, *, hold: float = 0.01, **kw: Any
+) -> tuple[TimerWheel, _Actors]:
+    actors = _Actors(rows, nursery, hold)
+    wheel = TimerWheel(rows, Clock(T0), actors.deliver, **kw)
+    actors.wheel = wheel
+    await nursery.start(wheel.serve)
+    return wheel, actors
+
+
+async def test_a_storm_fires_each_timer_once_in_order_with_bounded_inflight(
+    autojump_clock: MockClock,
+) -> None:
+    rows = _Rows()
+    ids = [f"run_{i:05d}" for i in range(5_000)]
+    for run_id in ids:
+        rows.arm(run_id, T0 + 1_000)
+    async with trio.open_nursery() as nursery:
+        wheel, actors = await _wheel(nursery, rows, max_inflight=8, window_ms=60_000)
+        await advance(60)
+        nursery.cancel_scope.cancel()
+    assert actors.delivered == [(run_id, "k#1") for run_id in ids]  # once each, in storage order
+    assert wheel.max_inflight_seen == 8
+    assert max(rows.limits) <= 32 and actors.max_waiting <= 32  # page-in bounded in count
+    assert wheel.fired == 5_000 and wheel.stats()["inMemory"] == 0
+
+
+async def test_timers_fire_in_due_order_across_pages(autojump_clock: MockClock) -> None:
+    import random
+
+    rows = _Rows()
+    rng = random.Random(7)
+    due_of = {f"run_{i:03d}": T0 + 2_000 + rng.randrange(1_000) for i in range(500)}
+    for run_id, due in due_of.items():
+        rows.arm(run_id, due)
+    async with trio.open_nursery() as nursery:
+        _, actors = await _wheel(nursery, rows, max_inflight=4, window_ms=60_000)
+        await advance(10)
+        nursery.cancel_scope.cancel()
+    dues = [due_of[run_id] for run_id, _ in actors.delivered]
+    assert len(dues) == 500 and dues == sorted(dues)
+
+
+async def test_a_firing_in_flight_is_not_paged_in_again(autojump_clock: MockClock) -> None:
+    rows = _Rows()
+    for i in range(50):
+        rows.arm(f"run_{i:02d}", T0 + 100)
+    async with trio.open_nursery() as nursery:
+        # Each commit takes 30 s while the wheel pages in every 0.5 s: the rows are still stored.
+        _, actors = await _wheel(nursery, rows, hold=30, max_inflight=100, window_ms=1_000)
+        await advance(100)
+        nursery.cancel_scope.cancel()
+    assert sorted(actors.delivered) == [(f"run_{i:02d}", "k#1") for i in range(50)]
+    assert len(rows.limits) > 50  # it did page in, many times
+
+
+async def test_a_full_mailbox_delays_a_firing_but_never_duplicates_it(autojump_clock: MockClock) -> None:
+    rows = _Rows()
+    for i in range(20):
+        rows.arm(f"run_{i:02d}", T0 + 100)
+    async with trio.open_nursery() as nursery:
+        actors = _Actors(rows, nursery, 0.01)
+        actors.refuse = {f"run_{i:02d}": 5 for i in range(20)}
+        wheel = TimerWheel(rows, Clock(T0), actors.deliver, max_inflight=4, window_ms=200)
+        actors.wheel = wheel
+        await nursery.start(wheel.serve)
+        await advance(30)
+        nursery.cancel_scope.cancel()
+    assert sorted(actors.delivered) == [(f"run_{i:02d}", "k#1") for i in range(20)]
+    assert all(n == 0 for n in actors.refuse.values())
+
+
+async def test_a_firing_not_applied_is_handed_out_again_after_a_backoff(autojump_clock: MockClock) -> None:
+    rows = _Rows()
+    rows.arm("run_a", T0 + 1_000)
+    async with trio.open_nursery() as nursery:
+        wheel, actors = await _wheel(nursery, rows, hold=0, window_ms=1_000)
+        actors.fail = {"run_a": 3}  # three commits fail (storage down), the fourth succeeds
+        times: list[float] = []
+        real = actors.deliver
+
+        def deliver(run_id: str, msg: TimerFired) -> bool:
+            times.append(trio.current_time())
+            return real(run_id, msg)
+
+        wheel._deliver = deliver
+        await advance(60)
+        nursery.cancel_scope.cancel()
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(times)]
+    assert gaps == [0.2, 1.0, 5.0] and len(actors.delivered) == 4
+    assert wheel.retried == 3 and "run_a" not in {r for r, _ in rows.rows}
+
+
+async def test_a_firing_never_settled_is_handed_out_again_after_its_lease(
+    autojump_clock: MockClock,
+) -> None:
+    from foliot.actors.timer_wheel import LEASE_MS
+
+    rows = _Rows()
+    rows.arm("run_a", T0 + 1_000)
+    lost: list[float] = []
+    async with trio.open_nursery() as nursery:
+
+        def deliver(run_id: str, msg: TimerFired) -> bool:
+            lost.append(trio.current_time())
+            if len(lost) > 1:
+                wheel.settle(run_id, msg, applied=True)
+            return True  # the first message is lost on the way: nobody settles it
+
+        wheel = TimerWheel(rows, Clock(T0), deliver, window_ms=1_000)
+        await nursery.start(wheel.serve)
+        await advance(LEASE_MS / 1000 + 60)
+        nursery.cancel_scope.cancel()
+    assert len(lost) == 2
+    assert LEASE_MS / 1000 <= lost[1] - lost[0] <= LEASE_MS / 1000 + 1
+
+
+async def test_an_arming_committed_while_a_page_is_read_wins_over_the_row(
+    autojump_clock: MockClock,
+) -> None:
+    from foliot.workflow.model import Run, Timer
+
+    rows = _Rows()
+    rows.arm("run_a", T0 + 5_000, key="old#1")
+    async with trio.open_nursery() as nursery:
+        wheel, actors = await _wheel(nursery, rows, window_ms=4_000)
+        assert wheel.stats()["waiting"] == 0  # beyond the window
+        rows.gate = trio.Event()
+        await advance(2.5)  # the next page-in starts and waits on the database
+        assert len(rows.limits) == 2
+        # Meanwhile the run commits a new arming; the read under way still returns the old row.
+        run = Run("run_a", "app", "wf", 1, "sleeping", None, {}, 1, T0, T0, "0" * 32)
+        wheel.sync(attrs.evolve(run, timer=Timer("sleep", T0 + 5_500, "new#2"), armings=2))
+        rows.gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        rows.arm("run_a", T0 + 5_500, key="new#2")  # what storage holds from now on
+        await advance(10)
+        nursery.cancel_scope.cancel()
+    assert actors.delivered == [("run_a", "new#2")]
+
+
+@pytest.mark.parametrize("settings_overrides", [{"timer_max_inflight": 64}])
+async def test_5000_sleeps_due_in_the_same_ms_each_finish_once(env: Env, autojump_clock: MockClock) -> None:
+    """5,000 parked runs (written straight to the store, then a restart: nothing is live) whose
+    sleeps end in the same millisecond: each sleep finishes once, in storage order, and never
+    more than FOLIOT_TIMER_MAX_INFLIGHT firings (hence rehydrations) are out at a time."""
+    from foliot.storage.base import UnitOfWork
+    from foliot.workflow import machine
+    from foliot.workflow.duration import format_timestamp
+
+    due = env.engine.clock.now() + 3_600_000
+    definition = {
+        "name": "storm",
+        "steps": [
+            {"name": "s", "type": "sleep", "until": format_timestamp(due)},
+            {"name": "w", "type": "wait", "signal": "never"},
+        ],
+    }
+    await env.register(definition)
+    parsed = await env.engine.definition("app", "storm", 1)
+    ids = [f"run_{i:05d}" for i in range(5_000)]
+    for run_id in ids:
+        tr = machine.start(
+            run_id=run_id,
+            app="app",
+            definition=parsed,
+            version=1,
+            input=None,
+            business_key=None,
+            run_timeout_ms=None,
+            trace_id="0" * 32,
+            ctx=env.engine.context(),
+        )
+        await env.engine.store.commit(UnitOfWork(tr.run, None, tr.events, tr.tasks))
+    await env.crash_and_restart()
+    wheel = env.engine.timers
+    assert wheel.stats()["inMemory"] <= 256  # page-in bounded in count: 4 x max in flight
+    order: list[str] = []
+    real = wheel._deliver
+
+    def deliver(run_id: str, msg: TimerFired) -> bool:
+        order.append(run_id)
+        if len(order) % 97 == 0:
+            loading = [a for a in env.engine.supervisor.actors.values() if a.run is None]
+            assert len(loading) < 64  # rehydrated no faster than firings settle
+        return real(run_id, msg)
+
+    wheel._deliver = deliver
+    await advance(3_660)
+    assert wheel.max_inflight_seen == 64
+    assert order == ids  # once each, in storage order
+    for run_id in ids:
+        events = await env.engine.store.list_events(run_id, 0, 100)
+        assert [e.type for e in events].count("sleep_finished") == 1
+        assert next(e.at for e in events if e.type == "sleep_finished") == due
