@@ -1,8 +1,12 @@
 """Wall-clock time read through Trio's clock, so tests can drive it with MockClock.
 
-`Clock.now()` is epoch milliseconds: the wall time at the anchor plus the Trio clock's
-progress since. Production anchors at start-up; every sleep is computed against `now()`, so
-a 14-day sleep under `MockClock(autojump_threshold=0)` takes no real time.
+`Clock.now()` is epoch milliseconds: the wall time at the anchor plus the Trio clock's progress
+since. The anchor is taken on the first reading inside Trio, the wall time and the Trio time
+sampled together: a wall time taken earlier (when the clock was built, before slow start-up work
+such as building an HTTP client's TLS context) would make every later reading, and every `until`
+timer, that much late. Tests pass `anchor_ms` to pin the wall time of that first reading; every
+sleep is computed against `now()`, so a 14-day sleep under `MockClock(autojump_threshold=0)`
+takes no real time.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import trio
 
 class Clock:
     def __init__(self, anchor_ms: int | None = None) -> None:
-        self._anchor_ms = int(time.time() * 1000) if anchor_ms is None else anchor_ms
+        self._fixed_ms = anchor_ms
+        self._anchor_ms = 0.0
         self._trio_anchor: float | None = None
 
     def now(self) -> int:
+        current = trio.current_time()
         if self._trio_anchor is None:
-            self._trio_anchor = trio.current_time()
-        return self._anchor_ms + int((trio.current_time() - self._trio_anchor) * 1000)
+            wall = time.time() * 1000 if self._fixed_ms is None else float(self._fixed_ms)
+            self._anchor_ms, self._trio_anchor = wall, current
+        return int(self._anchor_ms + (current - self._trio_anchor) * 1000)
 
     def trio_deadline(self, epoch_ms: int) -> float:
         """The Trio clock reading at which `epoch_ms` is reached."""
