@@ -86,7 +86,7 @@ class TimerWheel:
         self._store = store
         self._clock = clock
         self._deliver = deliver
-        self._window_ms = window_ms
+        self._window_ms = max(window_ms, 100)
         self._max_inflight = max(1, max_inflight)
         self._page = max(16, page_size if page_size is not None else 4 * self._max_inflight)
         self._heap: list[tuple[int, str, str, int]] = []  # (fire_at, run_id, slot, seq)
