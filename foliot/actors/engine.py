@@ -20,11 +20,20 @@ from ..clock import Clock
 from ..config import Settings
 from ..credentials import Vault
 from ..errors import Conflict, NotFound, Unavailable, UniqueViolation
-from ..storage.base import IdempotencyRecord, Store, UnitOfWork, json_dumps
+from ..storage.base import (
+    ApiKeyRecord,
+    AppRecord,
+    IdempotencyRecord,
+    Store,
+    UnitOfWork,
+    WorkflowRecord,
+    json_dumps,
+)
 from ..workflow import machine
 from ..workflow.definition import Definition, parse_definition
 from ..workflow.machine import Context, Reply
 from ..workflow.model import Run, TaskRef
+from .cache import TtlCache
 from .dispatcher import Dispatcher, Target
 from .messages import ActorMessage, Envelope, Redeliver, ReplySlot
 from .queues import Queues
@@ -72,6 +81,10 @@ class Engine:
         )
         self._definitions: OrderedDict[tuple[str, str, int], Definition] = OrderedDict()
         self._targets: dict[str, tuple[int, Target]] = {}
+        # The request path's reads: fresh within a second, dropped at once when changed here.
+        self._keys = TtlCache[str, ApiKeyRecord | None](self.clock.now)
+        self._apps = TtlCache[str, AppRecord | None](self.clock.now)
+        self._latest = TtlCache[tuple[str, str], WorkflowRecord | None](self.clock.now)
         self._watchers: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
         self.ready = False
@@ -155,8 +168,27 @@ class Engine:
         self._targets[app] = (valid_until, target)
         return target
 
-    def forget_target(self, app: str) -> None:
+    async def api_key(self, key_id: str) -> ApiKeyRecord | None:
+        """An API key's record, at most `TtlCache` old (a revocation here applies at once)."""
+        return await self._keys.get(key_id, lambda: self.store.get_api_key(key_id))
+
+    async def app_record(self, app: str) -> AppRecord | None:
+        return await self._apps.get(app, lambda: self.store.get_app(app))
+
+    async def latest_workflow(self, app: str, name: str) -> WorkflowRecord | None:
+        return await self._latest.get((app, name), lambda: self.store.get_workflow(app, name, None))
+
+    def forget_api_key(self, key_id: str) -> None:
+        self._keys.invalidate(key_id)
+
+    def forget_app(self, app: str) -> None:
+        """The app's URL or secrets changed: re-read them before the next push or request."""
         self._targets.pop(app, None)
+        self._apps.invalidate(app)
+
+    def forget_workflow(self, app: str, name: str) -> None:
+        """A version was registered: the next start without `version` picks it."""
+        self._latest.invalidate((app, name))
 
     def dispatch(self, run: Run, task: TaskRef, path: str) -> None:
         """Push the task to `path`, or offer it to its queue until a poller claims it."""
@@ -235,18 +267,21 @@ class Engine:
             replay = await self._replay(app, idempotency_key, request_hash)
             if replay is not None:
                 return replay, False
-        record = await self.store.get_workflow(app, workflow, version)
-        if record is None:
+        if version is None:
+            latest = await self.latest_workflow(app, workflow)
+            version = latest.version if latest is not None else None
+        definition = await self.maybe_definition(app, workflow, version) if version is not None else None
+        if definition is None:
             which = f"version {version} of " if version is not None else ""
             raise NotFound(f"{which}workflow {workflow!r} not found")
-        definition = await self.definition(app, workflow, record.version)
+        assert version is not None
         # No pre-check of the business key: the unique index on open runs decides, atomically.
         run_id = "run_" + secrets.token_hex(12)
         tr = machine.start(
             run_id=run_id,
             app=app,
             definition=definition,
-            version=record.version,
+            version=version,
             input=input,
             business_key=business_key,
             run_timeout_ms=run_timeout_ms,

@@ -121,7 +121,7 @@ async def authenticate() -> Caller:
     parts = credentials.split_api_key(token)
     if parts is not None:
         key_id, secret = parts
-        record = await engine().store.get_api_key(key_id)
+        record = await engine().api_key(key_id)
         if (
             record is not None
             and record.revoked_at is None
@@ -145,7 +145,7 @@ async def require_app(app: str) -> Caller:
         if caller.app != app:
             raise Forbidden(f"this key does not belong to app {app!r}")
         return caller  # a live key's app exists (the key row references it)
-    if not is_name(app) or await engine().store.get_app(app) is None:
+    if not is_name(app) or await engine().app_record(app) is None:
         raise NotFound(f"app {app!r} not found")
     return caller
 

@@ -71,7 +71,7 @@ async def put_app(app_name: str) -> Response:
         ApiKeyRecord(key_id, app_name, key_hash, now),
         SecretRecord(secret_id, app_name, eng.vault.encrypt(signing_secret), now, None),
     )
-    eng.forget_target(app_name)
+    eng.forget_app(app_name)
     if created:
         return json_response(
             {
@@ -122,7 +122,9 @@ async def revoke_key(app_name: str, key_id: str) -> Response:
     await require_admin()
     await _existing(app_name)
     eng = engine()
-    if not await eng.store.revoke_api_key(app_name, key_id, eng.clock.now()):
+    revoked = await eng.store.revoke_api_key(app_name, key_id, eng.clock.now())
+    eng.forget_api_key(key_id)
+    if not revoked:
         raise NotFound(f"no live key {key_id!r} for app {app_name!r}")
     return json_response({"keyId": key_id, "revoked": True})
 
@@ -142,7 +144,7 @@ async def rotate_secret(app_name: str) -> Response:
         SecretRecord(secret_id, app_name, eng.vault.encrypt(signing_secret), now, None),
         grace_until=now + spec.grace_seconds * 1000,
     )
-    eng.forget_target(app_name)
+    eng.forget_app(app_name)
     return json_response({"secretId": secret_id, "signingSecret": signing_secret, "createdAt": ts(now)}, 201)
 
 

@@ -156,3 +156,16 @@ async def test_business_key_in_use(api: Api) -> None:
     assert r.status_code == 409
     assert r.json()["error"]["code"] == "business_key_in_use"
     assert r.json()["error"]["runId"] == first["runId"]
+
+
+async def test_a_new_version_is_started_at_once_and_unknown_becomes_known(api: Api) -> None:
+    """Starts read the latest version through a cache; registering drops it on this node."""
+    parked = {"name": "cached", "steps": [{"name": "w", "type": "wait", "signal": "go"}]}
+    r = await api.call("POST", f"/apps/{api.app}/runs", {"workflow": "cached"})
+    assert r.status_code == 404  # remembered as unknown for a moment...
+    assert await api.register(parked) == 1
+    assert (await api.start("cached"))["version"] == 1  # ...but registering forgets that
+    second = {**parked, "steps": [{"name": "w2", "type": "wait", "signal": "go"}]}
+    assert await api.register(second) == 2
+    run = await api.start("cached")
+    assert run["version"] == 2 and run["currentStep"] == "w2"
