@@ -52,6 +52,9 @@ def _strict(kind: type, label: str) -> Callable[[Any, Any], Any]:
             raise TypeError(f"expected {label}")
         if isinstance(value, int) and not -_INT64 <= value < _INT64:
             raise TypeError("expected a 64-bit integer")
+        if isinstance(value, str) and "\x00" in value:
+            # Named fields land in their own columns, and PostgreSQL text cannot hold NUL.
+            raise TypeError("must not contain NUL (U+0000)")
         return value
 
     return hook

@@ -564,3 +564,18 @@ class TestNoServerErrors:
         await trio.to_thread.run_sync(no_5xx)
         assert len(statuses) > 250 and any(200 <= s < 300 for s in statuses) and statuses.count(400) > 20
         await alive(api)
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/apps/orders/runs", {"workflow": "small", "businessKey": "a\u0000b"}, "businessKey"),
+        ("/apps/orders/signals", {"name": "go", "runId": "run_x", "signalId": "s\u0000"}, "signalId"),
+    ],
+)
+async def test_nul_in_a_named_string_field_is_400(
+    waiting: tuple[Api, str], path: str, body: dict[str, Any], field: str
+) -> None:
+    """Such fields get columns of their own; PostgreSQL text cannot hold U+0000."""
+    api, _ = waiting
+    await refused(api, "POST", path, json.dumps(body), 400, "invalid_request", field)
