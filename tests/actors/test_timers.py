@@ -200,7 +200,7 @@ async def test_a_push_waits_for_storage_instead_of_burning_an_attempt(
     from foliot.errors import StorageUnavailable
 
     await env.register({"name": "one", "steps": [{"name": "t", "type": "task", "timeout": "1m"}]})
-    env.engine.forget_target("app")
+    env.engine.forget_app("app")
     real = env.engine.store.get_app
     calls = 0
 
