@@ -11,9 +11,12 @@ import json
 import logging
 import secrets
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
 
 import httpx
+import outcome
 import trio
 
 from ..clock import Clock
@@ -36,7 +39,7 @@ from ..workflow.model import Run, TaskRef
 from .cache import TtlCache
 from .dispatcher import Dispatcher, Target
 from .messages import ActorMessage, Envelope, Redeliver, ReplySlot
-from .queues import Queues
+from .queues import Queues, Reservation
 from .supervisor import Supervisor
 from .timer_wheel import TimerWheel
 
@@ -44,6 +47,8 @@ log = logging.getLogger("foliot.engine")
 
 _DEFINITION_CACHE = 1024
 _TARGET_TTL_MS = 30_000
+
+T = TypeVar("T")
 
 
 class Engine:
@@ -165,6 +170,9 @@ class Engine:
         target = Target(record.handler_base_url, tuple(self.vault.decrypt(s.secret_enc) for s in live))
         # Cache no longer than the next secret expiry, so the outgoing one stops in time.
         valid_until = min([now + _TARGET_TTL_MS] + [s.expires_at for s in live if s.expires_at is not None])
+        # Expired entries go as new ones come, so apps no longer used are not kept forever.
+        for name in [name for name, (until, _) in self._targets.items() if until <= now]:
+            del self._targets[name]
         self._targets[app] = (valid_until, target)
         return target
 
@@ -247,6 +255,62 @@ class Engine:
         reply = await slot.wait()
         return reply, slot.value
 
+    async def outlive_caller(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run `fn` in the engine's nursery and wait for its outcome.
+
+        For a commit and its effects done on behalf of an HTTP request: if the client goes
+        away (the request's task is cancelled), `fn` still finishes, so a committed change is
+        never left without its effects. Only the engine's shutdown cancels it; what a commit
+        would have done is then re-created from storage at the next start."""
+        if self._nursery is None or self.supervisor.closed:
+            raise Unavailable("the server is shutting down")
+        done = trio.Event()
+        result: list[outcome.Outcome[T]] = []
+
+        async def detached() -> None:
+            result.append(await outcome.acapture(fn))
+            done.set()
+
+        self._nursery.start_soon(detached)
+        await done.wait()
+        return result[0].unwrap()
+
+    async def claim_queued(
+        self, app: str, queue: str, count: int, wait_until: float, worker_id: str | None
+    ) -> list[tuple[Run, TaskRef]]:
+        """Long-poll: claim up to `count` queued tasks, waiting until `wait_until` (Trio time).
+
+        A token leaves the queue only when its claim is committed (or the run refuses it as
+        closed); the run's actor settles it through the reply slot, so the poller's
+        cancellation cannot lose it. A poller cancelled after its claims committed loses the
+        answer: those tasks are claimed and time out at their deadline (at-least-once).
+        """
+        if not self.ready:
+            raise Unavailable("the engine is starting; retry shortly")
+        while True:
+            async with self.queues.reserve(app, queue, count, wait_until) as held:
+                if not held.offers:
+                    return []
+                slots: list[ReplySlot] = []
+                for token, run_id in held.offers:
+                    slot = ReplySlot(on_settle=partial(_settle_claim, held, token))
+                    await self.supervisor.ask(run_id, Envelope(machine.Claim(token, worker_id), slot))
+                    held.hand_over(token)  # from here on the actor's answer settles it
+                    slots.append(slot)
+                claimed: list[tuple[Run, TaskRef]] = []
+                errors: list[BaseException] = []
+                for slot in slots:
+                    await slot.event.wait()
+                    if slot.error is not None:
+                        errors.append(slot.error)
+                    elif isinstance(slot.reply, machine.Ok) and isinstance(slot.reply.value, TaskRef):
+                        claimed.append((slot.value, slot.reply.value))
+            if claimed:
+                return claimed
+            if errors:
+                raise errors[0]
+            # Every offer had closed meanwhile (a cancelled run): wait for the next ones.
+
     async def start_run(
         self,
         *,
@@ -294,18 +358,24 @@ class Engine:
             idem = IdempotencyRecord(
                 app, idempotency_key, request_hash, run_id, json_dumps(body), self.clock.now()
             )
+        unit = UnitOfWork(tr.run, None, tr.events, tr.tasks, idem)
+
+        async def commit_and_perform() -> None:
+            await self.store.commit(unit)
+            self.supervisor.adopt(tr.run).perform(tr)
+
         try:
-            await self.store.commit(UnitOfWork(tr.run, None, tr.events, tr.tasks, idem))
+            await self.outlive_caller(commit_and_perform)
         except UniqueViolation as exc:
-            if exc.constraint == "business_key" and business_key is not None:
-                await self._refuse_business_key(app, workflow, business_key)
-            if exc.constraint == "idempotency" and idempotency_key is not None:
+            # A retried request with the same key answers as the first one did, whichever
+            # uniqueness its own insert ran into first (business key or idempotency key).
+            if idempotency_key is not None:
                 replay = await self._replay(app, idempotency_key, request_hash)
                 if replay is not None:
                     return replay, False
+            if exc.constraint == "business_key" and business_key is not None:
+                await self._refuse_business_key(app, workflow, business_key)
             raise Conflict(str(exc)) from exc
-        actor = self.supervisor.adopt(tr.run)
-        actor.perform(tr)
         return body, True
 
     async def _replay(self, app: str, key: str, request_hash: str) -> dict[str, Any] | None:
@@ -341,7 +411,30 @@ class Engine:
         with trio.fail_after(timeout_s):
             while True:
                 event = self._watchers.setdefault(run_id, trio.Event())
-                run = await self.run_document(run_id)
-                if run is not None and predicate(run):
-                    return run
-                await event.wait()
+                try:
+                    run = await self.run_document(run_id)
+                    if run is not None and predicate(run):
+                        return run
+                    await event.wait()
+                finally:
+                    # The last waiter to leave removes the entry: nothing kept for runs no one watches.
+                    if self._watchers.get(run_id) is event and event.statistics().tasks_waiting == 0:
+                        del self._watchers[run_id]
+
+    def sizes(self) -> dict[str, int]:
+        """Entries in the per-run and per-app maps (tests check nothing is kept forever)."""
+        return {
+            "actors": len(self.supervisor.actors),
+            "crashes": self.supervisor.crash_entries,
+            "watchers": len(self._watchers),
+            "targets": len(self._targets),
+            **{f"queue_{name}": n for name, n in self.queues.sizes().items()},
+        }
+
+
+def _settle_claim(held: Reservation, token: str, slot: ReplySlot) -> None:
+    """Called in the actor's task with the claim's answer: keep, drop or put back the token."""
+    if slot.error is not None:
+        held.settle(token, claimed=False)
+    else:
+        held.settle(token, claimed=isinstance(slot.reply, machine.Ok), gone=True)

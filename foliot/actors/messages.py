@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -22,20 +23,31 @@ ActorMessage = Message | Redeliver
 
 @attrs.define
 class ReplySlot:
-    """One answer, awaited by the caller (an HTTP route) after the actor committed."""
+    """One answer, awaited by the caller (an HTTP route) after the actor committed.
+
+    `on_settle` runs in the actor's task the moment the answer is known, whether or not the
+    caller is still waiting: bookkeeping that must follow the commit (a queue reservation)
+    goes there, out of reach of the caller's cancellation."""
 
     event: trio.Event = attrs.Factory(trio.Event)
     reply: Reply | None = None
     error: BaseException | None = None
     value: Any = None
+    on_settle: Callable[[ReplySlot], None] | None = None
 
     def put(self, reply: Reply, value: Any = None) -> None:
         self.reply, self.value = reply, value
-        self.event.set()
+        self._settled()
 
     def fail(self, error: BaseException) -> None:
         self.error = error
+        self._settled()
+
+    def _settled(self) -> None:
         self.event.set()
+        hook, self.on_settle = self.on_settle, None
+        if hook is not None:
+            hook(self)
 
     async def wait(self) -> Reply:
         await self.event.wait()

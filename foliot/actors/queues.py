@@ -2,37 +2,87 @@
 
 Offers are kept per (app, queue) in arrival order; a poller parks on the queue's
 `ParkingLot` and is unparked the moment a task is offered, so an idle poller costs nothing.
-Popping is synchronous, so two pollers can never take the same token.
+
+A poller never pops an offer outright: it takes a `Reservation`. A reserved token leaves the
+queue for good only when its claim is committed (or the run says the token is no longer
+claimable); on anything else (the poller cancelled, storage down, the actor crashed) it goes
+back in its original place. Reserving is synchronous, so two pollers never hold one token.
+Maps hold an entry only while it is in use: an empty queue or an empty parking lot is removed.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
+import attrs
 import trio
 from trio.lowlevel import ParkingLot
 
 QueueKey = tuple[str, str]
 
 
+@attrs.frozen
+class _Offer:
+    seq: int  # arrival order, so a released token goes back where it was
+    run_id: str
+
+
+@attrs.define
+class Reservation:
+    """Offers held by one poller; each is confirmed (claimed), dropped, or released (put back).
+
+    `hand_over(token)` marks a token whose claim was delivered to the run's actor: from then on
+    the actor's answer settles it (see `settle`), not the poller, whose cancellation can no
+    longer separate a committed claim from the queue's bookkeeping. At exit, every token still
+    held and not handed over is released."""
+
+    queues: Queues
+    key: QueueKey
+    offers: list[tuple[str, str]]
+    _held: set[str] = attrs.Factory(set)
+
+    def hand_over(self, token: str) -> None:
+        self._held.discard(token)
+
+    def settle(self, token: str, *, claimed: bool, gone: bool = False) -> None:
+        """The claim's outcome: committed (`claimed`), refused because the token is closed
+        (`gone`), or failed (released back to the queue)."""
+        self._held.discard(token)
+        if claimed or gone:
+            self.queues._confirm(token)
+        else:
+            self.queues._release(token)
+
+    def release_held(self) -> None:
+        for token in list(self._held):
+            self.settle(token, claimed=False)
+
+
 class Queues:
     def __init__(self) -> None:
-        self._pending: dict[QueueKey, OrderedDict[str, str]] = {}
+        self._pending: dict[QueueKey, OrderedDict[str, _Offer]] = {}
         self._lots: dict[QueueKey, ParkingLot] = {}
-        self._where: dict[str, QueueKey] = {}
+        self._where: dict[str, QueueKey] = {}  # pending and reserved tokens
+        self._reserved: dict[str, _Offer] = {}
+        self._seq = itertools.count()
 
     def offer(self, app: str, queue: str, token: str, run_id: str) -> None:
+        if token in self._where:
+            return  # already offered (or held by a poller): once is enough
         key = (app, queue)
-        self._pending.setdefault(key, OrderedDict())[token] = run_id
+        self._pending.setdefault(key, OrderedDict())[token] = _Offer(next(self._seq), run_id)
         self._where[token] = key
-        lot = self._lots.get(key)
-        if lot is not None:
-            lot.unpark()
+        self._wake(key)
 
     def withdraw(self, token: str) -> None:
         key = self._where.pop(token, None)
+        self._reserved.pop(token, None)
         if key is not None:
-            self._pending.get(key, OrderedDict()).pop(token, None)
+            self._drop_pending(key, token)
 
     def depth(self, app: str, queue: str) -> int:
         return len(self._pending.get((app, queue), ()))
@@ -40,24 +90,80 @@ class Queues:
     def waiting_pollers(self) -> int:
         return sum(len(lot) for lot in self._lots.values())
 
-    def pop(self, app: str, queue: str, count: int) -> list[tuple[str, str]]:
-        pending = self._pending.get((app, queue))
+    def sizes(self) -> dict[str, int]:
+        """How many entries each internal map holds (tests check nothing is kept forever)."""
+        return {
+            "pending": len(self._pending),
+            "lots": len(self._lots),
+            "where": len(self._where),
+            "reserved": len(self._reserved),
+        }
+
+    def _drop_pending(self, key: QueueKey, token: str) -> None:
+        pending = self._pending.get(key)
+        if pending is not None:
+            pending.pop(token, None)
+            if not pending:
+                del self._pending[key]
+
+    def _wake(self, key: QueueKey) -> None:
+        lot = self._lots.get(key)
+        if lot is not None:
+            lot.unpark()
+
+    def _reserve(self, key: QueueKey, count: int) -> list[tuple[str, str]]:
+        pending = self._pending.get(key)
         out: list[tuple[str, str]] = []
         while pending and len(out) < count:
-            token, run_id = pending.popitem(last=False)
-            self._where.pop(token, None)
-            out.append((token, run_id))
+            token, offer = pending.popitem(last=False)
+            self._reserved[token] = offer
+            out.append((token, offer.run_id))
+        if pending is not None and not pending:
+            del self._pending[key]
         return out
 
-    async def take(self, app: str, queue: str, count: int, wait_until: float) -> list[tuple[str, str]]:
-        """Up to `count` offers, parking until one arrives or `wait_until` (Trio time) passes."""
+    def _confirm(self, token: str) -> None:
+        if self._reserved.pop(token, None) is not None:
+            self._where.pop(token, None)
+
+    def _release(self, token: str) -> None:
+        offer = self._reserved.pop(token, None)
+        key = self._where.get(token)
+        if offer is None or key is None:
+            return  # withdrawn meanwhile (run cancelled): nothing to put back
+        pending = self._pending.setdefault(key, OrderedDict())
+        if not pending or next(reversed(pending.values())).seq < offer.seq:
+            pending[token] = offer
+        else:
+            merged = heapq.merge(pending.items(), [(token, offer)], key=lambda item: item[1].seq)
+            self._pending[key] = OrderedDict(merged)
+        self._wake(key)
+
+    @asynccontextmanager
+    async def reserve(
+        self, app: str, queue: str, count: int, wait_until: float
+    ) -> AsyncIterator[Reservation]:
+        """Up to `count` offers, parking until one arrives or `wait_until` (Trio time) passes.
+
+        Whatever is still held when the block exits (normally, by an error, or cancelled) goes
+        back to the queue in its original order."""
         key = (app, queue)
+        offers = await self._wait_for_offers(key, count, wait_until)
+        reservation = Reservation(self, key, offers, {token for token, _ in offers})
+        try:
+            yield reservation
+        finally:
+            reservation.release_held()
+
+    async def _wait_for_offers(self, key: QueueKey, count: int, wait_until: float) -> list[tuple[str, str]]:
         while True:
-            got = self.pop(app, queue, count)
+            got = self._reserve(key, count)
             if got or trio.current_time() >= wait_until:
                 return got
             lot = self._lots.setdefault(key, ParkingLot())
-            with trio.move_on_at(wait_until):
-                await lot.park()
-            if not lot:
-                self._lots.pop(key, None)
+            try:
+                with trio.move_on_at(wait_until):
+                    await lot.park()
+            finally:
+                if not lot and self._lots.get(key) is lot:
+                    del self._lots[key]

@@ -29,6 +29,7 @@ log = logging.getLogger("foliot.actor")
 
 PARKED = frozenset({"waiting", "sleeping", "stuck"})
 _MAX_REDELIVERIES = 30
+_MAX_STALE_RELOADS = 3  # StaleWrites in a row for one message before it counts as a storage failure
 
 
 class RunActor:
@@ -105,18 +106,33 @@ class RunActor:
                 self.engine.timers.settle(self.run_id, msg, applied=not held)
 
     async def handle(self, envelope: Envelope) -> None:
+        """Handle one message; every storage failure on the way (loading the definition,
+        reloading after a StaleWrite, the commit) takes the one storage-failure path."""
         self.last_message_at = self.engine.clock.now()
+        for _ in range(_MAX_STALE_RELOADS):
+            try:
+                if not await self._handle_once(envelope):
+                    return
+                # Someone else moved the run (another node, a stale seed): reload and retry.
+                self.run = await self.engine.store.get_run(self.run_id)
+            except StorageError as exc:
+                self._storage_failed(envelope, exc)
+                return
+        self._storage_failed(envelope, StaleWrite(f"the run moved under us {_MAX_STALE_RELOADS} times"))
+
+    async def _handle_once(self, envelope: Envelope) -> bool:
+        """One try; True when the commit met a StaleWrite and the run must be reloaded."""
         msg = envelope.message
         slot = envelope.reply
         run = self.run
         if run is None:
             if slot is not None:
                 slot.put(Rejected(404, "not_found", f"no run {self.run_id}"))
-            return
+            return False
         definition = await self.engine.definition(run.app, run.workflow, run.version)
         if isinstance(msg, Redeliver):
             self.redeliver(run, definition, msg.token)
-            return
+            return False
         if isinstance(msg, Rewind) and msg.version is not None and msg.version != run.version:
             target = await self.engine.maybe_definition(run.app, run.workflow, msg.version)
             if target is None:
@@ -124,7 +140,7 @@ class RunActor:
                     slot.put(
                         Rejected(404, "not_found", f"workflow {run.workflow!r} has no version {msg.version}")
                     )
-                return
+                return False
             msg = attrs.evolve(msg, target=target)
         tr = machine.transition(run, definition, msg, self.engine.context())
         if tr.changed:
@@ -133,19 +149,14 @@ class RunActor:
             except UniqueViolation as exc:
                 if slot is not None:
                     slot.put(self._unique_reply(exc, tr.run))
-                return
+                return False
             except StaleWrite:
-                # Someone else moved the run (another node, a stale cache): reload and retry.
-                self.run = await self.engine.store.get_run(self.run_id)
-                await self.handle(envelope)
-                return
-            except StorageError as exc:
-                self._storage_failed(envelope, exc)
-                return
+                return True
             self.run = tr.run
             self.perform(tr)
         if slot is not None:
             slot.put(tr.reply, tr.run)
+        return False
 
     def _unique_reply(self, exc: UniqueViolation, run: Run) -> Rejected:
         if exc.constraint == "business_key":

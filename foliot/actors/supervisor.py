@@ -136,6 +136,9 @@ class Supervisor:
         finally:
             if self.actors.get(actor.run_id) is actor:
                 del self.actors[actor.run_id]
+            if actor.run is not None and not actor.run.is_open:
+                self._crashes.pop(actor.run_id, None)
+            self._forget_old_crashes()
             self._strand_check(actor, shutting_down=cancelled)
             self.passivated += 1
             actor.send.close()
@@ -157,12 +160,26 @@ class Supervisor:
                 continue
             self.tell(actor.run_id, envelope)
 
+    @property
+    def crash_entries(self) -> int:
+        return len(self._crashes)
+
     def _record_crash(self, run_id: str) -> bool:
         now = self.engine.clock.now()
         recent = [t for t in self._crashes.get(run_id, []) if now - t < CRASH_WINDOW_MS]
         recent.append(now)
         self._crashes[run_id] = recent
         return len(recent) >= MAX_CRASHES
+
+    def _forget_old_crashes(self) -> None:
+        """Crash records outside the window count for nothing: drop them, so the map holds only
+        runs that crashed recently (kept across an actor's exit, so a crash loop through
+        passivation and rehydration is still counted)."""
+        if not self._crashes:
+            return
+        now = self.engine.clock.now()
+        for run_id in [r for r, times in self._crashes.items() if now - max(times) >= CRASH_WINDOW_MS]:
+            del self._crashes[run_id]
 
     async def _give_up(self, actor: RunActor, exc: Exception) -> None:
         """Park the run as stuck (internal_error) so an operator can look; never loop forever."""

@@ -11,7 +11,7 @@ from quart import Blueprint, Response
 from ..actors.dispatcher import task_body
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..workflow import machine
-from ..workflow.model import Run, TaskRef, TaskRow
+from ..workflow.model import TaskRow
 from .app import EmptyBody, body, check_name, engine, json_response, require_app
 from .runs import rejected_error
 
@@ -63,18 +63,9 @@ async def poll(app_name: str) -> Response:
         raise InvalidRequest(f"must be 1..{MAX_TASKS}", field="maxTasks")
     if spec.worker_id is not None and len(spec.worker_id) > 256:
         raise InvalidRequest("is longer than 256 characters", field="workerId")
-    eng = engine()
     until = trio.current_time() + spec.wait_seconds
-    handed: list[dict[str, Any]] = []
-    while not handed:
-        offers = await eng.queues.take(app_name, spec.queue, spec.max_tasks, until)
-        if not offers:
-            break
-        for token, run_id in offers:
-            reply, run = await eng.ask(run_id, machine.Claim(token, spec.worker_id))
-            if isinstance(reply, machine.Ok) and isinstance(reply.value, TaskRef) and isinstance(run, Run):
-                handed.append(task_body(run, reply.value))
-    return json_response({"tasks": handed})
+    claimed = await engine().claim_queued(app_name, spec.queue, spec.max_tasks, until, spec.worker_id)
+    return json_response({"tasks": [task_body(run, task) for run, task in claimed]})
 
 
 async def _task(app_name: str, token: str) -> TaskRow:

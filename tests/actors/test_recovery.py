@@ -77,7 +77,7 @@ async def test_an_unclaimed_queued_task_is_offered_again(env: Env, autojump_cloc
     assert env.engine.queues.depth("app", "work") == 1
     await env.crash_and_restart(down_for=30)
     assert env.engine.queues.depth("app", "work") == 1
-    ((token, offered_run),) = env.engine.queues.pop("app", "work", 5)
-    assert offered_run == run_id
+    ((offered_run, task),) = await env.engine.claim_queued("app", "work", 5, trio.current_time(), "w")
+    assert offered_run.run_id == run_id
     run = await env.engine.store.get_run(run_id)
-    assert run is not None and run.task is not None and run.task.token == token
+    assert run is not None and run.task is not None and run.task.token == task.token

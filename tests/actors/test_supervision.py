@@ -12,7 +12,7 @@ from trio.testing import MockClock
 from foliot.actors.messages import Envelope, ReplySlot
 from foliot.errors import ApiError
 from foliot.workflow import machine
-from foliot.workflow.model import TaskRef
+from foliot.workflow.model import Run, TaskRef
 
 from .conftest import Env, advance, ok
 
@@ -127,10 +127,10 @@ async def test_a_parked_poller_gets_the_task_the_moment_it_is_offered(
     env: Env, autojump_clock: MockClock
 ) -> None:
     await env.register(QUEUED)
-    got: list[tuple[float, list[tuple[str, str]]]] = []
+    got: list[tuple[float, list[tuple[Run, TaskRef]]]] = []
 
     async def poller() -> None:
-        offers = await env.engine.queues.take("app", "warehouse", 1, trio.current_time() + 60)
+        offers = await env.engine.claim_queued("app", "warehouse", 1, trio.current_time() + 60, "w")
         got.append((trio.current_time(), offers))
 
     async with trio.open_nursery() as nursery:
@@ -139,15 +139,15 @@ async def test_a_parked_poller_gets_the_task_the_moment_it_is_offered(
         t_offer = trio.current_time()
         run_id = await env.start("q")
     ((at, offers),) = got
-    assert at == t_offer and [r for _, r in offers] == [run_id]
+    assert at == t_offer and [r.run_id for r, _ in offers] == [run_id]
 
 
 async def test_two_pollers_never_share_a_task(env: Env, autojump_clock: MockClock) -> None:
     await env.register(QUEUED)
-    got: list[list[tuple[str, str]]] = []
+    got: list[list[tuple[Run, TaskRef]]] = []
 
     async def poller() -> None:
-        got.append(await env.engine.queues.take("app", "warehouse", 5, trio.current_time() + 60))
+        got.append(await env.engine.claim_queued("app", "warehouse", 5, trio.current_time() + 60, "w"))
 
     async with trio.open_nursery() as nursery:
         for _ in range(4):
@@ -155,7 +155,7 @@ async def test_two_pollers_never_share_a_task(env: Env, autojump_clock: MockCloc
         await trio.testing.wait_all_tasks_blocked()
         for _ in range(3):
             await env.start("q")
-    tokens = [t for batch in got for t, _ in batch]
+    tokens = [t.token for batch in got for _, t in batch]
     assert len(tokens) == 3 and len(set(tokens)) == 3
 
 
@@ -164,14 +164,14 @@ async def test_a_claimed_task_not_completed_by_its_deadline_is_retried(
 ) -> None:
     await env.register(QUEUED)
     run_id = await env.start("q")
-    ((token, _),) = env.engine.queues.pop("app", "warehouse", 10)
-    reply, run = await env.engine.ask(run_id, machine.Claim(token, "w1"))
-    assert isinstance(reply.value, TaskRef) and reply.value.deadline is not None
+    ((_, task),) = await env.engine.claim_queued("app", "warehouse", 10, trio.current_time(), "w1")
+    token = task.token
+    assert task.deadline is not None
     t0 = trio.current_time()
     await env.engine.wait_for(run_id, lambda r: r.attempt == 2, 120)
     assert 61 <= trio.current_time() - t0 <= 62  # 1m deadline + 1s backoff
-    ((token2, _),) = env.engine.queues.pop("app", "warehouse", 10)
-    assert token2 != token
+    ((_, task2),) = await env.engine.claim_queued("app", "warehouse", 10, trio.current_time(), "w1")
+    assert task2.token != token
     run = await env.engine.store.get_run(run_id)
     assert run is not None and run.attempt == 2
 
