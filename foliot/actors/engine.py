@@ -421,16 +421,6 @@ class Engine:
                     if self._watchers.get(run_id) is event and event.statistics().tasks_waiting == 0:
                         del self._watchers[run_id]
 
-    def sizes(self) -> dict[str, int]:
-        """Entries in the per-run and per-app maps (tests check nothing is kept forever)."""
-        return {
-            "actors": len(self.supervisor.actors),
-            "crashes": self.supervisor.crash_entries,
-            "watchers": len(self._watchers),
-            "targets": len(self._targets),
-            **{f"queue_{name}": n for name, n in self.queues.sizes().items()},
-        }
-
 
 def _settle_claim(held: Reservation, token: str, slot: ReplySlot) -> None:
     """Called in the actor's task with the claim's answer: keep, drop or put back the token."""

@@ -160,10 +160,6 @@ class Supervisor:
                 continue
             self.tell(actor.run_id, envelope)
 
-    @property
-    def crash_entries(self) -> int:
-        return len(self._crashes)
-
     def _record_crash(self, run_id: str) -> bool:
         now = self.engine.clock.now()
         recent = [t for t in self._crashes.get(run_id, []) if now - t < CRASH_WINDOW_MS]
