@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "serve":
-            _run(server.serve, settings)
+            _run(server.serve_until_signalled, settings)
         else:
             _run(server.migrate, settings)
     except KeyboardInterrupt:

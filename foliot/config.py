@@ -36,6 +36,7 @@ class Settings:
     timer_window_ms: int = 60_000
     timer_max_inflight: int = 256
     log_level: str = "INFO"
+    shutdown_grace_ms: int = 10_000
 
     @property
     def body_max_bytes(self) -> int:
@@ -60,4 +61,5 @@ class Settings:
             timer_window_ms=_int(e, "FOLIOT_TIMER_WINDOW_MS", 60_000),
             timer_max_inflight=max(1, _int(e, "FOLIOT_TIMER_MAX_INFLIGHT", 256)),
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
+            shutdown_grace_ms=_int(e, "FOLIOT_SHUTDOWN_GRACE_MS", 10_000),
         )

@@ -11,12 +11,12 @@ from pathlib import Path
 import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 
 from .actors.engine import Engine
 from .config import Settings
 from .credentials import Vault, file_secret
 from .http.app import create_app
+from .shutdown import InFlight, serve_http, until_signalled
 from .storage.factory import open_store
 
 log = logging.getLogger("foliot")
@@ -51,25 +51,46 @@ class Running:
 async def serve(
     settings: Settings,
     *,
+    stop: trio.Event | None = None,
     task_status: trio.TaskStatus[Running] = trio.TASK_STATUS_IGNORED,
 ) -> None:
+    """Serve until cancelled, or until `stop` is set: then drain (`foliot.shutdown`) and return."""
     token = admin_token(settings)
     vault = Vault.from_data_dir(settings.data_dir, settings.secret_key)
     async with open_store(settings.database_url) as store:
         engine = Engine(settings, store, vault=vault)
-        app = create_app(engine, settings, token)
+        app = InFlight(create_app(engine, settings, token))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog = None
         config.errorlog = logging.getLogger("hypercorn.error")
         config.keep_alive_timeout = 75
+        config.graceful_timeout = settings.shutdown_grace_ms / 1000
         async with trio.open_nursery() as nursery:
             nursery.start_soon(dump_tasks_on_signal)
-            binds = await nursery.start(hypercorn_serve, app, config)
+
+            async def http(task_status: trio.TaskStatus[list[str]]) -> None:
+                await serve_http(
+                    app, config, engine, trio.Event() if stop is None else stop, task_status=task_status
+                )
+                nursery.cancel_scope.cancel()  # drained: stop the engine (its commits finish first)
+
+            binds = await nursery.start(http)
             log.info("serving on %s", ", ".join(binds))
             await nursery.start(engine.serve)
             log.info("ready")
             task_status.started(Running(binds, engine))
+        if app.drain_began is not None:
+            log.info(
+                "shutdown done: %d commits drained; %.0f ms after the signal",
+                engine.drained_commits,
+                (trio.current_time() - app.drain_began) * 1000,
+            )
+
+
+async def serve_until_signalled(settings: Settings) -> None:
+    """`foliot serve`: SIGTERM or SIGINT drains, then returns (exit 0)."""
+    await until_signalled(lambda stop: serve(settings, stop=stop))
 
 
 def task_tree(task: trio.lowlevel.Task, depth: int = 0) -> list[str]:

@@ -22,7 +22,7 @@ import trio
 from ..clock import Clock
 from ..config import Settings
 from ..credentials import Vault
-from ..errors import Conflict, NotFound, Unavailable, UniqueViolation
+from ..errors import Conflict, NotFound, StorageUnavailable, Unavailable, UniqueViolation
 from ..storage.base import (
     ApiKeyRecord,
     AppRecord,
@@ -92,6 +92,9 @@ class Engine:
         self._latest = TtlCache[tuple[str, str], WorkflowRecord | None](self.clock.now)
         self._watchers: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
+        self._committing: set[trio.CancelScope] = set()
+        self._stop_by: float | None = None  # Trio time by which shielded commits must end
+        self.drained_commits = 0  # commits that finished after the shutdown began
         self.ready = False
         self.recovered_tasks = 0
         self.started_at = self.clock.now()
@@ -108,11 +111,45 @@ class Engine:
                 await self.recover()
                 self.ready = True
                 task_status.started()
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    # Cancelled: commits under way finish (shielded), within the shutdown grace.
+                    self.ready = False
+                    self.begin_shutdown(trio.current_time() + self.settings.shutdown_grace_ms / 1000)
         finally:
             self.ready = False
             if self._own_client:
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
                     await self.http.aclose()
+
+    def begin_shutdown(self, stop_by: float) -> None:
+        """Bound the commits under way (and any that start now) by `stop_by` (Trio time)."""
+        self._stop_by = stop_by if self._stop_by is None else min(self._stop_by, stop_by)
+        for scope in self._committing:
+            scope.deadline = min(scope.deadline, self._stop_by)
+
+    @property
+    def commits_in_flight(self) -> int:
+        return len(self._committing)
+
+    async def commit(self, unit: UnitOfWork) -> None:
+        """Commit one unit of work, shielded: a shutdown (or a caller's cancellation) cannot
+        cut a commit from the effects that follow it. Once the shutdown began it is bounded
+        by the grace period; one cut short there is reported as storage unavailable (whether
+        it landed is settled by recovery at the next start, as after a crash)."""
+        with trio.CancelScope(shield=True) as scope:
+            if self._stop_by is not None:
+                scope.deadline = self._stop_by
+            self._committing.add(scope)
+            try:
+                await self.store.commit(unit)
+            finally:
+                self._committing.discard(scope)
+                if self._stop_by is not None and not scope.cancelled_caught:
+                    self.drained_commits += 1
+        if scope.cancelled_caught:
+            raise StorageUnavailable("the server is shutting down; the commit was cut short")
 
     async def recover(self) -> None:
         """Re-deliver open attempts; overdue timers already fired when the wheel paged in."""
@@ -361,7 +398,7 @@ class Engine:
         unit = UnitOfWork(tr.run, None, tr.events, tr.tasks, idem)
 
         async def commit_and_perform() -> None:
-            await self.store.commit(unit)
+            await self.commit(unit)
             self.supervisor.adopt(tr.run).perform(tr)
 
         try:

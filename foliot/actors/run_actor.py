@@ -145,7 +145,7 @@ class RunActor:
         tr = machine.transition(run, definition, msg, self.engine.context())
         if tr.changed:
             try:
-                await self.engine.store.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
+                await self.engine.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
             except UniqueViolation as exc:
                 if slot is not None:
                     slot.put(self._unique_reply(exc, tr.run))

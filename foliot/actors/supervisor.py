@@ -186,7 +186,7 @@ class Supervisor:
         definition = await self.engine.definition(run.app, run.workflow, run.version)
         message = f"the run's actor crashed {MAX_CRASHES} times: {type(exc).__name__}"
         tr = machine.mark_stuck(run, definition, "internal_error", message, self.engine.context())
-        await self.engine.store.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
+        await self.engine.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
         actor.run = tr.run
         actor.perform(tr)
 

@@ -13,6 +13,7 @@ import trio
 
 from foliot.errors import StorageUnavailable
 from foliot.storage.base import UnitOfWork
+from foliot.workflow import machine
 
 from ..conftest import Api
 
@@ -32,6 +33,15 @@ async def _claimed(api: Api, run_ids: list[str]) -> set[str]:
         if run.task is not None and run.task.claimed_by is not None:
             claimed.add(run_id)
     return claimed
+
+
+async def _claims_settled(api: Api, run_ids: list[str]) -> None:
+    """Claims already handed to actors settle there: wait until no token is held, by sending
+    every run a message that changes nothing, behind whatever its mailbox holds."""
+    with trio.fail_after(10):
+        while api.engine.queues.sizes()["reserved"]:
+            for run_id in run_ids:
+                await api.engine.ask(run_id, machine.Heartbeat("tt_not_a_token"))
 
 
 async def _drain(api: Api, expected: int) -> list[str]:
@@ -57,6 +67,7 @@ async def test_a_poll_whose_client_gives_up_loses_no_task(api: Api) -> None:
         # Give up the moment the first claim is committed: the others are in flight.
         await api.engine.wait_for(ids[0], lambda r: r.task is not None and r.task.claimed_by is not None)
         nursery.cancel_scope.cancel()
+    await _claims_settled(api, ids)
     claimed_then = await _claimed(api, ids)
     rest = [run_id for run_id in ids if run_id not in claimed_then]
     # Every task not claimed is offered again, none is lost; the claimed ones (answer lost with
