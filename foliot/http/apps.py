@@ -140,11 +140,13 @@ async def rotate_secret(app_name: str) -> Response:
     now = eng.clock.now()
     secret_id = credentials.new_id("sec_")
     signing_secret = credentials.new_signing_secret()
-    await eng.store.rotate_signing_secret(
-        SecretRecord(secret_id, app_name, eng.vault.encrypt(signing_secret), now, None),
-        grace_until=now + spec.grace_seconds * 1000,
-    )
-    eng.forget_app(app_name)
+    record = SecretRecord(secret_id, app_name, eng.vault.encrypt(signing_secret), now, None)
+
+    async def rotate() -> None:  # the cached signing keys go with the commit, client gone or not
+        await eng.store.rotate_signing_secret(record, grace_until=now + spec.grace_seconds * 1000)
+        eng.forget_app(app_name)
+
+    await eng.outlive_caller(rotate)
     return json_response({"secretId": secret_id, "signingSecret": signing_secret, "createdAt": ts(now)}, 201)
 
 
