@@ -1,24 +1,45 @@
-"""The production store: PostgreSQL through asyncpg, driven from Trio by trio-asyncio.
+"""The production store: PostgreSQL through asyncpg, on its own asyncio loop in its own thread.
 
-One asyncio loop is opened around the store's life (`open_postgres`), and every unit of work
-crosses into it exactly once (`_call`): the whole transaction runs on the asyncio side, so a
-commit costs one crossing, not one per statement. Connection failures surface as
-`StorageUnavailable` (the API answers 503 and changes nothing); the pool reconnects by itself
-when the database returns.
+asyncpg runs on a plain asyncio loop in a dedicated daemon thread (`_LoopThread`); a Trio task
+hands it one coroutine per unit of work (`asyncio.run_coroutine_threadsafe`) and sleeps until
+the result is handed back through the Trio token: one crossing each way, no per-statement hops,
+and nothing the asyncio side raises (in any of its tasks) can reach Trio except as the result
+of the one call concerned. trio-asyncio (the user's named bridge) remains selectable
+(`bridge="trio-asyncio"`) and is what `bench/pg_commit.py` compares against; see
+docs/decisions.md for the figures.
+
+Timeouts are enforced on the asyncio side (`asyncio.timeout`, asyncpg `command_timeout`), never
+by cancelling asyncpg from Trio: a Trio cancellation only stops the caller waiting, the asyncio
+work runs to its own bounded end and releases its connection cleanly.
+
+Writes are group-committed: `_call(fn, write=True)` queues `fn`; a writer drains what queued
+while the previous batch committed and runs the lot in one transaction, each `fn` in its own
+SAVEPOINT, so one refused write doesn't sink its neighbours. Nobody is answered before the
+shared COMMIT returns ("durable before effect" holds).
+
+Every driver error becomes a `StorageError` for the one caller concerned: connection trouble,
+timeouts and a full pool are `StorageUnavailable` (the API answers 503 and changes nothing).
+The pool is never torn down while in use: broken connections are dropped by asyncpg at release
+and `pool.expire_connections()` makes the idle ones reconnect after an outage.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import concurrent.futures
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from contextlib import asynccontextmanager, suppress
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import asyncpg
+import outcome
 import trio
-import trio_asyncio
 
 from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
 from ..workflow.model import Event, Run, TaskRow, run_from_dict, run_to_dict
@@ -42,18 +63,34 @@ T = TypeVar("T")
 log = logging.getLogger("foliot.storage.postgres")
 
 _MIGRATION_LOCK = 0x0F0110_7  # pg_advisory_lock key: one migrator at a time
-_UNAVAILABLE = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    TimeoutError,
+POOL_SIZE = 10  # connections: WRITERS for group commits, the rest for reads
+WRITERS = 2  # batches in flight at once (one commits while the next is written)
+BATCH_MAX = 256  # units of work in one transaction
+CONNECT_TIMEOUT_S = 5.0
+LIMIT_S = 10.0  # default bound on one call, queueing for a connection included
+
+# Errors that mean "the database (or the way to it) is in trouble", not "this write is wrong".
+_CONNECTION_TROUBLE: tuple[type[BaseException], ...] = (
+    OSError,  # ConnectionError included
+    EOFError,
+    asyncpg.PostgresConnectionError,  # SQLSTATE class 08
+    asyncpg.exceptions.OperatorInterventionError,  # class 57: shutdown, cancel, cannot connect now
+    asyncpg.exceptions.InsufficientResourcesError,  # class 53: too many connections, disk full
+    asyncpg.exceptions.TransactionRollbackError,  # class 40: deadlock, serialization: retry later
+    asyncpg.InterfaceError,  # includes connection closed, in-transaction misuse after a cancel
+    asyncpg.InternalClientError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+)
+_BUSY: tuple[type[BaseException], ...] = (
+    TimeoutError,  # asyncio.TimeoutError is TimeoutError on 3.11
+    asyncio.CancelledError,
+    concurrent.futures.CancelledError,
 )
 
 
 def _translate(exc: BaseException) -> StorageError:
+    if isinstance(exc, StorageError):
+        return exc
     if isinstance(exc, asyncpg.UniqueViolationError):
         name = exc.constraint_name or ""
         if name == "runs_open_business_key":
@@ -61,61 +98,396 @@ def _translate(exc: BaseException) -> StorageError:
         if name.startswith("idempotency"):
             return UniqueViolation("idempotency", str(exc))
         return UniqueViolation(name or "unique", str(exc))
-    if isinstance(exc, _UNAVAILABLE):
+    if isinstance(exc, _CONNECTION_TROUBLE):
         return StorageUnavailable(f"{type(exc).__name__}: {exc}")
-    if isinstance(exc, StorageError):
-        return exc
-    return StorageError(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, _BUSY):
+        return StorageUnavailable(f"the database did not answer in time ({type(exc).__name__})")
+    if isinstance(exc, (asyncpg.PostgresError, asyncpg.exceptions.PostgresLogMessage)):
+        return StorageError(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, Exception):
+        return StorageError(f"{type(exc).__name__}: {exc}")
+    # A BaseException from the driver's side (never Trio's own): still one caller's failure.
+    return StorageUnavailable(f"{type(exc).__name__}: {exc}")
+
+
+def _is_connection_trouble(exc: BaseException) -> bool:
+    return isinstance(exc, _CONNECTION_TROUBLE) and not isinstance(
+        exc, asyncpg.exceptions.TransactionRollbackError
+    )
+
+
+# ---------------------------------------------------------------------------------- bridges
+
+
+class _Bridge(Protocol):
+    loop: asyncio.AbstractEventLoop
+
+    async def run(self, make: Callable[[], Coroutine[Any, Any, T]], limit_s: float) -> T: ...
+
+
+class _LoopThread:
+    """A plain asyncio loop in a daemon thread; Trio tasks submit coroutines to it.
+
+    `run` crosses once each way: `run_coroutine_threadsafe` in, `TrioToken.run_sync_soon` +
+    `reschedule` out. A Trio cancellation abandons the wait only (the coroutine finishes on its
+    own bounded terms), so asyncpg is never cancelled mid-query or mid-release from outside.
+    """
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(_log_loop_error)
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="foliot-postgres", daemon=True)
+        self._thread.start()
+        self._started.wait()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        try:
+            self.loop.run_forever()
+        finally:
+            try:
+                pending = asyncio.all_tasks(self.loop)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    self.loop.run_until_complete(
+                        asyncio.wait_for(asyncio.gather(*pending, return_exceptions=True), 5)
+                    )
+                self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+            except BaseException as exc:  # the thread must end quietly
+                log.warning("asyncio loop shut down untidily: %r", exc)
+            finally:
+                self.loop.close()
+
+    async def run(self, make: Callable[[], Coroutine[Any, Any, T]], limit_s: float) -> T:
+        token = trio.lowlevel.current_trio_token()
+        task = trio.lowlevel.current_task()
+        waiting = True
+
+        def deliver(future: concurrent.futures.Future[T]) -> None:  # on the Trio thread
+            nonlocal waiting
+            if waiting:
+                waiting = False
+                trio.lowlevel.reschedule(task, outcome.capture(future.result))
+
+        def done(future: concurrent.futures.Future[T]) -> None:  # on the asyncio thread
+            with suppress(trio.RunFinishedError):  # Trio is gone: nobody to tell
+                token.run_sync_soon(deliver, future)
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            nonlocal waiting
+            waiting = False
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        try:
+            future = asyncio.run_coroutine_threadsafe(make(), self.loop)
+        except RuntimeError as exc:  # the loop is closed
+            raise StorageUnavailable(f"the store is closed ({exc})") from None
+        future.add_done_callback(done)
+        # Safety net only: the asyncio side bounds itself; this bounds a wedged loop thread.
+        with trio.move_on_after(limit_s + 5):
+            result: T = await trio.lowlevel.wait_task_rescheduled(abort)
+            return result
+        raise StorageUnavailable(f"the database did not answer within {limit_s + 5:.0f}s")
+
+    async def stop(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        with trio.move_on_after(10):
+            await trio.to_thread.run_sync(self._thread.join, abandon_on_cancel=True)
+
+
+class _TrioAsyncio:
+    """The former bridge: trio-asyncio's loop inside Trio's (kept for comparison)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    async def run(self, make: Callable[[], Coroutine[Any, Any, T]], limit_s: float) -> T:
+        import trio_asyncio
+
+        # Shielded (asyncpg is never cancelled from Trio); the asyncio side bounds itself.
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(limit_s + 5):
+                result: T = await trio_asyncio.aio_as_trio(make, loop=self.loop)()
+                return result
+        raise StorageUnavailable(f"the database did not answer within {limit_s + 5:.0f}s")
+
+
+def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """An error in a background asyncio task (a connection lost while idle, a close that
+    failed): asyncpg has already dropped the connection; log it, never propagate it."""
+    exc = context.get("exception")
+    log.warning("postgres driver: %s%s", context.get("message", ""), f" ({exc!r})" if exc else "")
+
+
+# ---------------------------------------------------------------------------------- asyncio side
+
+
+class _Job:
+    __slots__ = ("deadline", "fn", "future")
+
+    def __init__(self, fn: Callable[[asyncpg.Connection], Awaitable[Any]], deadline: float) -> None:
+        self.fn = fn
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.deadline = deadline
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        if self.future.done():
+            return
+        if error is None:
+            self.future.set_result(result)
+        else:
+            self.future.set_exception(_translate(error))
+
+
+class _Driver:
+    """Everything on the asyncio side: the pool, the write queue, the writers."""
+
+    def __init__(self, url: str, pool_size: int, writers: int, limit_s: float) -> None:
+        self.url = url
+        self.pool_size = pool_size
+        self.writer_count = writers
+        self.limit_s = limit_s
+        self.pool: asyncpg.Pool | None = None
+        self.queue: collections.deque[_Job] = collections.deque()
+        self.wake: asyncio.Event | None = None
+        self.writers: list[asyncio.Task[None]] = []
+        self.closed = False
+        self.batches = 0
+        self.units = 0
+        self._expired_at = 0.0
+
+    async def start(self) -> None:
+        # min_size=0: nothing connects here, so a database still booting is not an error yet.
+        self.pool = await asyncpg.create_pool(
+            self.url,
+            min_size=0,
+            max_size=self.pool_size,
+            timeout=CONNECT_TIMEOUT_S,
+            command_timeout=self.limit_s,
+            max_inactive_connection_lifetime=60,
+        )
+        self.wake = asyncio.Event()
+        self.writers = [asyncio.create_task(self._writer()) for _ in range(self.writer_count)]
+
+    def _trouble(self, exc: BaseException) -> None:
+        """A connection broke: have the idle ones replaced too (the in-use ones at release).
+
+        At most once a second: a burst of callers failing together expires the pool once."""
+        if not _is_connection_trouble(exc) or self.pool is None or self.closed:
+            return
+        now = time.monotonic()
+        if now - self._expired_at >= 1.0:
+            self._expired_at = now
+            asyncio.get_running_loop().create_task(self._expire())
+
+    async def _expire(self) -> None:
+        try:
+            assert self.pool is not None
+            await self.pool.expire_connections()
+        except Exception as exc:
+            log.debug("expire_connections: %r", exc)
+
+    async def read(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], limit_s: float) -> T:
+        if self.closed or self.pool is None:
+            raise StorageUnavailable("the store is closed")
+        deadline = time.monotonic() + limit_s
+        try:
+            conn = await self._acquire(deadline)
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    return await fn(conn)
+            finally:
+                await self.pool.release(conn)
+        except StorageError:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError) and _cancelling():
+                raise  # the loop is shutting down
+            self._trouble(exc)
+            if isinstance(exc, TimeoutError):
+                raise StorageUnavailable(f"the database did not answer within {limit_s:.1f}s") from None
+            raise _translate(exc) from exc
+
+    async def _acquire(self, deadline: float) -> asyncpg.Connection:
+        """A pool connection by `deadline`. Waiting in line for one is not an outage: nothing is
+        reset; a caller who waited too long is told the store is busy (503)."""
+        assert self.pool is not None
+        try:
+            return await self.pool.acquire(timeout=max(0.001, deadline - time.monotonic()))
+        except TimeoutError:
+            raise StorageUnavailable("busy: no database connection became free in time") from None
+
+    async def write(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], limit_s: float) -> T:
+        if self.closed or self.wake is None:
+            raise StorageUnavailable("the store is closed")
+        job = _Job(fn, time.monotonic() + limit_s)
+        self.queue.append(job)
+        self.wake.set()
+        result: T = await job.future  # the writer bounds every batch; a job never waits unbounded
+        return result
+
+    async def _writer(self) -> None:
+        assert self.wake is not None and self.pool is not None
+        while not self.closed:
+            if not self.queue:
+                self.wake.clear()
+                await self.wake.wait()
+                continue
+            now = time.monotonic()
+            batch: list[_Job] = []
+            while self.queue and len(batch) < BATCH_MAX:
+                job = self.queue.popleft()
+                if job.deadline <= now:  # queued past its caller's bound: refuse, unwritten
+                    job.settle(error=StorageUnavailable("busy: the write queue did not drain in time"))
+                else:
+                    batch.append(job)
+            if self.queue:
+                self.wake.set()  # another writer may take the rest meanwhile
+            if batch:
+                try:
+                    await self._commit_batch(batch)
+                except BaseException as exc:  # a writer must survive anything
+                    for job in batch:
+                        job.settle(error=exc)
+                    if isinstance(exc, asyncio.CancelledError) and self.closed:
+                        raise
+
+    async def _commit_batch(self, batch: list[_Job]) -> None:
+        """One transaction for the batch, each job in a SAVEPOINT (none for a lone job): a job's
+        own refusal (stale write, unique violation, a bug) rolls back that job only; connection
+        trouble or a timeout fails the whole batch, which then changed nothing."""
+        assert self.pool is not None
+        deadline = max(job.deadline for job in batch)
+        results: list[tuple[_Job, Any, BaseException | None]] = []
+        try:
+            conn = await self._acquire(deadline)
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
+                    for job in batch:
+                        try:
+                            if len(batch) == 1:
+                                value = await job.fn(conn)
+                            else:
+                                async with conn.transaction():  # SAVEPOINT
+                                    value = await job.fn(conn)
+                        except Exception as exc:
+                            if _batch_fatal(exc) or conn.is_closed():
+                                raise
+                            if len(batch) == 1:
+                                raise _Refused(exc) from exc  # roll the transaction back
+                            results.append((job, None, exc))
+                        else:
+                            results.append((job, value, None))
+            finally:
+                await self.pool.release(conn)
+        except _Refused as refused:
+            batch[0].settle(error=refused.error)
+            return
+        except BaseException as exc:
+            self._trouble(exc)
+            error: BaseException = (
+                StorageUnavailable("the database did not answer in time")
+                if isinstance(exc, TimeoutError)
+                else exc
+            )
+            for job in batch:
+                job.settle(error=error)
+            if isinstance(exc, asyncio.CancelledError) and self.closed:
+                raise
+            return
+        self.batches += 1
+        self.units += len(batch)
+        for job, value, err in results:
+            job.settle(value, err)
+
+    async def close(self) -> None:
+        self.closed = True
+        for task in self.writers:
+            task.cancel()
+        await asyncio.gather(*self.writers, return_exceptions=True)
+        while self.queue:
+            self.queue.popleft().settle(error=StorageUnavailable("the store is closing"))
+        if self.pool is not None:
+            try:
+                await asyncio.wait_for(self.pool.close(), 5)
+            except BaseException as exc:
+                log.warning("pool did not close cleanly (%r); terminating", exc)
+                self.pool.terminate()
+
+
+class _Refused(Exception):
+    """A lone job's own refusal, carried out of its transaction so that it rolls back."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _batch_fatal(exc: BaseException) -> bool:
+    """Errors after which the transaction (or its connection) can't go on for anyone."""
+    return _is_connection_trouble(exc) or isinstance(exc, TimeoutError)
+
+
+def _cancelling() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+# ---------------------------------------------------------------------------------- the store
 
 
 class PostgresStore:
     """`Store` on PostgreSQL. Create with `open_postgres`."""
 
-    def __init__(self, url: str, loop: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        bridge: _Bridge,
+        *,
+        pool_size: int = POOL_SIZE,
+        writers: int = WRITERS,
+        limit_s: float = LIMIT_S,
+    ) -> None:
         self.url = url
-        self._loop = loop  # the trio-asyncio loop; explicit, so any Trio task may call in
-        self._pool: asyncpg.Pool | None = None
+        self._bridge = bridge
+        self._limit_s = limit_s
+        self._driver = _Driver(url, pool_size, writers, limit_s)
 
     async def _call(
-        self, fn: Callable[[asyncpg.Connection], Awaitable[T]], *, write: bool = False, limit_s: float = 10.0
+        self,
+        fn: Callable[[asyncpg.Connection], Awaitable[T]],
+        *,
+        write: bool = False,
+        limit_s: float | None = None,
     ) -> T:
-        """Run `fn(conn)` on the asyncio side, in a transaction when it writes; one crossing.
-
-        Bounded by `limit_s`: a database that stops answering is reported as unavailable
-        instead of holding the caller, and the pool is rebuilt so no half-dead connection
-        survives the outage.
-        """
-
-        async def inner() -> T:
-            if self._pool is None:
-                self._pool = await asyncpg.create_pool(
-                    self.url, min_size=1, max_size=10, timeout=5, command_timeout=limit_s
-                )
-            async with self._pool.acquire(timeout=5) as conn:
-                if write:
-                    async with conn.transaction():
-                        return await fn(conn)
-                return await fn(conn)
-
+        """Run `fn(conn)` on the asyncio side (in the group-committed transaction when it
+        writes); one crossing. Bounded by `limit_s`, queueing for a connection included."""
+        limit = self._limit_s if limit_s is None else limit_s
+        driver = self._driver
         try:
-            with trio.fail_after(limit_s):
-                result: T = await trio_asyncio.aio_as_trio(inner, loop=self._loop)()
-            return result
+            if write:
+                return await self._bridge.run(lambda: driver.write(fn, limit), limit)
+            return await self._bridge.run(lambda: driver.read(fn, limit), limit)
         except StorageError:
             raise
-        except trio.TooSlowError:
-            self._reset_pool()
-            raise StorageUnavailable(f"the database did not answer within {limit_s:.0f}s") from None
-        except Exception as exc:
-            error = _translate(exc)
-            if isinstance(error, StorageUnavailable):
-                self._reset_pool()
-            raise error from exc
+        except trio.Cancelled:
+            raise
+        except BaseException as exc:  # whatever the driver threw: this caller's
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            raise _translate(exc) from exc
 
-    def _reset_pool(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.terminate()
+    @property
+    def stats(self) -> dict[str, int]:
+        return {"batches": self._driver.batches, "units": self._driver.units}
+
+    async def start(self) -> None:
+        await self._bridge.run(self._driver.start, CONNECT_TIMEOUT_S)
 
     async def connect(self, attempts: int = 30) -> None:
         """Wait for the database at start-up (it may still be booting)."""
@@ -130,15 +502,11 @@ class PostgresStore:
                 await trio.sleep(1)
 
     async def close(self) -> None:
-        pool = self._pool
-        self._pool = None
-        if pool is not None:
-
-            async def shut() -> None:
-                await pool.close()
-
-            with trio.move_on_after(5):
-                await trio_asyncio.aio_as_trio(shut, loop=self._loop)()
+        with trio.CancelScope(shield=True), trio.move_on_after(10):
+            try:
+                await self._bridge.run(self._driver.close, 8)
+            except StorageError as exc:
+                log.warning("closing the store: %s", exc)
 
     async def ping(self) -> None:
         await self._call(lambda c: c.fetchval("SELECT 1"), limit_s=3.0)
@@ -162,7 +530,7 @@ class PostgresStore:
             finally:
                 await conn.execute("SELECT pg_advisory_unlock($1)", _MIGRATION_LOCK)
 
-        await self._call(apply)
+        await self._call(apply, limit_s=60.0)
 
     # ------------------------------------------------------------------ apps
 
@@ -507,14 +875,38 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
 
 
 @asynccontextmanager
-async def open_postgres(url: str) -> AsyncIterator[PostgresStore]:
-    """Open the asyncio loop (one per process), connect, migrate; close all on exit."""
-    async with trio_asyncio.open_loop() as loop:
-        store = PostgresStore(url, loop)
+async def open_postgres(
+    url: str, *, bridge: str = "thread", pool_size: int = POOL_SIZE, limit_s: float = LIMIT_S
+) -> AsyncIterator[PostgresStore]:
+    """Start the driver's asyncio loop (its own thread, or trio-asyncio's), connect, migrate;
+    close all on exit. Nothing from the asyncio side can escape from here."""
+    if bridge == "thread":
+        loop_thread = _LoopThread()
         try:
-            await store.connect()
-            await store.migrate()
-            yield store
+            async with _serve(url, loop_thread, pool_size, limit_s) as store:
+                yield store
         finally:
             with trio.CancelScope(shield=True):
-                await store.close()
+                await loop_thread.stop()
+    elif bridge == "trio-asyncio":
+        import trio_asyncio
+
+        async with (
+            trio_asyncio.open_loop() as loop,
+            _serve(url, _TrioAsyncio(loop), pool_size, limit_s) as store,
+        ):
+            yield store
+    else:
+        raise ValueError(f"unknown bridge {bridge!r}")
+
+
+@asynccontextmanager
+async def _serve(url: str, bridge: _Bridge, pool_size: int, limit_s: float) -> AsyncIterator[PostgresStore]:
+    store = PostgresStore(url, bridge, pool_size=pool_size, limit_s=limit_s)
+    try:
+        await store.start()
+        await store.connect()
+        await store.migrate()
+        yield store
+    finally:
+        await store.close()
