@@ -80,3 +80,22 @@ class Cluster:
     def destroy(self) -> None:
         self._run(_bin("pg_ctl"), "-D", str(self.data), "stop", "-m", "immediate", check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def terminate_connections(url: str) -> int:
+    """`pg_terminate_backend` every other session of the database `url` names (as an outage
+    of the connections would); returns how many were ended."""
+    done = subprocess.run(
+        [
+            _bin("psql"),
+            url,
+            "-XAtc",
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return int(done.stdout.strip() or 0)

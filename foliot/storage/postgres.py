@@ -98,10 +98,10 @@ def _translate(exc: BaseException) -> StorageError:
         if name.startswith("idempotency"):
             return UniqueViolation("idempotency", str(exc))
         return UniqueViolation(name or "unique", str(exc))
-    if isinstance(exc, _CONNECTION_TROUBLE):
-        return StorageUnavailable(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, _BUSY):
         return StorageUnavailable(f"the database did not answer in time ({type(exc).__name__})")
+    if isinstance(exc, _CONNECTION_TROUBLE):
+        return StorageUnavailable(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, (asyncpg.PostgresError, asyncpg.exceptions.PostgresLogMessage)):
         return StorageError(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, Exception):
@@ -111,8 +111,9 @@ def _translate(exc: BaseException) -> StorageError:
 
 
 def _is_connection_trouble(exc: BaseException) -> bool:
+    # TimeoutError is an OSError, but a slow answer is not a broken connection.
     return isinstance(exc, _CONNECTION_TROUBLE) and not isinstance(
-        exc, asyncpg.exceptions.TransactionRollbackError
+        exc, (TimeoutError, asyncpg.exceptions.TransactionRollbackError)
     )
 
 
@@ -134,7 +135,8 @@ class _LoopThread:
     """
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
+        # Constructed directly: once trio_asyncio is imported, asyncio.new_event_loop() is patched.
+        self.loop: asyncio.AbstractEventLoop = asyncio.SelectorEventLoop()
         self.loop.set_exception_handler(_log_loop_error)
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._main, name="foliot-postgres", daemon=True)
@@ -142,7 +144,6 @@ class _LoopThread:
         self._started.wait()
 
     def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
         self.loop.call_soon(self._started.set)
         try:
             self.loop.run_forever()
@@ -358,52 +359,65 @@ class _Driver:
                         raise
 
     async def _commit_batch(self, batch: list[_Job]) -> None:
-        """One transaction for the batch, each job in a SAVEPOINT (none for a lone job): a job's
-        own refusal (stale write, unique violation, a bug) rolls back that job only; connection
+        """One transaction for the batch. Optimistic first: no savepoints (two round trips a
+        unit saved); when a job refuses (stale write, unique violation, a bug of its own) the
+        transaction rolls back, that job gets its error, and the rest is run again with each
+        job in its own SAVEPOINT, so one refused write doesn't sink its neighbours. Connection
         trouble or a timeout fails the whole batch, which then changed nothing."""
+        savepoints = False
+        while batch:
+            try:
+                results = await self._try_batch(batch, savepoints)
+            except _Refused as refused:
+                refused.job.settle(error=refused.error)
+                batch = [job for job in batch if job is not refused.job]
+                savepoints = True
+                continue
+            except BaseException as exc:
+                self._trouble(exc)
+                error: BaseException = (
+                    StorageUnavailable("the database did not answer in time")
+                    if isinstance(exc, TimeoutError)
+                    else exc
+                )
+                for job in batch:
+                    job.settle(error=error)
+                if isinstance(exc, asyncio.CancelledError) and self.closed:
+                    raise
+                return
+            self.batches += 1
+            self.units += len(batch)
+            for job, value, err in results:
+                job.settle(value, err)
+            return
+
+    async def _try_batch(
+        self, batch: list[_Job], savepoints: bool
+    ) -> list[tuple[_Job, Any, BaseException | None]]:
         assert self.pool is not None
         deadline = max(job.deadline for job in batch)
         results: list[tuple[_Job, Any, BaseException | None]] = []
+        conn = await self._acquire(deadline)
         try:
-            conn = await self._acquire(deadline)
-            try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
-                    for job in batch:
-                        try:
-                            if len(batch) == 1:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
+                for job in batch:
+                    try:
+                        if savepoints:
+                            async with conn.transaction():  # SAVEPOINT
                                 value = await job.fn(conn)
-                            else:
-                                async with conn.transaction():  # SAVEPOINT
-                                    value = await job.fn(conn)
-                        except Exception as exc:
-                            if _batch_fatal(exc) or conn.is_closed():
-                                raise
-                            if len(batch) == 1:
-                                raise _Refused(exc) from exc  # roll the transaction back
-                            results.append((job, None, exc))
                         else:
-                            results.append((job, value, None))
-            finally:
-                await self.pool.release(conn)
-        except _Refused as refused:
-            batch[0].settle(error=refused.error)
-            return
-        except BaseException as exc:
-            self._trouble(exc)
-            error: BaseException = (
-                StorageUnavailable("the database did not answer in time")
-                if isinstance(exc, TimeoutError)
-                else exc
-            )
-            for job in batch:
-                job.settle(error=error)
-            if isinstance(exc, asyncio.CancelledError) and self.closed:
-                raise
-            return
-        self.batches += 1
-        self.units += len(batch)
-        for job, value, err in results:
-            job.settle(value, err)
+                            value = await job.fn(conn)
+                    except Exception as exc:
+                        if _batch_fatal(exc) or conn.is_closed():
+                            raise
+                        if not savepoints:
+                            raise _Refused(job, exc) from exc  # roll the transaction back
+                        results.append((job, None, exc))
+                    else:
+                        results.append((job, value, None))
+        finally:
+            await self.pool.release(conn)
+        return results
 
     async def close(self) -> None:
         self.closed = True
@@ -421,10 +435,11 @@ class _Driver:
 
 
 class _Refused(Exception):
-    """A lone job's own refusal, carried out of its transaction so that it rolls back."""
+    """A job's own refusal, carried out of its transaction so that it rolls back."""
 
-    def __init__(self, error: Exception) -> None:
+    def __init__(self, job: _Job, error: Exception) -> None:
         super().__init__(str(error))
+        self.job = job
         self.error = error
 
 
