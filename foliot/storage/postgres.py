@@ -271,6 +271,7 @@ class _Driver:
             timeout=CONNECT_TIMEOUT_S,
             command_timeout=self.limit_s,
             max_inactive_connection_lifetime=60,
+            reset=_keep_session,
         )
         self.wake = asyncio.Event()
         self.writers = [asyncio.create_task(self._writer()) for _ in range(self.writer_count)]
@@ -432,6 +433,12 @@ class _Driver:
             except BaseException as exc:
                 log.warning("pool did not close cleanly (%r); terminating", exc)
                 self.pool.terminate()
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Release without the reset query (a round trip per release): an open transaction is still
+    rolled back by asyncpg, and Foliot keeps no other session state (no SET, no LISTEN; the
+    migrator's advisory lock is released explicitly)."""
 
 
 class _Refused(Exception):
@@ -875,7 +882,8 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
             " close_reason = excluded.close_reason, deadline = excluded.deadline",
             task_rows(unit),
         )
-    await conn.execute("DELETE FROM timers WHERE run_id = $1", run.run_id)
+    if unit.expected_seq is not None:  # a new run has no timers yet
+        await conn.execute("DELETE FROM timers WHERE run_id = $1", run.run_id)
     timers = timer_rows(run)
     if timers:
         await conn.executemany(
@@ -891,14 +899,19 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
 
 @asynccontextmanager
 async def open_postgres(
-    url: str, *, bridge: str = "thread", pool_size: int = POOL_SIZE, limit_s: float = LIMIT_S
+    url: str,
+    *,
+    bridge: str = "thread",
+    pool_size: int = POOL_SIZE,
+    writers: int = WRITERS,
+    limit_s: float = LIMIT_S,
 ) -> AsyncIterator[PostgresStore]:
     """Start the driver's asyncio loop (its own thread, or trio-asyncio's), connect, migrate;
     close all on exit. Nothing from the asyncio side can escape from here."""
     if bridge == "thread":
         loop_thread = _LoopThread()
         try:
-            async with _serve(url, loop_thread, pool_size, limit_s) as store:
+            async with _serve(url, loop_thread, pool_size, writers, limit_s) as store:
                 yield store
         finally:
             with trio.CancelScope(shield=True):
@@ -908,7 +921,7 @@ async def open_postgres(
 
         async with (
             trio_asyncio.open_loop() as loop,
-            _serve(url, _TrioAsyncio(loop), pool_size, limit_s) as store,
+            _serve(url, _TrioAsyncio(loop), pool_size, writers, limit_s) as store,
         ):
             yield store
     else:
@@ -916,8 +929,10 @@ async def open_postgres(
 
 
 @asynccontextmanager
-async def _serve(url: str, bridge: _Bridge, pool_size: int, limit_s: float) -> AsyncIterator[PostgresStore]:
-    store = PostgresStore(url, bridge, pool_size=pool_size, limit_s=limit_s)
+async def _serve(
+    url: str, bridge: _Bridge, pool_size: int, writers: int, limit_s: float
+) -> AsyncIterator[PostgresStore]:
+    store = PostgresStore(url, bridge, pool_size=pool_size, writers=min(writers, pool_size), limit_s=limit_s)
     try:
         await store.start()
         await store.connect()
