@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(fn: Callable[[Settings], Awaitable[None]], settings: Settings) -> None:
-    # With PostgreSQL, the store opens one asyncio loop (trio-asyncio) around its whole life.
+    # With PostgreSQL, the store runs its own asyncio loop in a thread (storage/postgres.py).
     trio.run(fn, settings)
 
 

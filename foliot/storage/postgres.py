@@ -261,6 +261,7 @@ class _Driver:
         self.batches = 0
         self.units = 0
         self._expired_at = 0.0
+        self._background: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         # min_size=0: nothing connects here, so a database still booting is not an error yet.
@@ -285,7 +286,9 @@ class _Driver:
         now = time.monotonic()
         if now - self._expired_at >= 1.0:
             self._expired_at = now
-            asyncio.get_running_loop().create_task(self._expire())
+            task = asyncio.get_running_loop().create_task(self._expire())
+            self._background.add(task)  # held, so it isn't collected before it runs
+            task.add_done_callback(self._background.discard)
 
     async def _expire(self) -> None:
         try:
