@@ -30,6 +30,7 @@ import collections
 import concurrent.futures
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -904,13 +905,14 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
 async def open_postgres(
     url: str,
     *,
-    bridge: str = "thread",
+    bridge: str | None = None,
     pool_size: int = POOL_SIZE,
     writers: int = WRITERS,
     limit_s: float = LIMIT_S,
 ) -> AsyncIterator[PostgresStore]:
     """Start the driver's asyncio loop (its own thread, or trio-asyncio's), connect, migrate;
     close all on exit. Nothing from the asyncio side can escape from here."""
+    bridge = bridge or os.environ.get("FOLIOT_PG_BRIDGE", "thread")
     if bridge == "thread":
         loop_thread = _LoopThread()
         try:
