@@ -458,7 +458,7 @@ def wrk_post(
 
 # A request is [method, path, json body or None, key]; `key` comes back with its result.
 Request = list[Any]
-# A result is [scheduled offset s, latency from schedule s, service time s, status, retry_after, key].
+# A result is [scheduled epoch s, latency from schedule s, service time s, status, retry_after, key].
 # Status -1: client timeout, -2: not sent (the client's own in-flight cap), -3: connection error.
 
 
@@ -493,7 +493,7 @@ async def _worker_main(spec: dict[str, Any], results: list[list[Any]]) -> None:
             except httpx.HTTPError:
                 status, retry = -3, False
             done = time.time()
-            results.append([scheduled - spec["start_at"], done - scheduled, done - sent, status, retry, key])
+            results.append([scheduled, done - scheduled, done - sent, status, retry, key])
 
         await trio.sleep(max(0.0, spec["start_at"] - time.time()))
         with trio.move_on_at(trio.current_time() + max(0.0, hard_end - time.time())):
@@ -509,7 +509,7 @@ async def _worker_main(spec: dict[str, Any], results: list[list[Any]]) -> None:
                         scheduled = spec["start_at"] + spec["offset"] + i / spec["rate"]
                         await trio.sleep(max(0.0, scheduled - time.time()))
                         if inflight.available_tokens == 0:
-                            results.append([scheduled - spec["start_at"], 0.0, 0.0, -2, False, req[3]])
+                            results.append([scheduled, 0.0, 0.0, -2, False, req[3]])
                             continue
                         nursery.start_soon(guarded, req, scheduled)
             else:

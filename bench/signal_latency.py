@@ -1,0 +1,295 @@
+"""Signal latency, open loop: signals on a fixed timetable to random parked runs.
+
+    python bench/signal_latency.py [--runs 15000] [--rates 25,50,100,200] [--seconds 20]
+    python bench/signal_latency.py --find-capacity [--modes live,passivated] [--backend postgres]
+    python bench/signal_latency.py --quick
+
+Parks N runs (started through the API) on a workflow of `wait "go"` -> task -> `wait "go"`
+-> task ... whose tasks are pushed to a local handler process that answers at once and records
+arrival times. A multi-process client then sends `POST /signals` to random runs at fixed rates
+whatever the answers (open loop; latency counts from the scheduled send time). Per rate it
+prints: signal answer p50/p99, signal -> task arrival p99, timeouts, 429/503 counts and how
+many carried Retry-After. `--find-capacity` doubles the rate until p99 passes
+`--p99-limit-ms` (or answers fall behind, or anything times out or is refused), then measures
+at 50 % of the last good rate. Modes: `live` (actors kept in memory) and `passivated`
+(FOLIOT_PASSIVATE_AFTER_MS small, runs passivated before the signals). The floor is the bare
+quart-trio signal endpoint's closed-loop rate measured with the same client in the same run.
+Target (issue 9): p99 <= 50 ms at 50 % of capacity; above capacity fast 429/503 + Retry-After.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common as c
+
+ROUNDS = 8
+WORKFLOW = {
+    "name": "signalled",
+    "steps": [
+        step
+        for k in range(ROUNDS)
+        for step in (
+            {"name": f"w{k}", "type": "wait", "signal": "go", "timeout": "14d"},
+            {"name": f"t{k}", "type": "task", "timeout": "30s"},
+        )
+    ],
+}
+PASSIVATE = {"live": 3_600_000, "passivated": 300}
+
+
+def seed(server: c.Foliot, key: str, count: int) -> tuple[list[str], float]:
+    requests = [
+        ["POST", "/apps/bench/runs", {"workflow": "signalled", "input": {"i": i}}, i] for i in range(count)
+    ]
+    t0 = time.perf_counter()
+    results, _ = c.run_clients(
+        server.url, c.bearer(key), requests, mode="closed", procs=2, concurrency=16, timeout=60, limit_s=1800
+    )
+    elapsed = time.perf_counter() - t0
+    ok = [r for r in results if r[3] == 201]
+    if len(ok) < count:
+        print(
+            f"  seeding: {len(ok)} of {count} starts answered 201 ({c.summarize(results, elapsed)['codes']})"
+        )
+    with c.httpx.Client(base_url=server.url, headers=c.bearer(key), timeout=60) as client:
+        ids: list[str] = []
+        cursor = None
+        for _ in range(count // 500 + 2):
+            params: dict[str, Any] = {"limit": 500, "workflow": "signalled"}
+            if cursor:
+                params["cursor"] = cursor
+            page = client.get("/apps/bench/runs", params=params).json()
+            ids += [r["runId"] for r in page["runs"]]
+            cursor = page.get("nextCursor") or page.get("cursor")
+            if not cursor:
+                break
+    return ids, elapsed
+
+
+def drain(handler: c.Handler, limit_s: float) -> None:
+    """Wait (bounded) until the handler stops receiving pushes: the previous phase's backlog."""
+    last, t0 = -1, time.perf_counter()
+    while time.perf_counter() - t0 < limit_s:
+        now = handler.stats()["received"]
+        if now == last:
+            return
+        last = now
+        time.sleep(1.0)
+
+
+def phase(
+    server: c.Foliot,
+    handler: c.Handler,
+    key: str,
+    run_ids: list[str],
+    rate: float,
+    args: argparse.Namespace,
+    seed: int,
+) -> dict[str, Any]:
+    count = max(1, int(rate * args.seconds))
+    targets = c.random_targets(run_ids, count, seed)
+    requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
+    results, wall = c.run_clients(
+        server.url,
+        c.bearer(key),
+        requests,
+        mode="open",
+        rate=rate,
+        procs=args.procs,
+        timeout=args.timeout,
+        limit_s=args.seconds + args.timeout + 10,
+    )
+    s = c.summarize(results, wall)
+    time.sleep(min(5.0, args.timeout))  # let pushes of the last signals arrive
+    arrivals = handler.stats(arrivals=True)["arrivals"]
+    to_task, missing = [], 0
+    for r in results:
+        if not 200 <= r[3] < 300:
+            continue
+        later = [t for t, _ in arrivals.get(r[5], []) if t >= r[0]]
+        if later:
+            to_task.append(min(later) - r[0])
+        else:
+            missing += 1
+    s.update(rate=rate, to_task_p50=c.pct(to_task, 50), to_task_p99=c.pct(to_task, 99), no_task=missing)
+    return s
+
+
+def good(s: dict[str, Any], limit_s: float) -> bool:
+    return (
+        s["p99"] <= limit_s
+        and s["timeouts"] + s["conn_errors"] + s["429"] + s["503"] + s["client_overrun"] == 0
+        and s["ok"] >= 0.9 * s["rate"] * _SECONDS[0]
+    )
+
+
+_SECONDS = [1.0]
+
+
+def row(mode: str, label: str, s: dict[str, Any]) -> list[Any]:
+    return [
+        mode,
+        label,
+        f"{s['rate']:.0f}",
+        s["sent"],
+        s["ok"],
+        c.ms(s["p50"]),
+        c.ms(s["p99"]),
+        c.ms(s["to_task_p50"]),
+        c.ms(s["to_task_p99"]),
+        s["no_task"],
+        s["timeouts"],
+        s["conn_errors"],
+        s["429"],
+        s["503"],
+        f"{s['retry_after']}/{s['429'] + s['503']}",
+        c.ms(s["refused_p99"]),
+        s["other"],
+    ]
+
+
+def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list[str]]:
+    work = c.tmpdir(f"signal-{mode}")
+    cluster = c.pg_cluster() if args.backend == "postgres" else None
+    handler = c.Handler(work)
+    server = c.Foliot(
+        c.database_url(args.backend, work, cluster), work, FOLIOT_PASSIVATE_AFTER_MS=PASSIVATE[mode]
+    )
+    server.start()
+    key = server.setup_app([WORKFLOW], handler_url=handler.url)
+    notes = []
+    run_ids, took = seed(server, key, args.runs)
+    notes.append(
+        f"{mode}: {len(run_ids)} runs parked through the API in {took:.1f}s ({len(run_ids) / took:.0f}/s)"
+    )
+    if mode == "passivated":
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 60:
+            if c.metric_sum(server.metrics(), "foliot_live_actors") <= len(run_ids) * 0.01:
+                break
+            time.sleep(0.5)
+    live = c.metric_sum(server.metrics(), "foliot_live_actors")
+    notes.append(f"{mode}: live actors before the signals: {live:.0f}; server RSS {server.rss():.0f} MB")
+    floor = c.Floor(work, key)
+    body = {"runId": run_ids[0], "name": "go"}
+    f = (
+        c.wrk_post(f"{floor.url}/apps/bench/signals", body, key, seconds=args.seconds, connections=16)
+        if (c.have_wrk())
+        else None
+    )
+    floor_rps = f["rps"] if f else float("nan")
+    floor.child.stop()
+    rows = []
+    if args.find_capacity:
+        rate, capacity, seed_n = args.start_rate, 0.0, 0
+        while rate <= args.max_rate:
+            seed_n += 1
+            s = phase(server, handler, key, run_ids, rate, args, seed_n)
+            rows.append(row(mode, "ramp", s))
+            drain(handler, 30)
+            if not server.alive() or not good(s, args.p99_limit_ms / 1000):
+                break
+            capacity = rate
+            rate *= 2
+        notes.append(
+            f"{mode}: capacity (last rate with p99 <= {args.p99_limit_ms} ms, nothing refused) "
+            f"{capacity:.0f}/s; floor (closed loop, wrk) {floor_rps:.0f}/s = {c.ratio(capacity, floor_rps)}"
+        )
+        if capacity and server.alive():
+            s = phase(server, handler, key, run_ids, capacity / 2, args, 999)
+            rows.append(row(mode, "50% cap", s))
+    else:
+        for i, rate in enumerate(args.rates):
+            if not server.alive():
+                break
+            s = phase(server, handler, key, run_ids, rate, args, i + 1)
+            rows.append(row(mode, "fixed", s))
+            drain(handler, 30)
+        notes.append(f"{mode}: floor signal endpoint (closed loop, wrk) {floor_rps:.0f}/s")
+    m = server.metrics()
+    notes.append(
+        f"{mode}: server alive {server.alive()}, RSS {server.rss():.0f} MB, handler duplicates "
+        f"{handler.stats()['duplicates']}, push outcomes "
+        + ", ".join(
+            f"{k.split('=')[1].strip(chr(34) + '}')}:{v:.0f}" for k, v in m.items() if "push_outcomes" in k
+        )
+    )
+    server.stop()
+    handler.child.stop()
+    return rows, notes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--runs", type=int, default=15_000, help="parked runs (started through the API)")
+    parser.add_argument(
+        "--rates", default="25,50,100,200", help="fixed rates, signals/s (without --find-capacity)"
+    )
+    parser.add_argument("--seconds", type=float, default=20.0, help="length of each rate's timetable")
+    parser.add_argument("--find-capacity", action="store_true", help="ramp x2 from --start-rate, then 50%%")
+    parser.add_argument("--start-rate", type=float, default=25.0)
+    parser.add_argument("--max-rate", type=float, default=1600.0)
+    parser.add_argument("--p99-limit-ms", type=float, default=200.0, help="p99 above this ends the ramp")
+    parser.add_argument("--modes", default="live,passivated")
+    parser.add_argument("--procs", type=int, default=2, help="client processes")
+    parser.add_argument("--timeout", type=float, default=30.0, help="client timeout per signal, s")
+    parser.add_argument(
+        "--quick", action="store_true", help="300 runs, 3 s per rate, ramp from 20/s to 160/s"
+    )
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.seconds, args.timeout = 300, 3.0, 10.0
+        args.start_rate, args.max_rate, args.find_capacity = 20.0, 160.0, True
+    args.rates = [float(r) for r in str(args.rates).split(",")]
+    _SECONDS[0] = args.seconds
+    c.header(f"signal latency, open loop ({args.backend})", args)
+    rows, notes = [], []
+    for mode in args.modes.split(","):
+        try:
+            r, n = one_mode(mode, args)
+        except Exception as exc:
+            r, n = [], [f"{mode}: FAILED {type(exc).__name__}: {str(exc)[:300]}"]
+        rows += r
+        notes += n
+    print(
+        c.table(
+            f"signals ({args.backend}; ms from the scheduled send; task = signal -> push at the handler)",
+            [
+                "mode",
+                "phase",
+                "rate/s",
+                "sent",
+                "2xx",
+                "p50",
+                "p99",
+                "task p50",
+                "task p99",
+                "no task",
+                "timeout",
+                "connerr",
+                "429",
+                "503",
+                "retry-after",
+                "refused p99",
+                "other",
+            ],
+            rows,
+        )
+    )
+    for n in notes:
+        print(" ", n)
+    print("  target: p99 <= 50 ms at 50% of capacity; above capacity fast 429/503 with Retry-After")
+
+
+if __name__ == "__main__":
+    main()
