@@ -270,7 +270,7 @@ class Foliot:
 
     def metrics(self) -> dict[str, float]:
         try:
-            r = httpx.get(f"{self.url}/metrics", headers=admin_headers(), timeout=10)
+            r = httpx.get(f"{self.url}/metrics", headers=admin_headers(), timeout=30)
         except httpx.HTTPError:
             return {}
         return parse_metrics(r.text) if r.status_code == 200 else {}
@@ -596,6 +596,8 @@ def summarize(results: list[list[Any]], wall: float) -> dict[str, Any]:
     """Counts and percentiles over client results (latency measured from the scheduled time)."""
     codes = Counter(r[3] for r in results)
     ok = [r for r in results if 200 <= r[3] < 300]
+    if results:  # the span of the traffic itself, without process start and exit
+        wall = max(r[0] + r[1] for r in results) - min(r[0] for r in results)
     refused = [r for r in results if r[3] in (429, 503)]
     return {
         "sent": len(results) - codes.get(-2, 0),
