@@ -618,6 +618,21 @@ def summarize(results: list[list[Any]], wall: float) -> dict[str, Any]:
     }
 
 
+def to_task(results: list[list[Any]], arrivals: dict[str, list[Any]]) -> tuple[list[float], int]:
+    """Signal -> push latencies: for each answered signal, the run's first push after it was
+    scheduled (handler arrival times). Returns (latencies, answered signals with no push)."""
+    out, missing = [], 0
+    for r in results:
+        if not 200 <= r[3] < 300:
+            continue
+        later = [t for t, _ in arrivals.get(r[5], []) if t >= r[0]]
+        if later:
+            out.append(min(later) - r[0])
+        else:
+            missing += 1
+    return out, missing
+
+
 # ---------------------------------------------------------------------------- bulk seeding
 
 PARKED = {
