@@ -1,0 +1,196 @@
+"""A million parked runs on one node: memory, restart, signals at 100/s, and query plans.
+
+    python bench/million.py [--runs 1000000] [--backend sqlite|postgres] [--rate 100] [--seconds 30]
+    python bench/million.py --quick               # 20,000 runs, 10 s of signals
+
+Creates the app and the workflow (`wait "go"` with a 14-day timeout, then a task pushed to a
+local handler process) through the API, stops the server, and writes N started runs straight
+into the store in bulk (the rows `Engine.start_run` commits; see `common.seed_bulk`). Then:
+`foliot serve` on it (spawn -> /readyz, RSS), signals to random runs open-loop at `--rate`
+for `--seconds` (answer p50/p99, signal -> task push p99, timeouts, 429/503), `kill -9` and a
+restart (-> /readyz), and EXPLAIN (QUERY PLAN) with timings of the hot queries at that size.
+Targets (issue 9): RSS <= 1 GB, p99 <= 100 ms at 100/s, restart -> ready <= 5 s, plans
+index-backed (no full scan of runs/timers/tasks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common as c
+
+# The store's hot queries (foliot/storage/{sqlite,postgres}.py), with literal parameters.
+QUERIES = [
+    ("get run by id", "SELECT doc FROM runs WHERE run_id = '{run}'"),
+    (
+        "find open run by business key",
+        "SELECT doc FROM runs WHERE app = 'bench' AND workflow = 'parked' AND business_key = 'bk-7'"
+        " AND is_open = {true}",
+    ),
+    (
+        "list runs by app",
+        "SELECT doc FROM runs WHERE app = 'bench' ORDER BY created_at DESC, run_id DESC LIMIT 101",
+    ),
+    (
+        "list runs by app and status",
+        "SELECT doc FROM runs WHERE app = 'bench' AND status = 'completed'"
+        " ORDER BY created_at DESC, run_id DESC LIMIT 101",
+    ),
+    (
+        "timers due before (page-in)",
+        "SELECT * FROM timers WHERE due_at < {soon} ORDER BY due_at, run_id, slot LIMIT 1000",
+    ),
+    ("open tasks (recovery)", "SELECT * FROM tasks WHERE status = 'open' ORDER BY created_at"),
+    ("events of a run", "SELECT * FROM events WHERE run_id = '{run}' AND seq > 0 ORDER BY seq LIMIT 100"),
+    (
+        "open runs by status (/metrics)",
+        "SELECT status, COUNT(*) AS n FROM runs WHERE is_open = {true} GROUP BY status",
+    ),
+    ("timers of a run (commit)", "DELETE FROM timers WHERE run_id = '{run}'"),
+]
+
+
+def prune_queries() -> list[tuple[str, str]]:
+    """Pruning statements, if the store has any (none when this was written)."""
+    found = []
+    for path in (c.ROOT / "foliot" / "storage").glob("*.py"):
+        for m in re.finditer(r'"(DELETE FROM (?:runs|events|idempotency)[^"]*)"', path.read_text()):
+            found.append((f"pruning ({path.name})", m.group(1)))
+    return found
+
+
+def explain(db_url: str, run_id: str, cluster: Any) -> list[list[Any]]:
+    soon = int(time.time() * 1000) + 60_000
+    rows = []
+    queries = QUERIES + prune_queries()
+    if db_url.startswith("sqlite"):
+        import sqlite3
+
+        from foliot.storage.factory import sqlite_path
+
+        conn = sqlite3.connect(sqlite_path(db_url))
+        for name, sql in queries:
+            sql = sql.format(run=run_id, soon=soon, true=1).replace("?", "NULL")
+            plan = " | ".join(r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+            timed = ""
+            if not sql.startswith("DELETE"):
+                t0 = time.perf_counter()
+                conn.execute(sql).fetchall()
+                timed = c.ms(time.perf_counter() - t0)
+            scan = re.search(r"\bSCAN (runs|timers|tasks|events)\b(?! USING)", plan)
+            rows.append([name, timed, "FULL SCAN" if scan else "index", plan[:150]])
+        conn.close()
+    else:
+        from tests.pg import _bin
+
+        for name, sql in queries:
+            sql = sql.format(run=run_id, soon=soon, true="true")
+            analyze = "" if sql.startswith("DELETE") else "ANALYZE, "
+            out = subprocess.run(
+                [_bin("psql"), db_url, "-XAt", "-c", f"EXPLAIN ({analyze}COSTS OFF) {sql}"],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+            timed = next((ln.split(":")[1].strip() for ln in lines if ln.startswith("Execution Time")), "")
+            plan = " | ".join(ln for ln in lines if not ln.startswith(("Planning", "Execution")))
+            scan = re.search(r"Seq Scan on (runs|timers|tasks|events)", plan)
+            rows.append([name, timed, "FULL SCAN" if scan else "index", (plan or out.stderr)[:150]])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=1_000_000)
+    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--rate", type=float, default=100.0, help="signals/s, open loop")
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--quick", action="store_true", help="20,000 runs, 10 s of signals")
+    args = parser.parse_args()
+    if args.quick:
+        args.runs, args.seconds = 20_000, 10.0
+    c.header(f"{args.runs:,} parked runs on one node ({args.backend})", args)
+    work = c.tmpdir("million")
+    cluster = c.pg_cluster() if args.backend == "postgres" else None
+    db_url = c.database_url(args.backend, work, cluster)
+    handler = c.Handler(work)
+    server = c.Foliot(db_url, work)
+    server.start()
+    key = server.setup_app([c.PARKED], handler_url=handler.url)
+    server.stop()
+    run_ids, took = c.seed_bulk(db_url, "bench", c.PARKED, args.runs)
+    notes = [
+        f"seeded {len(run_ids):,} runs in bulk through the store in {took:.0f}s"
+        f" ({len(run_ids) / took:,.0f}/s)"
+    ]
+    rows: list[list[Any]] = []
+    ready1 = server.start(ready_limit_s=600)
+    rss_ready = server.rss()
+    time.sleep(3)
+    rss_idle = server.rss()
+    rows.append(["spawn -> /readyz (fresh start)", f"{ready1:.2f} s", "<= 5 s"])
+    rows.append(["RSS at ready / 3 s later", f"{rss_ready:.0f} / {rss_idle:.0f} MB", "<= 1024 MB"])
+    targets = c.random_targets(run_ids, int(args.rate * args.seconds), 3)
+    requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
+    with c.RssSampler(server.pid) as sampler:
+        results, wall = c.run_clients(
+            server.url,
+            c.bearer(key),
+            requests,
+            mode="open",
+            rate=args.rate,
+            timeout=30,
+            limit_s=args.seconds + 60,
+        )
+        time.sleep(3)
+    s = c.summarize(results, wall)
+    lat, missing = c.to_task(results, handler.stats(arrivals=True)["arrivals"])
+    rows.append(
+        [
+            f"signals at {args.rate:.0f}/s for {args.seconds:.0f}s: answer p50 / p99",
+            f"{c.ms(s['p50'])} / {c.ms(s['p99'])} ms ({s['ok']} of {len(results)} 2xx)",
+            "p99 <= 100 ms",
+        ]
+    )
+    rows.append(["signal -> task push p50 / p99", f"{c.ms(c.pct(lat, 50))} / {c.ms(c.pct(lat, 99))} ms", ""])
+    rows.append(
+        [
+            "timeouts / 429 / 503 (Retry-After) / other / no push",
+            f"{s['timeouts']} / {s['429']} / {s['503']} ({s['retry_after']}) / {s['other']} / {missing}",
+            "0",
+        ]
+    )
+    rows.append(["RSS peak during signals", f"{sampler.peak:.0f} MB", "<= 1024 MB"])
+    server.kill9()
+    ready2 = server.start(ready_limit_s=600)
+    rows.append(["kill -9, restart -> /readyz", f"{ready2:.2f} s", "<= 5 s"])
+    rows.append(["RSS after restart", f"{server.rss():.0f} MB", "<= 1024 MB"])
+    server.stop()
+    print(c.table(f"{args.runs:,} parked ({args.backend})", ["measure", "value", "target"], rows))
+    print(
+        c.table(
+            f"query plans at {args.runs:,} runs ({args.backend}; ms = one execution)",
+            ["query", "ms", "access", "plan"],
+            explain(db_url, run_ids[len(run_ids) // 2], cluster),
+        )
+    )
+    if not prune_queries():
+        notes.append("no pruning statement in foliot/storage (nothing to explain)")
+    for n in notes:
+        print(" ", n)
+    handler.child.stop()
+
+
+if __name__ == "__main__":
+    main()
