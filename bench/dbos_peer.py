@@ -1,0 +1,141 @@
+"""Peer run on DBOS Transact: the same parked-wait workflow against a throwaway PostgreSQL.
+
+    python bench/dbos_peer.py [--workflows 10000] [--wakes 200]
+    python bench/dbos_peer.py --quick             # 1,000 workflows, 50 wakes
+
+Needs `dbos` from PyPI in the venv (`pip install dbos`; not a Foliot dependency). Launches
+DBOS in this process on a fresh database of a throwaway cluster (tests/pg.py), starts N async
+workflows that each park on `DBOS.recv_async("go", 14 days)` (start throughput, with 64
+concurrent starters), holds them (process RSS before / after, per workflow), then wakes some
+one at a time with `DBOS.send_async` and measures send -> workflow resumed (p50/p99). Compare
+with bench/start_rate.py --backend postgres, bench/actor_memory.py and bench/restart.py.
+When dbos cannot be imported or launched here, it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common as c
+
+parked_count = 0
+woken: dict[str, float] = {}
+events: dict[str, asyncio.Event] = {}
+
+
+async def run(args: argparse.Namespace, url: str) -> list[list[Any]]:
+    from dbos import DBOS
+
+    DBOS(config={"name": "foliot-peer", "system_database_url": url, "log_level": "WARNING"})
+
+    @DBOS.workflow()
+    async def parked(i: int) -> Any:
+        global parked_count
+        parked_count += 1
+        message = await DBOS.recv_async("go", timeout_seconds=14 * 86400)
+        wid = DBOS.workflow_id
+        assert wid is not None
+        woken[wid] = time.time()
+        if wid in events:
+            events[wid].set()
+        return message
+
+    DBOS.launch()
+    try:
+        me = os.getpid()
+        gc.collect()
+        rss0 = c.rss_mb(me)
+        ids: list[str] = []
+        sem = asyncio.Semaphore(64)
+
+        async def start(i: int) -> None:
+            async with sem:
+                handle = await DBOS.start_workflow_async(parked, i)
+                ids.append(handle.workflow_id)
+
+        t0 = time.perf_counter()
+        await asyncio.wait_for(asyncio.gather(*(start(i) for i in range(args.workflows))), args.limit)
+        started = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        while parked_count < args.workflows and time.perf_counter() - t1 < args.limit:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        all_parked = time.perf_counter() - t0
+        await asyncio.sleep(1)
+        gc.collect()
+        rss1 = c.rss_mb(me)
+        lat: list[float] = []
+        lost = 0
+        for wid in ids[: args.wakes]:
+            events[wid] = asyncio.Event()
+            s = time.time()
+            await DBOS.send_async(wid, {"paid": True}, topic="go")
+            try:
+                await asyncio.wait_for(events[wid].wait(), 30)
+                lat.append(woken[wid] - s)
+            except TimeoutError:
+                lost += 1
+        return [
+            ["workflows started", f"{len(ids):,} in {started:.1f}s = {len(ids) / started:,.0f}/s", ""],
+            ["all parked in recv after", f"{all_parked:.1f}s ({parked_count:,} parked)", ""],
+            ["process RSS before / after", f"{rss0:.0f} / {rss1:.0f} MB", ""],
+            ["RSS per parked workflow", f"{(rss1 - rss0) * 1024 / max(1, parked_count):.1f} KB", ""],
+            [
+                f"wake latency, sequential ({len(lat)}): p50 / p99",
+                f"{c.ms(c.pct(lat, 50))} / {c.ms(c.pct(lat, 99))} ms ({lost} not woken in 30 s)",
+                "",
+            ],
+        ]
+    finally:
+        logging.getLogger("dbos").setLevel(logging.ERROR)  # workflows still parked are cancelled
+        DBOS.destroy(destroy_registry=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workflows", type=int, default=10_000, help="parked workflows to hold")
+    parser.add_argument("--wakes", type=int, default=200, help="workflows woken one at a time")
+    parser.add_argument("--limit", type=float, default=1800.0, help="bound on starting/parking, s")
+    parser.add_argument("--quick", action="store_true", help="1,000 workflows, 50 wakes")
+    args = parser.parse_args()
+    if args.quick:
+        args.workflows, args.wakes, args.limit = 1_000, 50, 300.0
+    c.header(f"DBOS Transact peer: {args.workflows:,} parked workflows (PostgreSQL)", args)
+    try:
+        import dbos
+
+        version = getattr(dbos, "__version__", None) or _dist_version()
+    except Exception as exc:
+        print(
+            f"dbos is not importable here ({type(exc).__name__}: {exc}); `pip install dbos` to run this peer."
+        )
+        return
+    try:
+        cluster = c.pg_cluster()
+        url = cluster.new_database()
+        rows = asyncio.run(run(args, url))
+    except Exception as exc:
+        print(f"dbos {version} could not be run here: {type(exc).__name__}: {str(exc)[:500]}")
+        return
+    print(c.table(f"DBOS Transact {version} on PostgreSQL", ["measure", "value", ""], rows))
+
+
+def _dist_version() -> str:
+    from importlib.metadata import version
+
+    return version("dbos")
+
+
+if __name__ == "__main__":
+    main()
