@@ -29,9 +29,18 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check foliot
 	$(BIN)/mypy foliot
 
+# Quick versions of every benchmark (bench/README.md); figures only, nothing asserted.
+# wrk is installed when missing (root); without it the scripts use their Python client.
 bench: $(STAMP)
-	$(BIN)/python bench/parked_runs.py --runs 2000
-	$(BIN)/python bench/idle_pollers.py --pollers 200
+	command -v wrk >/dev/null || apt-get install -y wrk >/dev/null 2>&1 || echo "no wrk: Python client"
+	-$(BIN)/python bench/start_rate.py --quick
+	-$(BIN)/python bench/signal_latency.py --quick
+	-$(BIN)/python bench/timer_storm.py --quick
+	-$(BIN)/python bench/actor_memory.py --quick
+	-$(BIN)/python bench/million.py --quick
+	-$(BIN)/python bench/restart.py --quick
+	-$(BIN)/python bench/dbos_peer.py --quick
+	-$(BIN)/python bench/idle_pollers.py --pollers 200 --idle 3
 
 clean:
 	rm -rf $(VENV) .foliot .pytest_cache .mypy_cache .ruff_cache
