@@ -243,6 +243,7 @@ class Foliot:
         }
         self.child: Child | None = None
         self.log = workdir / "server.log"
+        self.metrics_error = ""
 
     @property
     def pid(self) -> int:
@@ -271,9 +272,13 @@ class Foliot:
     def metrics(self) -> dict[str, float]:
         try:
             r = httpx.get(f"{self.url}/metrics", headers=admin_headers(), timeout=30)
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
+            self.metrics_error = f"/metrics: {type(exc).__name__}"
             return {}
-        return parse_metrics(r.text) if r.status_code == 200 else {}
+        if r.status_code != 200:
+            self.metrics_error = f"/metrics: {r.status_code} {r.text[:200]}"
+            return {}
+        return parse_metrics(r.text)
 
     def setup_app(
         self, workflows: list[dict[str, Any]], handler_url: str = "http://127.0.0.1:9", app: str = "bench"

@@ -222,6 +222,8 @@ def main() -> None:
         ["server alive at the end", alive, "True"],
     ]
     print(c.table(f"timer storm ({args.backend}, {args.runs:,} runs)", ["measure", "value", "target"], rows))
+    if server.metrics_error:
+        notes.append(f"metrics unreadable at some point ({server.metrics_error}): those figures show 0 / -")
     for n in notes:
         print(" ", n)
     if progress:
