@@ -61,6 +61,7 @@ def _sigterm(signum: int, frame: Any) -> None:
 atexit.register(cleanup_all)
 if multiprocessing.parent_process() is None:
     signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even when started in the background
 
 
 def free_port() -> int:
@@ -269,9 +270,9 @@ class Foliot:
     def alive(self) -> bool:
         return self.child is not None and self.child.alive()
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, timeout: float = 30) -> dict[str, float]:
         try:
-            r = httpx.get(f"{self.url}/metrics", headers=admin_headers(), timeout=30)
+            r = httpx.get(f"{self.url}/metrics", headers=admin_headers(), timeout=timeout)
         except httpx.HTTPError as exc:
             self.metrics_error = f"/metrics: {type(exc).__name__}"
             return {}

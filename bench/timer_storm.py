@@ -179,7 +179,7 @@ def main() -> None:
     alive = server.alive()
     time.sleep(5)
     rss_after = server.rss()
-    m = server.metrics()
+    m = server.metrics(timeout=90)
     fired = c.metric_sum(m, "foliot_timers_fired_total") - fired0
     outcomes = {k.split('"')[1]: int(v) for k, v in m.items() if k.startswith("foliot_push_outcomes_total{")}
     statuses, failures = sample_runs(server, key, run_ids, args.sample) if alive else (Counter(), Counter())
