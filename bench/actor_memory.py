@@ -146,9 +146,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15, help="allocation sites to print")
     parser.add_argument("--skip-inprocess", action="store_true", help="only the subprocess RSS part")
     parser.add_argument("--quick", action="store_true", help="1,000 runs")
-    args = parser.parse_args()
-    if args.quick:
-        args.runs, args.warmup = 1_000, 100
+    args = c.parse_args(parser, runs=1_000, warmup=100)
     c.header(f"memory per live parked actor ({args.runs:,} runs, SQLite)", args)
     print(c.table("outside: foliot serve subprocess", ["measure", "value"], outside(args)))
     if not args.skip_inprocess:

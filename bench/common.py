@@ -840,6 +840,14 @@ def random_targets(run_ids: list[str], count: int, seed: int = 1) -> list[str]:
     return [rng.choice(run_ids) for _ in range(count)]
 
 
+def parse_args(parser: Any, **quick: Any) -> Any:
+    """Parse; with --quick, `quick` replaces the defaults (options given explicitly still win)."""
+    known, _ = parser.parse_known_args()
+    if known.quick:
+        parser.set_defaults(**quick)
+    return parser.parse_args()
+
+
 def header(title: str, args: Any) -> None:
     print(f"# {title}")
     print(

@@ -108,9 +108,7 @@ def main() -> None:
     parser.add_argument("--wakes", type=int, default=200, help="workflows woken one at a time")
     parser.add_argument("--limit", type=float, default=1800.0, help="bound on starting/parking, s")
     parser.add_argument("--quick", action="store_true", help="1,000 workflows, 50 wakes")
-    args = parser.parse_args()
-    if args.quick:
-        args.workflows, args.wakes, args.limit = 1_000, 50, 300.0
+    args = c.parse_args(parser, workflows=1_000, wakes=50, limit=300.0)
     c.header(f"DBOS Transact peer: {args.workflows:,} parked workflows (PostgreSQL)", args)
     try:
         import dbos

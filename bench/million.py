@@ -117,9 +117,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="signals/s, open loop")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--quick", action="store_true", help="20,000 runs, 10 s of signals")
-    args = parser.parse_args()
-    if args.quick:
-        args.runs, args.seconds = 20_000, 10.0
+    args = c.parse_args(parser, runs=20_000, seconds=10.0)
     c.header(f"{args.runs:,} parked runs on one node ({args.backend})", args)
     work = c.tmpdir("million")
     cluster = c.pg_cluster() if args.backend == "postgres" else None

@@ -49,9 +49,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--sequential", type=int, default=200, help="signals sent one after another")
     parser.add_argument("--quick", action="store_true", help="10,000 runs, 50 sequential signals")
-    args = parser.parse_args()
-    if args.quick:
-        args.runs, args.sequential = 10_000, 50
+    args = c.parse_args(parser, runs=10_000, sequential=50)
     c.header(f"restart with {args.runs:,} parked runs ({args.backend})", args)
     work = c.tmpdir("restart")
     cluster = c.pg_cluster() if args.backend == "postgres" else None

@@ -246,10 +246,9 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="300 runs, 3 s per rate, ramp from 20/s to 160/s"
     )
-    args = parser.parse_args()
-    if args.quick:
-        args.runs, args.seconds, args.timeout = 300, 3.0, 10.0
-        args.start_rate, args.max_rate, args.find_capacity = 20.0, 160.0, True
+    args = c.parse_args(
+        parser, runs=300, seconds=3.0, timeout=10.0, start_rate=20.0, max_rate=160.0, find_capacity=True
+    )
     args.rates = [float(r) for r in str(args.rates).split(",")]
     _SECONDS[0] = args.seconds
     c.header(f"signal latency, open loop ({args.backend})", args)

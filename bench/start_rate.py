@@ -109,9 +109,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32, help="concurrent connections")
     parser.add_argument("--python-client", action="store_true", help="use the Python client even with wrk")
     parser.add_argument("--quick", action="store_true", help="3 s per load, 16 connections")
-    args = parser.parse_args()
-    if args.quick:
-        args.seconds, args.connections = 3.0, 16
+    args = c.parse_args(parser, seconds=3.0, connections=16)
     c.header("start rate: POST /runs vs the bare quart-trio floor", args)
     use_wrk = c.have_wrk() and not args.python_client
     if not use_wrk:

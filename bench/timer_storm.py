@@ -96,9 +96,7 @@ def main() -> None:
     parser.add_argument("--limit", type=float, default=300.0, help="give up this many seconds after due")
     parser.add_argument("--sample", type=int, default=200, help="runs whose status and events are read")
     parser.add_argument("--quick", action="store_true", help="2,000 runs, 60 s limit")
-    args = parser.parse_args()
-    if args.quick:
-        args.runs, args.limit, args.sample = 2_000, 60.0, 100
+    args = c.parse_args(parser, runs=2_000, limit=60.0, sample=100)
     c.header(
         f"timer storm: {args.runs:,} sleeps due in the same second ({args.backend}, seeded {args.seed})", args
     )
