@@ -165,8 +165,9 @@ def main() -> None:
     rows.append(["signal -> task push p50 / p99", f"{c.ms(c.pct(lat, 50))} / {c.ms(c.pct(lat, 99))} ms", ""])
     rows.append(
         [
-            "timeouts / 429 / 503 (Retry-After) / other / no push",
-            f"{s['timeouts']} / {s['429']} / {s['503']} ({s['retry_after']}) / {s['other']} / {missing}",
+            "timeouts / connerr / 429 / 503 (Retry-After) / other / unsent / no push",
+            f"{s['timeouts']} / {s['conn_errors']} / {s['429']} / {s['503']} ({s['retry_after']})"
+            f" / {s['other']} / {s['client_overrun']} / {missing}",
             "0",
         ]
     )

@@ -152,6 +152,7 @@ def row(mode: str, label: str, s: dict[str, Any]) -> list[Any]:
         f"{s['retry_after']}/{s['429'] + s['503']}",
         c.ms(s["refused_p99"]),
         s["other"],
+        s["client_overrun"],
     ]
 
 
@@ -281,6 +282,7 @@ def main() -> None:
                 "retry-after",
                 "refused p99",
                 "other",
+                "unsent",
             ],
             rows,
         )
