@@ -108,16 +108,7 @@ def phase(
     )
     s = c.summarize(results, wall)
     time.sleep(min(5.0, args.timeout))  # let pushes of the last signals arrive
-    arrivals = handler.stats(arrivals=True)["arrivals"]
-    to_task, missing = [], 0
-    for r in results:
-        if not 200 <= r[3] < 300:
-            continue
-        later = [t for t, _ in arrivals.get(r[5], []) if t >= r[0]]
-        if later:
-            to_task.append(min(later) - r[0])
-        else:
-            missing += 1
+    to_task, missing = c.to_task(results, handler.stats(arrivals=True)["arrivals"])
     s.update(rate=rate, to_task_p50=c.pct(to_task, 50), to_task_p99=c.pct(to_task, 99), no_task=missing)
     return s
 
