@@ -270,6 +270,13 @@ class Foliot:
     def alive(self) -> bool:
         return self.child is not None and self.child.alive()
 
+    def death(self, lines: int = 6) -> str:
+        """Why the server is gone: its exit code and the last lines of its log ('' if alive)."""
+        if self.child is None or self.child.alive():
+            return ""
+        tail = self.child.tail(4000).strip().splitlines()[-lines:]
+        return f"server exited with {self.child.proc.returncode}; log tail:\n    " + "\n    ".join(tail)
+
     def metrics(self, timeout: float = 30) -> dict[str, float]:
         try:
             r = httpx.get(f"{self.url}/metrics", headers=admin_headers(), timeout=timeout)

@@ -7,8 +7,9 @@ Needs `dbos` from PyPI in the venv (`pip install dbos`; not a Foliot dependency)
 DBOS in this process on a fresh database of a throwaway cluster (tests/pg.py), starts N async
 workflows that each park on `DBOS.recv_async("go", 14 days)` (start throughput, with 64
 concurrent starters), holds them (process RSS before / after, per workflow), then wakes some
-one at a time with `DBOS.send_async` and measures send -> workflow resumed (p50/p99). Compare
-with bench/start_rate.py --backend postgres, bench/actor_memory.py and bench/restart.py.
+one at a time with `DBOS.send_async` and measures send -> workflow resumed (p50/p99). Then
+the same on `foliot serve` against another database of the same cluster (API starts by a
+multi-process client, server RSS per parked run, signal -> task push one at a time).
 When dbos cannot be imported or launched here, it says so and exits 0.
 """
 
@@ -107,6 +108,7 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=10_000, help="parked workflows to hold")
     parser.add_argument("--wakes", type=int, default=200, help="workflows woken one at a time")
     parser.add_argument("--limit", type=float, default=1800.0, help="bound on starting/parking, s")
+    parser.add_argument("--skip-foliot", action="store_true", help="no Foliot run on the same cluster")
     parser.add_argument("--quick", action="store_true", help="1,000 workflows, 50 wakes")
     args = c.parse_args(parser, workflows=1_000, wakes=50, limit=300.0)
     c.header(f"DBOS Transact peer: {args.workflows:,} parked workflows (PostgreSQL)", args)
@@ -119,14 +121,67 @@ def main() -> None:
             f"dbos is not importable here ({type(exc).__name__}: {exc}); `pip install dbos` to run this peer."
         )
         return
+    cluster = c.pg_cluster()
     try:
-        cluster = c.pg_cluster()
-        url = cluster.new_database()
-        rows = asyncio.run(run(args, url))
+        rows = asyncio.run(run(args, cluster.new_database()))
     except Exception as exc:
         print(f"dbos {version} could not be run here: {type(exc).__name__}: {str(exc)[:500]}")
-        return
-    print(c.table(f"DBOS Transact {version} on PostgreSQL", ["measure", "value", ""], rows))
+        rows = []
+    if rows:
+        print(c.table(f"DBOS Transact {version} on PostgreSQL", ["measure", "value", ""], rows))
+    if not args.skip_foliot:
+        print(
+            c.table(
+                "Foliot on the same cluster (same counts)", ["measure", "value", ""], foliot(args, cluster)
+            )
+        )
+
+
+def foliot(args: argparse.Namespace, cluster: Any) -> list[list[Any]]:
+    """The same parked-wait workflow on `foliot serve` against a new database of the same cluster:
+    runs started through the API (multi-process client, 64 in flight), server RSS per parked run,
+    and signal -> task push one at a time (the handler stands for the resumed workflow)."""
+    from bench.restart import signal_to_task
+
+    work = c.tmpdir("peer-foliot")
+    handler = c.Handler(work)
+    server = c.Foliot(cluster.new_database(), work, FOLIOT_PASSIVATE_AFTER_MS=3_600_000)
+    server.start()
+    key = server.setup_app([c.PARKED], handler_url=handler.url)
+    rss0 = server.rss()
+    body = {"workflow": "parked", "input": {"i": 1}}
+    requests = [["POST", "/apps/bench/runs", body, i] for i in range(args.workflows)]
+    results, wall = c.run_clients(
+        server.url,
+        c.bearer(key),
+        requests,
+        mode="closed",
+        procs=2,
+        concurrency=32,
+        timeout=60,
+        limit_s=args.limit,
+    )
+    s = c.summarize(results, wall)
+    time.sleep(1)
+    rss1 = server.rss()
+    ids = []
+    with c.httpx.Client(base_url=server.url, headers=c.bearer(key), timeout=30) as client:
+        page = client.get("/apps/bench/runs", params={"limit": min(1000, args.wakes)}).json()
+        ids = [r["runId"] for r in page["runs"]]
+        pushes = [signal_to_task(client, handler, run_id, 30)[1] for run_id in ids[: args.wakes]]
+    server.stop()
+    handler.child.stop()
+    woke = [p for p in pushes if p == p]
+    return [
+        ["runs started", f"{s['ok']:,} in {wall:.1f}s = {s['rps']:,.0f}/s (p99 {c.ms(s['p99'])} ms)", ""],
+        ["server RSS before / after", f"{rss0:.0f} / {rss1:.0f} MB", ""],
+        ["RSS per parked run (live actors)", f"{(rss1 - rss0) * 1024 / max(1, s['ok']):.1f} KB", ""],
+        [
+            f"signal -> task push, sequential ({len(woke)}): p50 / p99",
+            f"{c.ms(c.pct(woke, 50))} / {c.ms(c.pct(woke, 99))} ms ({len(pushes) - len(woke)} without push)",
+            "",
+        ],
+    ]
 
 
 def _dist_version() -> str:

@@ -172,6 +172,8 @@ def main() -> None:
         ]
     )
     rows.append(["RSS peak during signals", f"{sampler.peak:.0f} MB", "<= 1024 MB"])
+    if not server.alive():
+        notes.append(server.death())
     server.kill9()
     ready2 = server.start(ready_limit_s=600)
     rows.append(["kill -9, restart -> /readyz", f"{ready2:.2f} s", "<= 5 s"])

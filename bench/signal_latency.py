@@ -205,6 +205,8 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
             rows.append(row(mode, "fixed", s))
             drain(handler, 30)
         notes.append(f"{mode}: floor signal endpoint (closed loop, wrk) {floor_rps:.0f}/s")
+    if not server.alive():
+        notes.append(f"{mode}: {server.death()}")
     m = server.metrics()
     notes.append(
         f"{mode}: server alive {server.alive()}, RSS {server.rss():.0f} MB, handler duplicates "

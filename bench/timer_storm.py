@@ -175,6 +175,8 @@ def main() -> None:
     stats = handler.stats(arrivals=True)
     times = sorted(t for lst in stats["arrivals"].values() for t, _ in lst)
     alive = server.alive()
+    if not alive:
+        notes.append(server.death())
     time.sleep(5)
     rss_after = server.rss()
     m = server.metrics(timeout=90)
