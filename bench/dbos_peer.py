@@ -138,14 +138,27 @@ def main() -> None:
 
 
 def foliot(args: argparse.Namespace, cluster: Any) -> list[list[Any]]:
+    work = c.tmpdir("peer-foliot")
+    handler = c.Handler(work)
+    server = c.Foliot(cluster.new_database(), work, FOLIOT_PASSIVATE_AFTER_MS=3_600_000)
+    try:
+        return foliot_rows(args, server, handler)
+    except Exception as exc:
+        return [
+            ["FAILED", f"{type(exc).__name__}: {str(exc)[:200]}", ""],
+            ["", server.death() or "server alive", ""],
+        ]
+    finally:
+        server.stop()
+        handler.child.stop()
+
+
+def foliot_rows(args: argparse.Namespace, server: c.Foliot, handler: c.Handler) -> list[list[Any]]:
     """The same parked-wait workflow on `foliot serve` against a new database of the same cluster:
     runs started through the API (multi-process client, 64 in flight), server RSS per parked run,
     and signal -> task push one at a time (the handler stands for the resumed workflow)."""
     from bench.restart import signal_to_task
 
-    work = c.tmpdir("peer-foliot")
-    handler = c.Handler(work)
-    server = c.Foliot(cluster.new_database(), work, FOLIOT_PASSIVATE_AFTER_MS=3_600_000)
     server.start()
     key = server.setup_app([c.PARKED], handler_url=handler.url)
     rss0 = server.rss()
@@ -169,8 +182,6 @@ def foliot(args: argparse.Namespace, cluster: Any) -> list[list[Any]]:
         page = client.get("/apps/bench/runs", params={"limit": min(1000, args.wakes)}).json()
         ids = [r["runId"] for r in page["runs"]]
         pushes = [signal_to_task(client, handler, run_id, 30)[1] for run_id in ids[: args.wakes]]
-    server.stop()
-    handler.child.stop()
     woke = [p for p in pushes if p == p]
     return [
         ["runs started", f"{s['ok']:,} in {wall:.1f}s = {s['rps']:,.0f}/s (p99 {c.ms(s['p99'])} ms)", ""],

@@ -10,8 +10,9 @@ arrival times. A multi-process client then sends `POST /signals` to random runs 
 whatever the answers (open loop; latency counts from the scheduled send time). Per rate it
 prints: signal answer p50/p99, signal -> task arrival p99, timeouts, 429/503 counts and how
 many carried Retry-After. `--find-capacity` doubles the rate until p99 passes
-`--p99-limit-ms` (or answers fall behind, or anything times out or is refused), then measures
-at 50 % of the last good rate. Modes: `live` (actors kept in memory) and `passivated`
+`--p99-limit-ms` (or answers fall behind, or anything times out or is refused; when the first
+rate already fails it halves down to `--min-rate`), then measures at 50 % of the last good rate.
+Modes: `live` (actors kept in memory) and `passivated`
 (FOLIOT_PASSIVATE_AFTER_MS small, runs passivated before the signals). The floor is the bare
 quart-trio signal endpoint's closed-loop rate measured with the same client in the same run.
 Target (issue 9): p99 <= 50 ms at 50 % of capacity; above capacity fast 429/503 + Retry-After.
@@ -180,16 +181,23 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
     floor.child.stop()
     rows = []
     if args.find_capacity:
-        rate, capacity, seed_n = args.start_rate, 0.0, 0
-        while rate <= args.max_rate:
-            seed_n += 1
+        # Double while good; if the first rate is already bad, halve down to --min-rate.
+        rate, capacity, going = args.start_rate, 0.0, ""
+        for seed_n in range(1, 16):
             s = phase(server, handler, key, run_ids, rate, args, seed_n)
             rows.append(row(mode, "ramp", s))
             drain(handler, 30)
-            if not server.alive() or not good(s, args.p99_limit_ms / 1000):
+            if not server.alive():
                 break
-            capacity = rate
-            rate *= 2
+            if good(s, args.p99_limit_ms / 1000):
+                capacity = rate
+                if going == "down" or rate * 2 > args.max_rate:
+                    break
+                going, rate = "up", rate * 2
+            else:
+                if going == "up" or rate / 2 < args.min_rate:
+                    break
+                going, rate = "down", rate / 2
         notes.append(
             f"{mode}: capacity (last rate with p99 <= {args.p99_limit_ms} ms, nothing refused) "
             f"{capacity:.0f}/s; floor (closed loop, wrk) {floor_rps:.0f}/s = {c.ratio(capacity, floor_rps)}"
@@ -233,6 +241,7 @@ def main() -> None:
     parser.add_argument("--find-capacity", action="store_true", help="ramp x2 from --start-rate, then 50%%")
     parser.add_argument("--start-rate", type=float, default=25.0)
     parser.add_argument("--max-rate", type=float, default=1600.0)
+    parser.add_argument("--min-rate", type=float, default=5.0, help="lowest rate tried when halving")
     parser.add_argument("--p99-limit-ms", type=float, default=200.0, help="p99 above this ends the ramp")
     parser.add_argument("--modes", default="live,passivated")
     parser.add_argument("--procs", type=int, default=2, help="client processes")
