@@ -185,6 +185,7 @@ def foliot_rows(args: argparse.Namespace, server: c.Foliot, handler: c.Handler) 
     woke = [p for p in pushes if p == p]
     return [
         ["runs started", f"{s['ok']:,} in {wall:.1f}s = {s['rps']:,.0f}/s (p99 {c.ms(s['p99'])} ms)", ""],
+        ["starts not answered 2xx (code: count; -1 timeout)", _codes(s["codes"]), ""],
         ["server RSS before / after", f"{rss0:.0f} / {rss1:.0f} MB", ""],
         ["RSS per parked run (live actors)", f"{(rss1 - rss0) * 1024 / max(1, s['ok']):.1f} KB", ""],
         [
@@ -193,6 +194,10 @@ def foliot_rows(args: argparse.Namespace, server: c.Foliot, handler: c.Handler) 
             "",
         ],
     ]
+
+
+def _codes(codes: dict[int, int]) -> str:
+    return " ".join(f"{k}: {v}" for k, v in sorted(codes.items()) if not 200 <= k < 300) or "none"
 
 
 def _dist_version() -> str:
