@@ -79,8 +79,8 @@ async def run(args: argparse.Namespace, url: str) -> list[list[Any]]:
         for wid in ids[: args.wakes]:
             events[wid] = asyncio.Event()
             s = time.time()
-            await DBOS.send_async(wid, {"paid": True}, topic="go")
             try:
+                await asyncio.wait_for(DBOS.send_async(wid, {"paid": True}, topic="go"), 30)
                 await asyncio.wait_for(events[wid].wait(), 30)
                 lat.append(woken[wid] - s)
             except TimeoutError:
