@@ -475,9 +475,15 @@ Request = list[Any]
 # Status -1: client timeout, -2: not sent (the client's own in-flight cap), -3: connection error.
 
 
-def _worker(spec: dict[str, Any], out_path: str) -> None:
+def _worker(spec: dict[str, Any], out_path: str, barrier: Any) -> None:
+    import threading
+
     import trio
 
+    # The timetable starts when every client process has imported and reached this point.
+    with suppress(threading.BrokenBarrierError):
+        barrier.wait(timeout=120)
+    spec["start_at"] = time.time() + 0.2
     results: list[list[Any]] = []
     trio.run(_worker_main, spec, results)
     Path(out_path).write_text(json.dumps(results))
@@ -570,9 +576,10 @@ def run_clients(
     `cycle_s` seconds). Returns (results, wall seconds)."""
     ctx = multiprocessing.get_context("spawn")
     workdir = tmpdir("clients")
-    start_at = time.time() + 1.5  # let the processes import before the timetable starts
+    t0 = time.time()
     procs = max(1, min(procs, len(requests))) if cycle_s is None else max(1, procs)
     children = []
+    barrier = ctx.Barrier(procs)
     for w in range(procs):
         spec = {
             "base_url": base_url,
@@ -581,22 +588,21 @@ def run_clients(
             "requests": requests[w::procs] if cycle_s is None else requests,
             "rate": rate / procs,
             "offset": w / rate,
-            "start_at": start_at,
             "limit_s": limit_s,
             "timeout": timeout,
             "max_inflight": max_inflight,
             "concurrency": concurrency,
             "cycle_s": cycle_s,
         }
-        p = ctx.Process(target=_worker, args=(spec, str(workdir / f"out{w}.json")), daemon=True)
+        p = ctx.Process(target=_worker, args=(spec, str(workdir / f"out{w}.json"), barrier), daemon=True)
         p.start()
         on_exit(lambda p=p: p.kill() if p.is_alive() else None)
         children.append(p)
     for p in children:
-        p.join(timeout=max(1.0, start_at + limit_s + 30 - time.time()))
+        p.join(timeout=max(1.0, t0 + 150 + limit_s - time.time()))
         if p.is_alive():
             p.kill()
-    wall = time.time() - start_at
+    wall = time.time() - t0
     results: list[list[Any]] = []
     for w in range(procs):
         path = workdir / f"out{w}.json"
@@ -613,6 +619,7 @@ def summarize(results: list[list[Any]], wall: float) -> dict[str, Any]:
         wall = max(r[0] + r[1] for r in results) - min(r[0] for r in results)
     refused = [r for r in results if r[3] in (429, 503)]
     return {
+        "span": wall,
         "sent": len(results) - codes.get(-2, 0),
         "ok": len(ok),
         "rps": len(ok) / wall if wall > 0 else 0.0,
