@@ -187,6 +187,10 @@ def main() -> None:
             explain(db_url, run_ids[len(run_ids) // 2], cluster),
         )
     )
+    notes.append(
+        "'index' = no full table scan; a query that reads every open row through an index"
+        " (open runs by status, list by status) still grows with N: see its ms"
+    )
     if not prune_queries():
         notes.append("no pruning statement in foliot/storage (nothing to explain)")
     for n in notes:
