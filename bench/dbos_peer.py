@@ -144,8 +144,14 @@ def foliot(args: argparse.Namespace, cluster: Any) -> list[list[Any]]:
     try:
         return foliot_rows(args, server, handler)
     except Exception as exc:
+        import traceback
+
+        where = [
+            f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_tb(exc.__traceback__)
+        ]
+        where = [w for w in where if not w.startswith(("_", "httpx", "contextlib"))][-2:]
         return [
-            ["FAILED", f"{type(exc).__name__}: {str(exc)[:200]}", ""],
+            ["FAILED", f"{type(exc).__name__}: {str(exc)[:200]} at {' < '.join(reversed(where))}", ""],
             ["", server.death() or "server alive", ""],
         ]
     finally:
