@@ -109,6 +109,7 @@ def main() -> None:
     parser.add_argument("--wakes", type=int, default=200, help="workflows woken one at a time")
     parser.add_argument("--limit", type=float, default=1800.0, help="bound on starting/parking, s")
     parser.add_argument("--skip-foliot", action="store_true", help="no Foliot run on the same cluster")
+    parser.add_argument("--skip-dbos", action="store_true", help="only the Foliot half")
     parser.add_argument("--quick", action="store_true", help="1,000 workflows, 50 wakes")
     args = c.parse_args(parser, workflows=1_000, wakes=50, limit=300.0)
     c.header(f"DBOS Transact peer: {args.workflows:,} parked workflows (PostgreSQL)", args)
@@ -123,7 +124,7 @@ def main() -> None:
         return
     cluster = c.pg_cluster()
     try:
-        rows = asyncio.run(run(args, cluster.new_database()))
+        rows = [] if args.skip_dbos else asyncio.run(run(args, cluster.new_database()))
     except Exception as exc:
         print(f"dbos {version} could not be run here: {type(exc).__name__}: {str(exc)[:500]}")
         rows = []
@@ -146,13 +147,13 @@ def foliot(args: argparse.Namespace, cluster: Any) -> list[list[Any]]:
     except Exception as exc:
         import traceback
 
-        where = [
-            f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in traceback.extract_tb(exc.__traceback__)
-        ]
-        where = [w for w in where if not w.startswith(("_", "httpx", "contextlib"))][-2:]
+        if server.death():
+            print(server.death())
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/bench/" in f.filename]
+        where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames][-2:]
         return [
             ["FAILED", f"{type(exc).__name__}: {str(exc)[:200]} at {' < '.join(reversed(where))}", ""],
-            ["", server.death() or "server alive", ""],
+            ["", (server.death() or "server alive").splitlines()[0] + " (log tail below)", ""],
         ]
     finally:
         server.stop()
