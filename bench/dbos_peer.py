@@ -147,13 +147,13 @@ def foliot(args: argparse.Namespace, cluster: Any) -> list[list[Any]]:
     except Exception as exc:
         import traceback
 
-        if server.death():
-            print(server.death())
+        if server.child is not None:  # alive or not, the log says what happened
+            print("  Foliot server log tail:\n" + server.child.tail(1500))
         frames = [f for f in traceback.extract_tb(exc.__traceback__) if "/bench/" in f.filename]
         where = [f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in frames][-2:]
         return [
             ["FAILED", f"{type(exc).__name__}: {str(exc)[:200]} at {' < '.join(reversed(where))}", ""],
-            ["", (server.death() or "server alive").splitlines()[0] + " (log tail below)", ""],
+            ["", (server.death() or "server process still alive").splitlines()[0] + " (log tail above)", ""],
         ]
     finally:
         server.stop()
