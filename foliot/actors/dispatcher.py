@@ -18,6 +18,8 @@ import trio
 
 from .. import signing
 from ..errors import StorageError
+from ..logs import log_push
+from ..metrics import Metrics
 from ..workflow.definition import HandlerPathError, push_url
 from ..workflow.duration import format_timestamp
 from ..workflow.machine import (
@@ -77,6 +79,7 @@ class Dispatcher:
         answer: Callable[[str, TaskAnswer], None],
         sync_cap_ms: int,
         max_body: int,
+        metrics: Metrics | None = None,
     ) -> None:
         self._client = client
         self._now = now
@@ -86,8 +89,7 @@ class Dispatcher:
         self._max_body = max_body
         self._inflight: dict[str, trio.CancelScope] = {}
         self._nursery: trio.Nursery | None = None
-        self.pushed = 0
-        self.outcomes: dict[str, int] = {}
+        self.metrics = metrics or Metrics()
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -117,6 +119,7 @@ class Dispatcher:
 
     async def _push(self, run: Run, task: TaskRef, path: str, scope: trio.CancelScope) -> None:
         outcome: Outcome | None = None
+        started = trio.current_time()
         with scope:
             try:
                 outcome = await self._attempt(run, task, path)
@@ -127,8 +130,8 @@ class Dispatcher:
             del self._inflight[task.token]
         if scope.cancelled_caught or outcome is None:
             return  # aborted: the task was closed by an intervention
-        kind = type(outcome).__name__ if not isinstance(outcome, Failed) else outcome.cls
-        self.outcomes[kind] = self.outcomes.get(kind, 0) + 1
+        seconds = trio.current_time() - started
+        log_push(run, task, outcome, seconds, self.metrics.push_done(outcome, seconds))
         self._answer(run.run_id, TaskAnswer(task.token, outcome))
 
     async def _resolve(self, run: Run, task: TaskRef) -> Target | None:
@@ -165,7 +168,7 @@ class Dispatcher:
         budget_ms = min(task.deadline - self._now(), self._sync_cap_ms)
         if budget_ms <= 0:
             return timeout_failure()
-        self.pushed += 1
+        self.metrics.pushes.inc()
         with trio.move_on_after(budget_ms / 1000) as limit:
             try:
                 async with self._client.stream(

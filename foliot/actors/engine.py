@@ -23,6 +23,7 @@ from ..clock import Clock
 from ..config import Settings
 from ..credentials import Vault
 from ..errors import Conflict, NotFound, StorageUnavailable, Unavailable, UniqueViolation
+from ..metrics import Metrics
 from ..storage.base import (
     ApiKeyRecord,
     AppRecord,
@@ -65,6 +66,8 @@ class Engine:
         self.store = store
         self.clock = clock or Clock()
         self.vault = vault
+        self.metrics = Metrics()  # this engine's registry, never the process-wide default
+        self.metrics.time_commits(store)
         self.supervisor = Supervisor(self)
         self.queues = Queues()
         self.timers = TimerWheel(
@@ -83,7 +86,10 @@ class Engine:
             answer=self._deliver_answer,
             sync_cap_ms=settings.sync_task_max_ms,
             max_body=settings.body_max_bytes,
+            metrics=self.metrics,
         )
+        self.timers.observe_lag = self.metrics.timer_lag.observe
+        self.metrics.attach(self)
         self._definitions: OrderedDict[tuple[str, str, int], Definition] = OrderedDict()
         self._targets: dict[str, tuple[int, Target]] = {}
         # The request path's reads: fresh within a second, dropped at once when changed here.

@@ -167,3 +167,7 @@ class Queues:
             finally:
                 if not lot and self._lots.get(key) is lot:
                     del self._lots[key]
+
+    def total(self) -> int:
+        """Offers waiting in every queue (for /metrics)."""
+        return sum(len(pending) for pending in self._pending.values())

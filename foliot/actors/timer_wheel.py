@@ -102,6 +102,7 @@ class TimerWheel:
         self.max_inflight_seen = 0
         self.last_lag_ms = 0
         self.max_lag_ms = 0
+        self.observe_lag: Callable[[float], None] = lambda seconds: None  # the engine's histogram
 
     # ------------------------------------------------------------------ feeding
 
@@ -309,6 +310,7 @@ class TimerWheel:
             if entry.attempts == 0:
                 self.last_lag_ms = now - entry.due
                 self.max_lag_ms = max(self.max_lag_ms, self.last_lag_ms)
+                self.observe_lag(self.last_lag_ms / 1000)
 
     def _expire_leases(self, now: int) -> None:
         while self._inflight:

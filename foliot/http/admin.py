@@ -7,6 +7,7 @@ from typing import Any
 from quart import Blueprint, Response, current_app, request
 
 from ..errors import InvalidRequest, NotFound, Unavailable
+from ..metrics import CONTENT_TYPE
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.model import STATUSES
 from .app import check_query, engine, json_response, query_int, require_admin
@@ -102,43 +103,4 @@ async def metrics() -> Response:
     await require_admin()
     eng = engine()
     open_runs = await eng.store.count_open_runs()
-    timer_stats = eng.timers.stats()
-    lines = [
-        "# HELP foliot_live_actors Run actors currently in memory.",
-        "# TYPE foliot_live_actors gauge",
-        f"foliot_live_actors {len(eng.supervisor.actors)}",
-        "# HELP foliot_actor_spawns_total Actors spawned or rehydrated.",
-        "# TYPE foliot_actor_spawns_total counter",
-        f"foliot_actor_spawns_total {eng.supervisor.spawned}",
-        "# HELP foliot_actor_exits_total Actors that left memory (passivated, closed or stopped).",
-        "# TYPE foliot_actor_exits_total counter",
-        f"foliot_actor_exits_total {eng.supervisor.passivated}",
-        "# HELP foliot_actor_restarts_total Actor crashes restarted from a checkpoint.",
-        "# TYPE foliot_actor_restarts_total counter",
-        f"foliot_actor_restarts_total {eng.supervisor.restarts}",
-        "# HELP foliot_open_runs Open runs by status.",
-        "# TYPE foliot_open_runs gauge",
-    ]
-    lines += [f'foliot_open_runs{{status="{s}"}} {n}' for s, n in sorted(open_runs.items())]
-    lines += [
-        "# HELP foliot_timers_fired_total Durable timers fired.",
-        "# TYPE foliot_timers_fired_total counter",
-        f"foliot_timers_fired_total {timer_stats['fired']}",
-        "# HELP foliot_timer_lag_ms Lag of the last timer fired.",
-        "# TYPE foliot_timer_lag_ms gauge",
-        f"foliot_timer_lag_ms {timer_stats['lagMs']}",
-        "# HELP foliot_tasks_pushed_total Push attempts sent to handlers.",
-        "# TYPE foliot_tasks_pushed_total counter",
-        f"foliot_tasks_pushed_total {eng.dispatcher.pushed}",
-        "# HELP foliot_push_outcomes_total Push outcomes by class.",
-        "# TYPE foliot_push_outcomes_total counter",
-    ]
-    lines += [
-        f'foliot_push_outcomes_total{{outcome="{k}"}} {v}' for k, v in sorted(eng.dispatcher.outcomes.items())
-    ]
-    lines += [
-        "# HELP foliot_pollers_waiting Long-polling workers parked.",
-        "# TYPE foliot_pollers_waiting gauge",
-        f"foliot_pollers_waiting {eng.queues.waiting_pollers()}",
-    ]
-    return Response("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4")
+    return Response(eng.metrics.exposition(open_runs), content_type=CONTENT_TYPE)

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import trio
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+
+from foliot.metrics import OUTCOMES
 
 from ..conftest import Api
+from ..helpers import answer_json
 
 
 async def test_health_and_readiness_need_no_key(api: Api) -> None:
@@ -58,13 +63,79 @@ async def test_live_actors_and_timers(api: Api) -> None:
     assert missing.status_code == 404
 
 
+async def scrape(api: Api) -> dict[str, Metric]:
+    """GET /metrics, parsed by prometheus_client's own parser (which refuses a malformed line)."""
+    r = await api.client.get("/metrics", headers=api.admin())
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    return {family.name: family for family in text_string_to_metric_families(r.text)}
+
+
+def value(families: dict[str, Metric], name: str, suffix: str = "", **labels: str) -> float:
+    family = families[name]
+    (found,) = [s for s in family.samples if s.name == name + suffix and s.labels == labels]
+    return float(found.value)
+
+
 async def test_metrics_are_prometheus_text(api: Api) -> None:
     await api.register({"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]})
     run = await api.start("w")
     await api.until(run["runId"], "waiting")
-    r = await api.client.get("/metrics", headers=api.admin())
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    lines = r.text.splitlines()
-    assert 'foliot_open_runs{status="waiting"} 1' in lines
-    assert any(line.startswith("foliot_live_actors ") for line in lines)
-    assert all(line.startswith("#") or " " in line for line in lines)
+    families = await scrape(api)
+    assert value(families, "foliot_open_runs", status="waiting") == 1
+    assert value(families, "foliot_live_actors") >= 1
+    assert value(families, "foliot_actor_spawns", "_total") >= 1
+    for name in (
+        "foliot_actor_exits",
+        "foliot_actor_restarts",
+        "foliot_timers_fired",
+        "foliot_tasks_pushed",
+        "foliot_push_outcomes",
+    ):
+        assert families[name].type == "counter"
+    for name in (
+        "foliot_pushes_in_flight",
+        "foliot_pollers_waiting",
+        "foliot_queued_tasks",
+        "foliot_mailbox_messages",
+        "foliot_timers_in_memory",
+        "foliot_commits_in_progress",
+    ):
+        assert families[name].type == "gauge"
+    if "sqlite" in api.engine.settings.database_url:
+        assert value(families, "foliot_storage_writer_queue") == 0
+        assert value(families, "foliot_storage_writer_blocked") == 0
+    # The start and the park were committed: the commit histogram counted them, by backend.
+    (commits,) = [s for s in families["foliot_commit_latency_seconds"].samples if s.name.endswith("_count")]
+    assert commits.labels["backend"] in ("sqlite", "postgres") and commits.value >= 1
+    assert families["foliot_timer_lag_seconds"].type == "histogram"
+    assert families["foliot_push_latency_seconds"].type == "histogram"
+
+
+FORGED = 'x"} 1\nfoliot_open_runs{status="running"} 999999'
+
+
+async def test_a_handler_cannot_forge_metrics(api: Api) -> None:
+    """Defect 10: error classes chosen by a handler never reach a label; they count as app_error."""
+    classes = iter(['db "primary" down\n', FORGED])
+
+    def fail(body: object, headers: object) -> tuple[int, dict[str, str], bytes]:
+        error = {"class": next(classes), "message": "nope", "retryable": False}
+        return answer_json({"error": error}, status=500)
+
+    api.handler.route("t", fail)
+    await api.register({"name": "t", "steps": [{"name": "t", "type": "task"}]})
+    runs = [await api.start("t") for _ in range(2)]
+    for run in runs:
+        assert (await api.until(run["runId"], "failed"))["status"] == "failed"
+    families = await scrape(api)
+    assert all(s.value != 999999 for f in families.values() for s in f.samples)
+    assert "running" not in {s.labels.get("status") for s in families["foliot_open_runs"].samples}
+    outcomes = {
+        s.labels["outcome"]: s.value
+        for s in families["foliot_push_outcomes"].samples
+        if s.name.endswith("_total")
+    }
+    assert outcomes["app_error"] == 2 and outcomes["ok"] == 0
+    assert set(outcomes) == set(OUTCOMES)
+    assert value(families, "foliot_tasks_pushed", "_total") == 2
+    assert value(families, "foliot_push_latency_seconds", "_count", outcome="app_error") == 2

@@ -1,0 +1,212 @@
+"""Prometheus metrics: one registry per engine, rendered by `prometheus_client`.
+
+Counters and histograms are updated where things happen (a push ends, a commit returns, a
+timer fires); everything else is read when `/metrics` is scraped, by `EngineCollector`.
+Label values come from fixed vocabularies only, so a tenant can neither forge a sample nor
+grow the series without bound. The registry belongs to the engine, never to the process:
+tests run several servers in one process.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import trio
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+
+from .storage.base import Store, UnitOfWork
+from .workflow.machine import Accepted, Completed, Failed, Outcome
+from .workflow.model import STATUSES
+
+if TYPE_CHECKING:
+    from .actors.engine import Engine
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# Every value `foliot_push_outcomes_total{outcome}` can take.
+OUTCOMES = (
+    "ok",
+    "accepted",
+    "timeout",
+    "connection_error",
+    "http_3xx",
+    "http_4xx",
+    "http_5xx",
+    "invalid_output",
+    "output_too_large",
+    "invalid_next",
+    "app_error",
+)
+_OWN_CLASSES = frozenset(
+    {"timeout", "connection_error", "invalid_output", "output_too_large", "invalid_next"}
+)
+_HTTP_CLASS = re.compile(r"http_([345])\d\d")
+
+_PUSH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+
+
+def outcome_label(outcome: Outcome) -> str:
+    """Map a push outcome to the fixed vocabulary; any class a handler chose is `app_error`."""
+    if isinstance(outcome, Completed):
+        return "ok"
+    if isinstance(outcome, Accepted):
+        return "accepted"
+    assert isinstance(outcome, Failed)
+    if outcome.cls in _OWN_CLASSES:
+        return outcome.cls
+    matched = _HTTP_CLASS.fullmatch(outcome.cls)
+    if matched is not None:
+        return f"http_{matched.group(1)}xx"
+    return "app_error"
+
+
+def backend_label(store: object) -> str:
+    """`sqlite` for `SqliteStore`, `postgres` for `PostgresStore` (a bounded set: the classes)."""
+    return type(store).__name__.removesuffix("Store").lower() or "store"
+
+
+class Metrics:
+    """The engine's registry and the instruments updated at their source."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.pushes = Counter("foliot_tasks_pushed", "Push attempts sent to handlers.", registry=r)
+        self.push_outcomes = Counter(
+            "foliot_push_outcomes", "Push outcomes by class (a fixed vocabulary).", ["outcome"], registry=r
+        )
+        self.push_seconds = Histogram(
+            "foliot_push_latency_seconds",
+            "Time from sending a push to its outcome, by outcome.",
+            ["outcome"],
+            buckets=_PUSH_BUCKETS,
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "foliot_commit_latency_seconds",
+            "Time to commit one unit of work, by storage backend.",
+            ["backend"],
+            buckets=_COMMIT_BUCKETS,
+            registry=r,
+        )
+        self.commits_in_progress = Gauge(
+            "foliot_commits_in_progress", "Commits waiting for storage (queued or running).", registry=r
+        )
+        self.timer_lag = Histogram(
+            "foliot_timer_lag_seconds",
+            "How late each durable timer fired, after its due time.",
+            buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+        for outcome in OUTCOMES:  # every series exists from the start, at 0
+            self.push_outcomes.labels(outcome)
+        self._collector: EngineCollector | None = None
+
+    def attach(self, engine: Engine) -> None:
+        """Read the engine's live values (actors, timers, queues, storage) at each scrape."""
+        self._collector = EngineCollector(engine)
+        self.registry.register(self._collector)
+
+    def push_done(self, outcome: Outcome, seconds: float) -> str:
+        """Count a push's outcome and observe its latency; returns the outcome's label."""
+        label = outcome_label(outcome)
+        self.push_outcomes.labels(label).inc()
+        self.push_seconds.labels(label).observe(seconds)
+        return label
+
+    def time_commits(self, store: Store) -> None:
+        """Observe every commit of `store`, whoever calls it (actors, starts, the supervisor)."""
+        # Wrap the store's own method, not an earlier engine's wrapper (a restarted engine
+        # on the same store must not observe every commit twice).
+        inner: Callable[[UnitOfWork], Awaitable[None]] = inspect.unwrap(store.commit)
+        histogram = self.commit_seconds.labels(backend_label(store))
+        in_progress = self.commits_in_progress
+
+        @functools.wraps(inner)
+        async def commit(unit: UnitOfWork) -> None:
+            started = trio.current_time()
+            in_progress.inc()
+            try:
+                await inner(unit)
+            finally:
+                in_progress.dec()
+                histogram.observe(trio.current_time() - started)
+
+        store.commit = commit  # type: ignore[method-assign]
+
+    def exposition(self, open_runs: Mapping[str, int]) -> bytes:
+        """The text exposition; `open_runs` was read from the store just before (an async read)."""
+        if self._collector is not None:
+            self._collector.open_runs = dict(open_runs)
+        return generate_latest(self.registry)
+
+
+class EngineCollector:
+    """Values read at scrape time: nothing to keep in step, nothing to forget to update."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.open_runs: dict[str, int] = {}
+
+    def collect(self) -> Iterable[Metric]:
+        eng = self.engine
+        sup = eng.supervisor
+        actors = list(sup.actors.values())
+        timers = eng.timers.stats()
+        yield _gauge("foliot_live_actors", "Run actors currently in memory.", len(actors))
+        yield _counter("foliot_actor_spawns", "Actors spawned or rehydrated.", sup.spawned)
+        yield _counter(
+            "foliot_actor_exits", "Actors that left memory (passivated, closed or stopped).", sup.passivated
+        )
+        yield _counter("foliot_actor_restarts", "Actor crashes restarted from a checkpoint.", sup.restarts)
+        depths = [a.mailbox_depth for a in actors]
+        yield _gauge("foliot_mailbox_messages", "Messages waiting in all actor mailboxes.", sum(depths))
+        yield _gauge("foliot_mailbox_max_depth", "The fullest actor mailbox.", max(depths, default=0))
+        runs = GaugeMetricFamily("foliot_open_runs", "Open runs by status.", labels=["status"])
+        for status in STATUSES:
+            if status in self.open_runs:
+                runs.add_metric([status], self.open_runs[status])
+        yield runs
+        yield _gauge(
+            "foliot_timers_in_memory", "Durable timers held in the wheel's window.", timers["inMemory"]
+        )
+        yield _counter("foliot_timers_fired", "Durable timers fired.", timers["fired"])
+        yield _gauge("foliot_pushes_in_flight", "Pushes sent and not yet answered.", eng.dispatcher.inflight)
+        yield _gauge("foliot_pollers_waiting", "Long-polling workers parked.", eng.queues.waiting_pollers())
+        yield _gauge(
+            "foliot_queued_tasks", "Tasks offered to pull queues, not yet claimed.", eng.queues.total()
+        )
+        yield from _writer(eng.store)
+
+
+def _writer(store: Any) -> Iterable[Metric]:
+    # The SQLite store funnels every write through one bounded channel to its writer task:
+    # a full buffer and blocked senders are where storage back-pressure shows first.
+    channel = getattr(store, "_send", None)
+    if not isinstance(channel, trio.MemorySendChannel):
+        return
+    stats = channel.statistics()
+    yield _gauge(
+        "foliot_storage_writer_queue", "Writes queued for the SQLite writer.", stats.current_buffer_used
+    )
+    yield _gauge(
+        "foliot_storage_writer_blocked",
+        "Callers blocked because the writer queue is full.",
+        stats.tasks_waiting_send,
+    )
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
