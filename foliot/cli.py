@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import faulthandler
-import logging
+import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 
 import trio
 
+from . import logs
 from .config import Settings
 
 
@@ -21,11 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("migrate", help="apply storage migrations and exit")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    log_format = os.environ.get("FOLIOT_LOG_FORMAT") or "json"
+    if log_format not in ("json", "text"):
+        raise SystemExit(f"FOLIOT_LOG_FORMAT must be json or text, got {log_format!r}")
+    logs.configure(log_format, settings.log_level, access_log=os.environ.get("FOLIOT_ACCESS_LOG") == "1")
     from . import server
 
     # `kill -USR1 <pid>` dumps every thread's stack to stderr: for a server that seems stuck.

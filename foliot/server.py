@@ -16,6 +16,7 @@ from .actors.engine import Engine
 from .config import Settings
 from .credentials import Vault, file_secret
 from .http.app import create_app
+from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.factory import open_store
 
@@ -62,7 +63,7 @@ async def serve(
         app = InFlight(create_app(engine, settings, token))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
-        config.accesslog = None
+        config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT
         config.errorlog = logging.getLogger("hypercorn.error")
         config.keep_alive_timeout = 75
         config.graceful_timeout = settings.shutdown_grace_ms / 1000

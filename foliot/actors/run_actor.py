@@ -15,6 +15,7 @@ import attrs
 import trio
 
 from ..errors import StaleWrite, StorageError, Unavailable, UniqueViolation
+from ..logs import log_transition
 from ..storage.base import UnitOfWork
 from ..workflow import machine
 from ..workflow.definition import Definition
@@ -192,6 +193,7 @@ class RunActor:
 
     def perform(self, tr: Transition) -> None:
         """After the commit: timers, pushes, offers, aborts, and anyone watching the run."""
+        log_transition(tr.run, tr.events)
         engine = self.engine
         engine.timers.sync(tr.run)
         for effect in tr.effects:
