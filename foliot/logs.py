@@ -177,8 +177,18 @@ def configure(fmt: str, level: str, *, access_log: bool = False) -> None:
     access.setLevel(logging.INFO if access_log else logging.CRITICAL + 1)
 
 
+def _answered(record: logging.LogRecord) -> bool:
+    # hypercorn (pgjones/hypercorn#357) logs a second, status-less line for a request whose
+    # client closes while the response is being finished; it would double every such line.
+    return not (isinstance(record.args, Mapping) and record.args.get("s") == "-")
+
+
 def access_logger() -> logging.Logger | None:
     """hypercorn's access logger when `configure` turned it on, else None (hypercorn then
     skips building each request's log atoms)."""
     access = logging.getLogger("hypercorn.access")
-    return access if logging.NOTSET < access.level <= logging.INFO else None
+    if not logging.NOTSET < access.level <= logging.INFO:
+        return None
+    if _answered not in access.filters:
+        access.addFilter(_answered)
+    return access

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import trio
+import trio.testing
 
 from foliot.logs import JsonFormatter
+from foliot.server import Running, serve
 
-from ..conftest import ADMIN, Api
+from ..conftest import ADMIN, Api, make_settings
 from ..helpers import answer_json
 
 SECRET_INPUT = "card-4111-1111-1111-1111"
@@ -85,3 +90,20 @@ async def test_interventions_are_logged(api: Api, caplog: pytest.LogCaptureFixtu
     assert r.status_code == 200, r.text
     (cancelled,) = by_event(caplog.records, "run_cancelled")
     assert (cancelled["runId"], cancelled["step"], cancelled["reason"]) == (run["runId"], "w", "operator")
+
+
+async def test_the_access_log_when_turned_on(
+    tmp_path: Path, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hypercorn.access")  # what FOLIOT_ACCESS_LOG=1 does
+    running: Running = await nursery.start(serve, make_settings(tmp_path))
+    async with httpx.AsyncClient(base_url=running.url) as client:
+        r = await client.get("/metrics", params={"q": "x"}, headers={"Authorization": "Bearer not-a-token"})
+        assert r.status_code == 401
+    with trio.fail_after(5):
+        await trio.testing.wait_all_tasks_blocked()  # hypercorn logs once the response is out
+    (record,) = [r for r in caplog.records if r.name == "hypercorn.access"]
+    line = json.loads(JsonFormatter().format(record))
+    assert (line["message"], line["method"], line["path"]) == ("request", "GET", "/metrics")
+    assert line["status"] == 401 and line["durationMs"] >= 0
+    assert "not-a-token" not in json.dumps(line) and "q=x" not in json.dumps(line)

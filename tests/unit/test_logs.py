@@ -21,8 +21,10 @@ def restore_logging() -> Iterator[None]:
     root = logging.getLogger()
     names = ("httpx", "httpcore", "hypercorn.access")
     saved = root.handlers[:], root.level, {n: logging.getLogger(n).level for n in names}
+    access_filters = logging.getLogger("hypercorn.access").filters[:]
     yield
     root.handlers[:], root.level = saved[0], saved[1]
+    logging.getLogger("hypercorn.access").filters[:] = access_filters
     for name, level in saved[2].items():
         logging.getLogger(name).setLevel(level)
 
@@ -82,6 +84,29 @@ def test_access_log_lines_are_fields_and_never_carry_headers() -> None:
     assert (line["method"], line["path"], line["status"]) == ("POST", "/apps/orders/runs", 201)
     assert line["durationMs"] == 12.5 and line["remote"] == "127.0.0.1:5000"
     assert "sk_secret_key" not in json.dumps(line) and "token=abc" not in json.dumps(line)
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_the_status_less_duplicate_access_line_is_dropped() -> None:
+    logs.configure("json", "INFO", access_log=True)
+    access = logs.access_logger()
+    assert access is not None and logs.access_logger() is access  # the filter is added once
+    assert len(access.filters) == 1
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/",
+        "query_string": b"",
+        "headers": [],
+    }
+
+    def record(response: dict[str, object] | None) -> logging.LogRecord:
+        atoms = AccessLogAtoms(scope, response, 0.001)  # type: ignore[arg-type]
+        return logging.LogRecord(access.name, logging.INFO, __file__, 1, logs.ACCESS_LOG_FORMAT, atoms, None)
+
+    assert access.filter(record({"status": 200, "headers": []}))
+    assert not access.filter(record(None))
 
 
 @pytest.mark.usefixtures("restore_logging")
