@@ -90,8 +90,7 @@ def log_transition(run: Run, events: Iterable[Event]) -> None:
 
 def log_push(run: Run, task: TaskRef, outcome: Outcome, seconds: float, label: str) -> None:
     """A push's outcome and latency: DEBUG when the handler took it, INFO when it failed."""
-    failed = isinstance(outcome, Failed)
-    level = logging.INFO if failed else logging.DEBUG
+    level = logging.INFO if isinstance(outcome, Failed) else logging.DEBUG
     if not push_log.isEnabledFor(level):
         return
     extra: dict[str, Any] = {
@@ -147,6 +146,17 @@ class JsonFormatter(_JsonFormatter):
         return f"{whole}.{int(record.msecs):03d}Z"
 
 
+class TextFormatter(logging.Formatter):
+    """For people at a terminal: the usual line, then the run's fields as `key=value`."""
+
+    FIELDS = ("runId", "step", "attempt", "outcome", "latencyMs", "errorClass")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = [f"{k}={record.__dict__[k]}" for k in self.FIELDS if record.__dict__.get(k) is not None]
+        return " ".join([line, *extra])
+
+
 def _int(value: Any) -> int | None:
     try:
         return int(value)
@@ -165,7 +175,7 @@ def configure(fmt: str, level: str, *, access_log: bool = False) -> None:
     """
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "text":
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     else:
         handler.setFormatter(JsonFormatter())
     root = logging.getLogger()

@@ -143,3 +143,10 @@ def test_configure_quiets_httpx_and_keeps_the_access_log_off_by_default() -> Non
 def test_push_outcomes_map_to_a_fixed_vocabulary(outcome: Completed | Accepted | Failed, label: str) -> None:
     assert outcome_label(outcome) == label
     assert label in OUTCOMES
+
+
+def test_the_text_format_appends_the_run_fields() -> None:
+    formatter = logs.TextFormatter("%(levelname)s %(name)s: %(message)s")
+    record = logging.LogRecord("foliot.run", logging.INFO, __file__, 1, "retry scheduled", (), None)
+    record.__dict__.update(runId="run_1", step="charge", attempt=1, event="retry_scheduled")
+    assert formatter.format(record) == "INFO foliot.run: retry scheduled runId=run_1 step=charge attempt=1"
