@@ -179,6 +179,14 @@ class EngineCollector:
             "foliot_timers_in_memory", "Durable timers held in the wheel's window.", timers["inMemory"]
         )
         yield _counter("foliot_timers_fired", "Durable timers fired.", timers["fired"])
+        yield _gauge(
+            "foliot_timer_firings_in_flight",
+            "Timer firings handed to actors and not yet committed (at most FOLIOT_TIMER_MAX_INFLIGHT).",
+            timers["inflight"],
+        )
+        yield _counter(
+            "foliot_timer_retries", "Timer firings handed out again (not applied in time).", timers["retried"]
+        )
         yield _gauge("foliot_pushes_in_flight", "Pushes sent and not yet answered.", eng.dispatcher.inflight)
         yield _gauge("foliot_pollers_waiting", "Long-polling workers parked.", eng.queues.waiting_pollers())
         yield _gauge(

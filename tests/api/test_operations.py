@@ -88,6 +88,7 @@ async def test_metrics_are_prometheus_text(api: Api) -> None:
         "foliot_actor_exits",
         "foliot_actor_restarts",
         "foliot_timers_fired",
+        "foliot_timer_retries",
         "foliot_tasks_pushed",
         "foliot_push_outcomes",
     ):
@@ -98,6 +99,7 @@ async def test_metrics_are_prometheus_text(api: Api) -> None:
         "foliot_queued_tasks",
         "foliot_mailbox_messages",
         "foliot_timers_in_memory",
+        "foliot_timer_firings_in_flight",
         "foliot_commits_in_progress",
     ):
         assert families[name].type == "gauge"
