@@ -220,7 +220,9 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
         f"{mode}: server alive {server.alive()}, RSS {server.rss():.0f} MB, handler duplicates "
         f"{handler.stats()['duplicates']}, push outcomes "
         + ", ".join(
-            f"{k.split('=')[1].strip(chr(34) + '}')}:{v:.0f}" for k, v in m.items() if "push_outcomes" in k
+            f"{k.split('=')[1].strip(chr(34) + '}')}:{v:.0f}"
+            for k, v in m.items()
+            if k.startswith("foliot_push_outcomes_total{")
         )
     )
     server.stop()
