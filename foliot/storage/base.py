@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
@@ -71,12 +71,23 @@ class IdempotencyRecord:
     created_at: int
 
 
+# A pruning call takes at most this many events per run it may delete (see `prune_pick`).
+PRUNE_EVENTS_PER_RUN: Final = 20
+
+# The constraint a `UniqueViolation` names when a run takes a signalId it already took.
+SIGNAL_ID_UNIQUE: Final = "signal_ids_pkey"
+
+
 @attrs.frozen
 class UnitOfWork:
     """Everything one transition changes, committed atomically.
 
     `expected_seq` guards the write: the run row is updated only where its `seq` still equals
     it (None: the run is new and is inserted). Timers are derived from `run.timers()`.
+    `signal_ids` are recorded under a unique key: one already taken by the run fails the whole
+    unit with `UniqueViolation(SIGNAL_ID_UNIQUE)`. An existing idempotency record for the same
+    key is replaced only when it was created before `idempotency_expired_before` (it expired);
+    otherwise the unit fails with `UniqueViolation("idempotency")`.
     """
 
     run: Run
@@ -84,6 +95,8 @@ class UnitOfWork:
     events: tuple[Event, ...] = ()
     tasks: tuple[TaskRow, ...] = ()
     idempotency: IdempotencyRecord | None = None
+    signal_ids: tuple[str, ...] = ()
+    idempotency_expired_before: int | None = None
 
 
 @attrs.frozen
@@ -162,6 +175,22 @@ class Store(Protocol):
 
     async def get_idempotency(self, app: str, key: str) -> IdempotencyRecord | None: ...
 
+    async def signal_taken(self, run_id: str, signal_id: str) -> bool:
+        """Whether the run already took a signal with this signalId (kept until it is pruned)."""
+        ...
+
+    # retention: each call is one bounded transaction; callers repeat until it answers 0
+
+    async def prune_closed_runs(self, closed_before: int, limit: int) -> int:
+        """Delete up to `limit` runs closed before `closed_before` with their events, tasks,
+        timers and signal ids, oldest first; fewer when their histories are long (at most
+        `limit * PRUNE_EVENTS_PER_RUN` events per call, but always one run). Returns the count."""
+        ...
+
+    async def prune_idempotency(self, created_before: int, limit: int) -> int:
+        """Delete up to `limit` idempotency records created before `created_before`."""
+        ...
+
     # tasks and timers
     async def get_task(self, token: str) -> TaskRow | None: ...
 
@@ -215,6 +244,31 @@ def task_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
 def timer_rows(run: Run) -> list[tuple[Any, ...]]:
     """(run_id, slot, kind, key, due_at)"""
     return [(run.run_id, slot, t.kind, t.key, t.due) for slot, t in run.timers()]
+
+
+def signal_id_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
+    """(run_id, signal_id, at)"""
+    return [(unit.run.run_id, signal_id, unit.run.updated_at) for signal_id in unit.signal_ids]
+
+
+def closed_at(run: Run) -> int | None:
+    """The `runs.closed_at` column: when a closed run closed (retention counts from it)."""
+    if run.is_open:
+        return None
+    return run.closed_at if run.closed_at is not None else run.updated_at
+
+
+def prune_pick(candidates: list[tuple[str, int]], events_budget: int) -> list[str]:
+    """Of (run_id, seq) oldest first, the prefix whose events (a run has `seq` of them) fit the
+    budget; always at least the first, so a run with a very long history goes on its own."""
+    picked: list[str] = []
+    total = 0
+    for run_id, seq in candidates:
+        total += seq
+        if picked and total > events_budget:
+            break
+        picked.append(run_id)
+    return picked
 
 
 def idempotency_row(record: IdempotencyRecord) -> tuple[Any, ...]:

@@ -45,6 +45,7 @@ import trio
 from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
 from ..workflow.model import Event, Run, TaskRow, run_from_dict, run_to_dict
 from .base import (
+    PRUNE_EVENTS_PER_RUN,
     ApiKeyRecord,
     AppRecord,
     IdempotencyRecord,
@@ -53,9 +54,12 @@ from .base import (
     TimerRecord,
     UnitOfWork,
     WorkflowRecord,
+    closed_at,
     event_rows,
     idempotency_row,
     json_dumps,
+    prune_pick,
+    signal_id_rows,
     task_rows,
     timer_rows,
 )
@@ -774,6 +778,47 @@ class PostgresStore:
         )
         return None if row is None else IdempotencyRecord(**dict(row))
 
+    async def signal_taken(self, run_id: str, signal_id: str) -> bool:
+        found = await self._call(
+            lambda c: c.fetchval(
+                "SELECT 1 FROM signal_ids WHERE run_id = $1 AND signal_id = $2", run_id, signal_id
+            )
+        )
+        return found is not None
+
+    # ------------------------------------------------------------------ retention
+
+    async def prune_closed_runs(self, closed_before: int, limit: int) -> int:
+        async def fn(conn: asyncpg.Connection) -> int:
+            # SKIP LOCKED: a run being reopened (rewind) right now is left for the next pass.
+            candidates = await conn.fetch(
+                "SELECT run_id, seq FROM runs WHERE NOT is_open AND closed_at < $1"
+                " ORDER BY closed_at, run_id LIMIT $2 FOR UPDATE SKIP LOCKED",
+                closed_before,
+                limit,
+            )
+            ids = prune_pick([(r["run_id"], r["seq"]) for r in candidates], limit * PRUNE_EVENTS_PER_RUN)
+            if not ids:
+                return 0
+            for table in ("events", "tasks", "timers", "signal_ids"):
+                await conn.execute(f"DELETE FROM {table} WHERE run_id = ANY($1::text[])", ids)
+            status = await conn.execute("DELETE FROM runs WHERE run_id = ANY($1::text[])", ids)
+            return int(status.split()[-1])
+
+        return await self._call(fn, write=True)
+
+    async def prune_idempotency(self, created_before: int, limit: int) -> int:
+        status = await self._call(
+            lambda c: c.execute(
+                "DELETE FROM idempotency WHERE (app, key) IN (SELECT app, key FROM idempotency"
+                " WHERE created_at < $1 ORDER BY created_at LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                created_before,
+                limit,
+            ),
+            write=True,
+        )
+        return int(status.split()[-1])
+
     # ------------------------------------------------------------------ tasks and timers
 
     async def get_task(self, token: str) -> TaskRow | None:
@@ -848,8 +893,8 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
     doc = json_dumps(run_to_dict(run))
     if unit.expected_seq is None:
         await conn.execute(
-            "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
+            " closed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             run.run_id,
             run.app,
             run.workflow,
@@ -859,16 +904,19 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
             run.created_at,
             run.seq,
             doc,
+            closed_at(run),
         )
     else:
         status = await conn.execute(
-            "UPDATE runs SET status = $2, is_open = $3, seq = $4, doc = $5 WHERE run_id = $1 AND seq = $6",
+            "UPDATE runs SET status = $2, is_open = $3, seq = $4, doc = $5, closed_at = $7"
+            " WHERE run_id = $1 AND seq = $6",
             run.run_id,
             run.status,
             run.is_open,
             run.seq,
             doc,
             unit.expected_seq,
+            closed_at(run),
         )
         if status != "UPDATE 1":
             raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")
@@ -893,12 +941,30 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
         await conn.executemany(
             "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES ($1, $2, $3, $4, $5)", timers
         )
-    if unit.idempotency is not None:
-        await conn.execute(
-            "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-            " VALUES ($1, $2, $3, $4, $5, $6)",
-            *idempotency_row(unit.idempotency),
+    if unit.signal_ids:
+        await conn.executemany(
+            "INSERT INTO signal_ids (run_id, signal_id, at) VALUES ($1, $2, $3)", signal_id_rows(unit)
         )
+    if unit.idempotency is not None:
+        if unit.idempotency_expired_before is None:
+            await conn.execute(
+                "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                *idempotency_row(unit.idempotency),
+            )
+        else:
+            # An expired record not pruned yet is replaced; a live one refuses the unit.
+            status = await conn.execute(
+                "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (app, key) DO UPDATE SET"
+                " request_hash = excluded.request_hash, run_id = excluded.run_id,"
+                " response = excluded.response, created_at = excluded.created_at"
+                " WHERE idempotency.created_at < $7",
+                *idempotency_row(unit.idempotency),
+                unit.idempotency_expired_before,
+            )
+            if status != "INSERT 0 1":
+                raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
 
 
 @asynccontextmanager

@@ -10,6 +10,7 @@ cannot jump while a statement is in flight.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -23,6 +24,8 @@ import trio
 from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
 from ..workflow.model import Event, Run, TaskRow, run_from_dict, run_to_dict
 from .base import (
+    PRUNE_EVENTS_PER_RUN,
+    SIGNAL_ID_UNIQUE,
     ApiKeyRecord,
     AppRecord,
     IdempotencyRecord,
@@ -31,9 +34,12 @@ from .base import (
     TimerRecord,
     UnitOfWork,
     WorkflowRecord,
+    closed_at,
     event_rows,
     idempotency_row,
     json_dumps,
+    prune_pick,
+    signal_id_rows,
     task_rows,
     timer_rows,
 )
@@ -48,6 +54,15 @@ class _Job:
     done: trio.Event = attrs.Factory(trio.Event)
     result: Any = None
     error: BaseException | None = None
+
+
+def _create_private(path: str) -> None:
+    """Create the database file mode 0600 before SQLite opens it: SQLite gives its -wal and
+    -shm files the database file's permissions, so they are private too."""
+    if path == ":memory:":
+        return
+    Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
 
 
 def _connect(path: str) -> sqlite3.Connection:
@@ -67,6 +82,8 @@ def _translate(exc: sqlite3.Error) -> StorageError:
             return UniqueViolation("business_key", text)
         if "idempotency" in text:
             return UniqueViolation("idempotency", text)
+        if "signal_ids." in text:
+            return UniqueViolation(SIGNAL_ID_UNIQUE, text)
         return UniqueViolation("unique", text)
     if isinstance(exc, sqlite3.OperationalError):
         return StorageUnavailable(str(exc))
@@ -79,8 +96,7 @@ class SqliteStore:
     def __init__(self, path: str, *, inline: bool = False) -> None:
         self.path = path
         self.inline = inline
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        _create_private(path)
         self._writer = _connect(path)
         # A second connection lets readers go on while a batch commits (WAL); `:memory:` has
         # one database per connection, so there the writer's connection serves reads too.
@@ -382,6 +398,45 @@ class SqliteStore:
         )
         return None if row is None else IdempotencyRecord(**dict(row))
 
+    async def signal_taken(self, run_id: str, signal_id: str) -> bool:
+        row = await self._read(
+            lambda c: c.execute(
+                "SELECT 1 FROM signal_ids WHERE run_id = ? AND signal_id = ?", (run_id, signal_id)
+            ).fetchone()
+        )
+        return row is not None
+
+    # ------------------------------------------------------------------ retention
+
+    async def prune_closed_runs(self, closed_before: int, limit: int) -> int:
+        def fn(conn: sqlite3.Connection) -> int:
+            candidates = conn.execute(
+                "SELECT run_id, seq FROM runs WHERE is_open = 0 AND closed_at < ?"
+                " ORDER BY closed_at, run_id LIMIT ?",
+                (closed_before, limit),
+            ).fetchall()
+            ids = prune_pick([(r[0], r[1]) for r in candidates], limit * PRUNE_EVENTS_PER_RUN)
+            if not ids:
+                return 0
+            marks = ", ".join("?" * len(ids))
+            for table in ("events", "tasks", "timers", "signal_ids"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id IN ({marks})", ids)
+            cur = conn.execute(f"DELETE FROM runs WHERE run_id IN ({marks})", ids)
+            return cur.rowcount
+
+        return await self._write(fn)
+
+    async def prune_idempotency(self, created_before: int, limit: int) -> int:
+        def fn(conn: sqlite3.Connection) -> int:
+            cur = conn.execute(
+                "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
+                " WHERE created_at < ? ORDER BY created_at LIMIT ?)",
+                (created_before, limit),
+            )
+            return cur.rowcount
+
+        return await self._write(fn)
+
     # ------------------------------------------------------------------ tasks and timers
 
     async def get_task(self, token: str) -> TaskRow | None:
@@ -449,8 +504,8 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
     is_open = 1 if run.is_open else 0
     if unit.expected_seq is None:
         conn.execute(
-            "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
+            " closed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 run.run_id,
                 run.app,
@@ -461,13 +516,14 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
                 run.created_at,
                 run.seq,
                 doc,
+                closed_at(run),
             ),
         )
     else:
         cur = conn.execute(
-            "UPDATE runs SET status = ?, is_open = ?, seq = ?, doc = ?, workflow = ?"
+            "UPDATE runs SET status = ?, is_open = ?, seq = ?, doc = ?, workflow = ?, closed_at = ?"
             " WHERE run_id = ? AND seq = ?",
-            (run.status, is_open, run.seq, doc, run.workflow, run.run_id, unit.expected_seq),
+            (run.status, is_open, run.seq, doc, run.workflow, closed_at(run), run.run_id, unit.expected_seq),
         )
         if cur.rowcount != 1:
             raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")
@@ -489,12 +545,29 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
     conn.executemany(
         "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES (?, ?, ?, ?, ?)", timer_rows(run)
     )
-    if unit.idempotency is not None:
-        conn.execute(
-            "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            idempotency_row(unit.idempotency),
+    if unit.signal_ids:
+        conn.executemany(
+            "INSERT INTO signal_ids (run_id, signal_id, at) VALUES (?, ?, ?)", signal_id_rows(unit)
         )
+    if unit.idempotency is not None:
+        if unit.idempotency_expired_before is None:
+            conn.execute(
+                "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                idempotency_row(unit.idempotency),
+            )
+        else:
+            # An expired record not pruned yet is replaced; a live one refuses the unit.
+            cur = conn.execute(
+                "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (app, key) DO UPDATE SET"
+                " request_hash = excluded.request_hash, run_id = excluded.run_id,"
+                " response = excluded.response, created_at = excluded.created_at"
+                " WHERE idempotency.created_at < ?",
+                (*idempotency_row(unit.idempotency), unit.idempotency_expired_before),
+            )
+            if cur.rowcount != 1:
+                raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
 
 
 @asynccontextmanager

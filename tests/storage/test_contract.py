@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import attrs
 import pytest
@@ -10,6 +11,7 @@ import trio
 
 from foliot.errors import StaleWrite, UniqueViolation
 from foliot.storage.base import (
+    SIGNAL_ID_UNIQUE,
     ApiKeyRecord,
     AppRecord,
     IdempotencyRecord,
@@ -17,9 +19,10 @@ from foliot.storage.base import (
     SecretRecord,
     Store,
     UnitOfWork,
+    json_dumps,
 )
 from foliot.storage.factory import open_store
-from foliot.workflow.model import Event, Run, TaskRow, Timer
+from foliot.workflow.model import Event, Run, TaskRow, Timer, run_to_dict
 
 T0 = 1_800_000_000_000
 
@@ -232,3 +235,191 @@ async def test_sqlite_commits_concurrent_units_together(tmp_path: object) -> Non
         assert store.committed >= 200
         assert store.batches < store.committed / 4  # far fewer transactions than units
         assert len(await store.list_runs(RunFilter("app"), 1000, None)) == 200
+
+
+# --------------------------------------------------------------------------- signal ids and retention
+
+
+async def raw(store: Store, *statements: str) -> None:
+    """Run SQL behind the protocol's back (to put rows in the state an older version left)."""
+    from foliot.storage.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+
+        def fn(conn: Any) -> None:
+            for sql in statements:
+                conn.execute(sql)
+
+        await store._write(fn)
+    else:
+
+        async def afn(conn: Any) -> None:
+            for sql in statements:
+                await conn.execute(sql)
+
+        await store._call(afn, write=True)  # type: ignore[attr-defined]
+
+
+async def test_signal_ids_are_unique_per_run_and_outlive_closing(store: Store) -> None:
+    run = make_run("r1", seq=1)
+    await store.commit(UnitOfWork(run, None, (Event(1, T0, 1, "run_started"),)))
+    took = attrs.evolve(run, seq=2)
+    await store.commit(UnitOfWork(took, 1, (Event(2, T0, 1, "signal_received"),), signal_ids=("s1", "s2")))
+    assert await store.signal_taken("r1", "s1") and await store.signal_taken("r1", "s2")
+    assert not await store.signal_taken("r1", "s3") and not await store.signal_taken("r2", "s1")
+
+    # Taking s1 again fails the whole unit: no run change, no event, no other id.
+    again = attrs.evolve(took, seq=3, status="running")
+    with pytest.raises(UniqueViolation) as info:
+        await store.commit(UnitOfWork(again, 2, (Event(3, T0, 1, "x"),), signal_ids=("s3", "s1")))
+    assert info.value.constraint == SIGNAL_ID_UNIQUE
+    assert await store.get_run("r1") == took
+    assert len(await store.list_events("r1", 0, 10)) == 2
+    assert not await store.signal_taken("r1", "s3")
+
+    # Another run may use the same id; a closed run still remembers its ids.
+    await store.commit(UnitOfWork(make_run("r2"), None, signal_ids=("s1",)))
+    closed = attrs.evolve(took, seq=3, status="completed", closed_at=T0 + 5)
+    await store.commit(UnitOfWork(closed, 2, (Event(3, T0 + 5, 1, "run_completed"),)))
+    assert await store.signal_taken("r1", "s1")
+
+
+async def seed_history(store: Store, run_id: str, *, closed_at: int | None, events: int = 3) -> None:
+    """A run with `events` events, a task, signal ids, and (while open) timers."""
+    status = "waiting" if closed_at is None else "completed"
+    timer = Timer("wait_timeout", T0 + 10**9, "k") if closed_at is None else None
+    run = make_run(run_id, status=status, seq=events, closed_at=closed_at, timer=timer)
+    history = tuple(Event(i, T0, 1, "e") for i in range(1, events + 1))
+    task = TaskRow(f"tok-{run_id}", run_id, "app", 1, "t", 1, None, "closed", "answered", None, T0)
+    await store.commit(UnitOfWork(run, None, history, (task,), signal_ids=(f"sig-{run_id}",)))
+
+
+async def test_pruning_closed_runs_is_batched_and_spares_open_and_recent_ones(store: Store) -> None:
+    for i in range(5):
+        await seed_history(store, f"old{i}", closed_at=T0 + i)
+    await seed_history(store, "recent", closed_at=T0 + 1000)
+    await seed_history(store, "open", closed_at=None)  # created long ago, never closed
+    cutoff = T0 + 100
+
+    assert await store.prune_closed_runs(cutoff, 2) == 2  # bounded per call, oldest first
+    assert await store.get_run("old0") is None and await store.get_run("old1") is None
+    assert await store.get_run("old2") is not None
+    assert await store.prune_closed_runs(cutoff, 2) == 2
+    assert await store.prune_closed_runs(cutoff, 2) == 1
+    assert await store.prune_closed_runs(cutoff, 2) == 0
+
+    for i in range(5):
+        run_id = f"old{i}"
+        assert await store.get_run(run_id) is None
+        assert await store.list_events(run_id, 0, 10) == []
+        assert await store.get_task(f"tok-{run_id}") is None
+        assert not await store.signal_taken(run_id, f"sig-{run_id}")
+    for kept in ("recent", "open"):
+        assert await store.get_run(kept) is not None
+        assert len(await store.list_events(kept, 0, 10)) == 3
+        assert await store.get_task(f"tok-{kept}") is not None
+        assert await store.signal_taken(kept, f"sig-{kept}")
+    assert [t.run_id for t in await store.timers_due_before(T0 + 10**10, 10)] == ["open"]
+    assert [r.run_id for r in await store.list_runs(RunFilter("app"), 10, None)] == ["recent", "open"]
+
+    # Reopened (a rewind) before the cutoff passed: no longer closed, never pruned.
+    reopened = await store.get_run("recent")
+    assert reopened is not None
+    await store.commit(UnitOfWork(attrs.evolve(reopened, status="running", closed_at=None, seq=4), 3))
+    assert await store.prune_closed_runs(T0 + 10**9, 10) == 0
+    assert await store.get_run("recent") is not None
+
+
+async def test_pruning_takes_few_long_histories_per_call(store: Store) -> None:
+    await seed_history(store, "long1", closed_at=T0, events=60)
+    await seed_history(store, "long2", closed_at=T0 + 1, events=60)
+    await seed_history(store, "short", closed_at=T0 + 2, events=2)
+    # A budget of 2 * PRUNE_EVENTS_PER_RUN = 40 events: a longer run still goes, alone.
+    assert await store.prune_closed_runs(T0 + 100, 2) == 1
+    assert await store.get_run("long1") is None and await store.list_events("long1", 0, 100) == []
+    assert await store.get_run("long2") is not None
+    assert await store.prune_closed_runs(T0 + 100, 2) == 1
+    assert await store.prune_closed_runs(T0 + 100, 2) == 1
+    assert await store.prune_closed_runs(T0 + 100, 2) == 0
+
+
+async def test_idempotency_records_expire(store: Store) -> None:
+    for i in range(5):
+        record = IdempotencyRecord("app", f"key-{i}", "h", f"r{i}", "{}", T0 + i)
+        await store.commit(UnitOfWork(make_run(f"r{i}"), None, idempotency=record))
+    assert await store.prune_idempotency(T0 + 3, 2) == 2
+    assert await store.prune_idempotency(T0 + 3, 2) == 1
+    assert await store.prune_idempotency(T0 + 3, 2) == 0
+    assert [await store.get_idempotency("app", f"key-{i}") is None for i in range(5)] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+
+    # An expired record not pruned yet is replaced by a new start with the same key ...
+    fresh = IdempotencyRecord("app", "key-3", "h2", "n3", '{"runId":"n3"}', T0 + 50)
+    await store.commit(UnitOfWork(make_run("n3"), None, idempotency=fresh, idempotency_expired_before=T0 + 4))
+    assert await store.get_idempotency("app", "key-3") == fresh
+    # ... a live one still refuses it, and nothing of the unit is stored.
+    other = IdempotencyRecord("app", "key-4", "h2", "n4", "{}", T0 + 50)
+    with pytest.raises(UniqueViolation) as info:
+        await store.commit(
+            UnitOfWork(make_run("n4"), None, idempotency=other, idempotency_expired_before=T0 + 4)
+        )
+    assert info.value.constraint == "idempotency"
+    assert await store.get_run("n4") is None
+    assert (await store.get_idempotency("app", "key-4")).run_id == "r4"  # type: ignore[union-attr]
+
+
+async def test_migration_moves_signal_ids_out_of_old_documents(store: Store) -> None:
+    """Documents written before 0002 carry `signal_ids` and no `closed_at` column: the migration
+    moves the ids into the table (dedupe keeps working) and fills `closed_at` (pruning works)."""
+    old_open = run_to_dict(make_run("legacy-open", seq=0))
+    old_open["signal_ids"] = ["a", "b"]
+    old_closed = run_to_dict(make_run("legacy-closed", status="completed", closed_at=T0 + 7))
+    old_closed["signal_ids"] = ["c"]
+    # Roll the schema back to 0001 (closed_at, signal_ids table and indexes gone).
+    await raw(
+        store,
+        "DROP INDEX runs_closed",
+        "DROP INDEX idempotency_created",
+        "ALTER TABLE runs DROP COLUMN closed_at",
+        "DROP TABLE signal_ids",
+        "DELETE FROM schema_migrations WHERE version = 2",
+    )
+    rows = []
+    for doc in (old_open, old_closed):
+        text = json_dumps(doc).replace("'", "''")
+        is_open = "TRUE" if doc["status"] == "waiting" else "FALSE"
+        rows.append(
+            "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc)"
+            f" VALUES ('{doc['run_id']}', 'app', 'wf', '{doc['status']}', NULL, {is_open}, {T0}, 0, '{text}')"
+        )
+    await raw(store, *rows)
+    await store.migrate()
+
+    assert await store.signal_taken("legacy-open", "a") and await store.signal_taken("legacy-open", "b")
+    assert await store.signal_taken("legacy-closed", "c")
+    assert (await store.get_run("legacy-open")) == make_run("legacy-open", seq=0)  # the old key is ignored
+    assert await store.prune_closed_runs(T0 + 8, 10) == 1
+    assert await store.get_run("legacy-closed") is None and await store.get_run("legacy-open") is not None
+
+
+async def test_sqlite_database_file_is_private(tmp_path: object) -> None:
+    """The database and its -wal/-shm files are created mode 0600, in a 0700 directory."""
+    import stat
+    from pathlib import Path
+
+    from foliot.storage.sqlite import open_sqlite
+
+    assert isinstance(tmp_path, Path)
+    path = tmp_path / "data" / "foliot.db"
+    async with open_sqlite(str(path)) as store:
+        await store.commit(UnitOfWork(make_run("p1"), None))
+        files = [path, Path(f"{path}-wal"), Path(f"{path}-shm")]
+        for f in files:
+            assert f.exists(), f
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, (f, oct(f.stat().st_mode))
+    assert stat.S_IMODE(path.parent.stat().st_mode) & 0o077 == 0
