@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
+from .workflow.duration import DurationError, format_duration, parse_duration
+
+DEFAULT_DATA_DIR = "./.foliot"
 DEFAULT_DATABASE_URL = "sqlite:///./.foliot/foliot.db"
+NEVER = "never"  # a duration setting that disables expiry
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -20,12 +25,58 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _lifetime(env: Mapping[str, str], name: str, default: int) -> int | None:
+    """A positive duration string (`30d`, `24h`) in ms, or None for `never`."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw == NEVER:
+        return None
+    try:
+        value = parse_duration(raw)
+    except DurationError as exc:
+        raise SystemExit(f"{name} must be a duration such as 30d or 24h, or {NEVER!r}: {exc}") from None
+    if value <= 0:
+        raise SystemExit(f"{name} must be longer than 0 (use {NEVER!r} to keep forever)")
+    return value
+
+
+def describe_lifetime(ms: int | None) -> str:
+    """A lifetime setting as it would be written: `30d`, `24h` or `never`."""
+    return NEVER if ms is None else format_duration(ms)
+
+
+def database_url_in(data_dir: str) -> str:
+    """The default database: `foliot.db` in the data directory."""
+    return f"sqlite:///{data_dir.rstrip('/')}/foliot.db"  # an absolute dir gives sqlite:////abs/...
+
+
+def redact_url(url: str) -> str:
+    """A database URL fit for a log line: any password replaced by `***`."""
+    if url.startswith("sqlite:"):
+        return url
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        port = f":{parts.port}" if parts.port is not None else ""
+        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+    except ValueError:
+        return "<unparsable database URL>"
+
+
 @attrs.frozen
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
-    database_url: str = DEFAULT_DATABASE_URL
-    data_dir: str = "./.foliot"
+    data_dir: str = DEFAULT_DATA_DIR
+    database_url: str = attrs.field(
+        default=attrs.Factory(lambda self: database_url_in(self.data_dir), takes_self=True)
+    )
     admin_token: str | None = None
     secret_key: str | None = None
     payload_max_bytes: int = 262_144
@@ -37,6 +88,15 @@ class Settings:
     timer_max_inflight: int = 256
     log_level: str = "INFO"
     shutdown_grace_ms: int = 10_000
+    # Signals a run holds while it does not wait for them: they live in its document, which is
+    # rewritten on every transition, so they are bounded.
+    signal_buffer_max: int = 100
+    signal_buffer_max_bytes: int = 1_048_576
+    # Retention (None: kept forever). Idempotency records count from their creation, closed
+    # runs (with their events, tasks, timers and signal ids) from `closedAt`.
+    idempotency_ttl_ms: int | None = 86_400_000
+    retention_ms: int | None = 30 * 86_400_000
+    prune_interval_ms: int = 300_000
 
     @property
     def body_max_bytes(self) -> int:
@@ -46,14 +106,30 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
+        data_dir = e.get("FOLIOT_DATA_DIR") or DEFAULT_DATA_DIR
+        payload_max = _int(e, "FOLIOT_PAYLOAD_MAX_BYTES", 262_144)
+        buffer_bytes = _int(e, "FOLIOT_SIGNAL_BUFFER_MAX_BYTES", 1_048_576)
+        if buffer_bytes < payload_max:
+            raise SystemExit(
+                "FOLIOT_SIGNAL_BUFFER_MAX_BYTES must be at least FOLIOT_PAYLOAD_MAX_BYTES"
+                f" ({buffer_bytes} < {payload_max}), or a signal of the allowed size could never wait"
+            )
+        buffer_max = _int(e, "FOLIOT_SIGNAL_BUFFER_MAX", 100)
+        if buffer_max < 1:
+            raise SystemExit("FOLIOT_SIGNAL_BUFFER_MAX must be at least 1")
+        interval = _lifetime(e, "FOLIOT_PRUNE_INTERVAL", 300_000)
+        if interval is None:
+            raise SystemExit(
+                f"FOLIOT_PRUNE_INTERVAL must be a duration; to keep data set {NEVER!r} lifetimes"
+            )
         return cls(
             host=e.get("FOLIOT_HOST", "127.0.0.1"),
             port=_int(e, "FOLIOT_PORT", 8080),
-            database_url=e.get("FOLIOT_DATABASE_URL") or DEFAULT_DATABASE_URL,
-            data_dir=e.get("FOLIOT_DATA_DIR", "./.foliot"),
+            data_dir=data_dir,
+            database_url=e.get("FOLIOT_DATABASE_URL") or database_url_in(data_dir),
             admin_token=e.get("FOLIOT_ADMIN_TOKEN") or None,
             secret_key=e.get("FOLIOT_SECRET_KEY") or None,
-            payload_max_bytes=_int(e, "FOLIOT_PAYLOAD_MAX_BYTES", 262_144),
+            payload_max_bytes=payload_max,
             sync_task_max_ms=_int(e, "FOLIOT_SYNC_TASK_MAX_MS", 30_000),
             max_live_actors=_int(e, "FOLIOT_MAX_LIVE_ACTORS", 100_000),
             passivate_after_ms=_int(e, "FOLIOT_PASSIVATE_AFTER_MS", 60_000),
@@ -62,4 +138,9 @@ class Settings:
             timer_max_inflight=max(1, _int(e, "FOLIOT_TIMER_MAX_INFLIGHT", 256)),
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
             shutdown_grace_ms=_int(e, "FOLIOT_SHUTDOWN_GRACE_MS", 10_000),
+            signal_buffer_max=buffer_max,
+            signal_buffer_max_bytes=buffer_bytes,
+            idempotency_ttl_ms=_lifetime(e, "FOLIOT_IDEMPOTENCY_TTL", 86_400_000),
+            retention_ms=_lifetime(e, "FOLIOT_RETENTION", 30 * 86_400_000),
+            prune_interval_ms=interval,
         )

@@ -1,0 +1,91 @@
+"""Settings read from the environment: defaults, the data directory, lifetimes, signal bounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from foliot.config import DEFAULT_DATABASE_URL, Settings, describe_lifetime, redact_url
+from foliot.storage.factory import sqlite_path
+
+
+def test_defaults() -> None:
+    s = Settings.from_env({})
+    assert s.data_dir == "./.foliot"
+    assert s.database_url == DEFAULT_DATABASE_URL == "sqlite:///./.foliot/foliot.db"  # SPEC §8
+    assert (s.signal_buffer_max, s.signal_buffer_max_bytes) == (100, 1_048_576)
+    assert s.idempotency_ttl_ms == 86_400_000
+    assert s.retention_ms == 30 * 86_400_000
+    assert s.prune_interval_ms == 300_000
+    assert Settings() == s  # the constructor's defaults are the environment's
+
+
+@pytest.mark.parametrize(
+    ("data_dir", "path"),
+    [
+        ("/var/lib/foliot", "/var/lib/foliot/foliot.db"),
+        ("/var/lib/foliot/", "/var/lib/foliot/foliot.db"),
+        ("data", "data/foliot.db"),
+        ("./state", "./state/foliot.db"),
+    ],
+)
+def test_the_data_dir_places_the_database(data_dir: str, path: str) -> None:
+    s = Settings.from_env({"FOLIOT_DATA_DIR": data_dir})
+    assert s.data_dir == data_dir
+    assert sqlite_path(s.database_url) == path
+    assert sqlite_path(Settings(data_dir=data_dir).database_url) == path
+
+
+def test_an_explicit_database_url_wins_over_the_data_dir() -> None:
+    s = Settings.from_env({"FOLIOT_DATA_DIR": "/d", "FOLIOT_DATABASE_URL": "postgresql://u@h/db"})
+    assert (s.data_dir, s.database_url) == ("/d", "postgresql://u@h/db")
+    assert Settings.from_env({"FOLIOT_DATA_DIR": "/d", "FOLIOT_DATABASE_URL": ""}).database_url == (
+        "sqlite:////d/foliot.db"
+    )
+
+
+def test_lifetimes_are_durations_or_never() -> None:
+    s = Settings.from_env({"FOLIOT_RETENTION": "7d", "FOLIOT_IDEMPOTENCY_TTL": "1h30m"})
+    assert (s.retention_ms, s.idempotency_ttl_ms) == (7 * 86_400_000, 5_400_000)
+    s = Settings.from_env({"FOLIOT_RETENTION": "never", "FOLIOT_IDEMPOTENCY_TTL": "never"})
+    assert s.retention_ms is None and s.idempotency_ttl_ms is None
+    assert Settings.from_env({"FOLIOT_PRUNE_INTERVAL": "30s"}).prune_interval_ms == 30_000
+    assert [describe_lifetime(ms) for ms in (None, 86_400_000, 30 * 86_400_000)] == ["never", "1d", "30d"]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"FOLIOT_RETENTION": "30"},
+        {"FOLIOT_RETENTION": "0s"},
+        {"FOLIOT_IDEMPOTENCY_TTL": "1.5h"},
+        {"FOLIOT_PRUNE_INTERVAL": "never"},
+        {"FOLIOT_SIGNAL_BUFFER_MAX": "0"},
+        {"FOLIOT_SIGNAL_BUFFER_MAX": "lots"},
+        {"FOLIOT_SIGNAL_BUFFER_MAX_BYTES": "1000"},  # below the payload cap
+    ],
+)
+def test_bad_settings_stop_the_start(env: dict[str, str]) -> None:
+    with pytest.raises(SystemExit):
+        Settings.from_env(env)
+
+
+def test_signal_buffer_bounds() -> None:
+    s = Settings.from_env({"FOLIOT_SIGNAL_BUFFER_MAX": "10", "FOLIOT_SIGNAL_BUFFER_MAX_BYTES": "300000"})
+    assert (s.signal_buffer_max, s.signal_buffer_max_bytes) == (10, 300_000)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (
+            "postgresql://foliot:s3cret@db.example:5432/foliot",
+            "postgresql://foliot:***@db.example:5432/foliot",
+        ),
+        ("postgresql://foliot:p%40ss@db/f?sslmode=require", "postgresql://foliot:***@db/f?sslmode=require"),
+        ("postgresql://foliot@db/foliot", "postgresql://foliot@db/foliot"),
+        ("postgres://:pw@[::1]:5432/x", "postgres://:***@[::1]:5432/x"),
+        ("sqlite:///./.foliot/foliot.db", "sqlite:///./.foliot/foliot.db"),
+    ],
+)
+def test_database_urls_are_logged_without_passwords(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
