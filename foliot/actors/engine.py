@@ -174,6 +174,8 @@ class Engine:
             now=self.clock.now(),
             new_token=lambda: "tt_" + secrets.token_urlsafe(24),
             payload_max=self.settings.payload_max_bytes,
+            signal_buffer_max=self.settings.signal_buffer_max,
+            signal_buffer_max_bytes=self.settings.signal_buffer_max_bytes,
         )
 
     async def maybe_definition(self, app: str, name: str, version: int) -> Definition | None:

@@ -16,10 +16,10 @@ import trio
 
 from ..errors import StaleWrite, StorageError, Unavailable, UniqueViolation
 from ..logs import log_transition
-from ..storage.base import UnitOfWork
+from ..storage.base import SIGNAL_ID_UNIQUE, UnitOfWork
 from ..workflow import machine
 from ..workflow.definition import Definition
-from ..workflow.machine import Rejected, Rewind, TimerFired, Transition
+from ..workflow.machine import Ok, Rejected, Reply, Rewind, SignalIn, TimerFired, Transition
 from ..workflow.model import Run
 from .messages import Envelope, Redeliver
 
@@ -146,7 +146,9 @@ class RunActor:
         tr = machine.transition(run, definition, msg, self.engine.context())
         if tr.changed:
             try:
-                await self.engine.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
+                await self.engine.commit(
+                    UnitOfWork(tr.run, run.seq, tr.events, tr.tasks, signal_ids=tr.signal_ids)
+                )
             except UniqueViolation as exc:
                 if slot is not None:
                     slot.put(self._unique_reply(exc, tr.run))
@@ -155,11 +157,17 @@ class RunActor:
                 return True
             self.run = tr.run
             self.perform(tr)
+        elif isinstance(msg, SignalIn) and msg.signal_id is not None and isinstance(tr.reply, Rejected):
+            # A refused signal (run closed, buffer full) that the run took before is a retry.
+            if await self.engine.store.signal_taken(self.run_id, msg.signal_id):
+                tr = attrs.evolve(tr, reply=Ok("duplicate"))
         if slot is not None:
             slot.put(tr.reply, tr.run)
         return False
 
-    def _unique_reply(self, exc: UniqueViolation, run: Run) -> Rejected:
+    def _unique_reply(self, exc: UniqueViolation, run: Run) -> Reply:
+        if exc.constraint == SIGNAL_ID_UNIQUE:
+            return Ok("duplicate")  # the run took this signalId before; nothing was committed
         if exc.constraint == "business_key":
             return Rejected(
                 409, "business_key_in_use", f"businessKey {run.business_key!r} is used by another open run"

@@ -195,6 +195,8 @@ class Context:
     now: int
     new_token: Callable[[], str]
     payload_max: int = 262_144
+    signal_buffer_max: int = 100  # buffered signals per run
+    signal_buffer_max_bytes: int = 1_048_576  # their payloads' compact-JSON bytes, summed
 
 
 @attrs.frozen
@@ -205,6 +207,9 @@ class Transition:
     tasks: tuple[TaskRow, ...] = ()
     reply: Reply = Ok()
     changed: bool = True
+    # signalIds the run took: committed with the transition into a table whose unique key
+    # refuses a second one (the actor then answers `duplicate` and commits nothing).
+    signal_ids: tuple[str, ...] = ()
 
 
 # --------------------------------------------------------------------------- classification
@@ -267,6 +272,7 @@ class _Tx:
         self.events: list[Event] = []
         self.effects: list[Effect] = []
         self.tasks: list[TaskRow] = []
+        self.signal_ids: list[str] = []
         self.reply: Reply = Ok()
 
     def set(self, **changes: Any) -> None:
@@ -286,7 +292,14 @@ class _Tx:
 
     def done(self) -> Transition:
         run = attrs.evolve(self.run, updated_at=self.ctx.now)
-        return Transition(run, tuple(self.events), tuple(self.effects), tuple(self.tasks), self.reply)
+        return Transition(
+            run,
+            tuple(self.events),
+            tuple(self.effects),
+            tuple(self.tasks),
+            self.reply,
+            signal_ids=tuple(self.signal_ids),
+        )
 
     # ------------------------------------------------------------------ tasks
 
@@ -658,14 +671,16 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
 
 def _on_signal(tx: _Tx, msg: SignalIn) -> Reply | None:
     run = tx.run
-    if msg.signal_id is not None and msg.signal_id in run.signal_ids:
-        return Ok("duplicate")  # even once closed: a retried delivery must not look like an error
+    if msg.signal_id is not None and any(b.signal_id == msg.signal_id for b in run.buffer):
+        return Ok("duplicate")  # still buffered; ids already consumed are caught by the store
     if run.status in TERMINAL_STATUSES:
         return Rejected(409, "run_closed", f"run {run.run_id} is {run.status}")
-    if msg.signal_id is not None:
-        tx.set(signal_ids=(*run.signal_ids, msg.signal_id))
-    signal = BufferedSignal(msg.name, msg.payload, msg.signal_id)
     waiting = run.status == "waiting" and run.wait_signal == msg.name
+    if not waiting and (refusal := _buffer_refusal(run, msg, tx.ctx)) is not None:
+        return refusal
+    if msg.signal_id is not None:
+        tx.signal_ids.append(msg.signal_id)
+    signal = BufferedSignal(msg.name, msg.payload, msg.signal_id)
     tx.emit(
         "signal_received",
         run.current_step if waiting else None,
@@ -682,6 +697,34 @@ def _on_signal(tx: _Tx, msg: SignalIn) -> Reply | None:
     tx.set(timer=None)
     tx.enter(tx.consume_signal(step, signal))
     tx.reply = Ok("delivered")
+    return None
+
+
+def _buffer_refusal(run: Run, msg: SignalIn, ctx: Context) -> Rejected | None:
+    """Why a signal the run does not wait for cannot be buffered, or None when it fits.
+
+    The buffer lives in the run document, which is rewritten on every transition: it is bounded
+    in count and in payload bytes. A refused signal leaves nothing behind; the sender may retry
+    once the run has consumed some.
+    """
+    count = len(run.buffer)
+    if count >= ctx.signal_buffer_max:
+        return Rejected(
+            409,
+            "signal_buffer_full",
+            f"run {run.run_id} already buffers {count} signals, the limit; retry once it has consumed some",
+        )
+    try:
+        size = payload_size(msg.payload) + sum(payload_size(b.payload) for b in run.buffer)
+    except PayloadError as exc:
+        return Rejected(400, "invalid_request", f"payload: {exc}")
+    if size > ctx.signal_buffer_max_bytes:
+        return Rejected(
+            413,
+            "signal_buffer_too_large",
+            f"buffering this signal would hold {size} bytes of payloads for run {run.run_id},"
+            f" over the {ctx.signal_buffer_max_bytes}-byte limit; retry once it has consumed some",
+        )
     return None
 
 

@@ -56,6 +56,8 @@ class Timer:
 
 @attrs.frozen
 class BufferedSignal:
+    """A signal kept until the run reaches a wait for it (bounded per run, see `machine`)."""
+
     name: str
     payload: Any
     signal_id: str | None
@@ -87,7 +89,6 @@ class Run:
     timer: Timer | None = None
     carried_error: ErrorInfo | None = None
     buffer: tuple[BufferedSignal, ...] = ()
-    signal_ids: tuple[str, ...] = ()
     armings: int = 0  # step timers armed so far; numbers the next one (Timer.key)
     seq: int = 0  # the last event's sequence number; also the row's write version
 
@@ -143,4 +144,6 @@ def run_to_dict(run: Run) -> dict[str, Any]:
 
 
 def run_from_dict(data: dict[str, Any]) -> Run:
+    # Unknown keys are ignored: documents written before migration 0002 still carry
+    # `signal_ids`, which now live in the `signal_ids` table.
     return _codec.structure(data, Run)

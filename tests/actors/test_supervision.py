@@ -93,6 +93,7 @@ async def test_cancel_aborts_an_in_flight_push_and_ignores_its_answer(
     assert after is not None and after.status == "cancelled" and after.state == {}
 
 
+@pytest.mark.parametrize("settings_overrides", [{"signal_buffer_max": 1000}])
 async def test_messages_to_a_full_mailbox_wait(env: Env, autojump_clock: MockClock) -> None:
     await env.register({"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]})
     run_id = await env.start("w")

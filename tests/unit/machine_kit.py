@@ -16,16 +16,32 @@ T0 = 1_800_000_000_000  # a fixed "now" in epoch ms
 class Kit:
     """Holds one run and its definition; each call applies one message at a given time."""
 
-    def __init__(self, steps: list[dict[str, Any]], *, payload_max: int = 262_144, **doc: Any) -> None:
+    def __init__(
+        self,
+        steps: list[dict[str, Any]],
+        *,
+        payload_max: int = 262_144,
+        buffer_max: int = 100,
+        buffer_max_bytes: int = 1_048_576,
+        **doc: Any,
+    ) -> None:
         self.definition: Definition = parse_definition({"name": "wf", "steps": steps, **doc})
         self.tokens = (f"tok{i}" for i in itertools.count(1))
         self.now = T0
         self.payload_max = payload_max
+        self.buffer_max = buffer_max
+        self.buffer_max_bytes = buffer_max_bytes
         self.history: list[Transition] = []
         self.run: Run
 
     def ctx(self) -> Context:
-        return Context(now=self.now, new_token=lambda: next(self.tokens), payload_max=self.payload_max)
+        return Context(
+            now=self.now,
+            new_token=lambda: next(self.tokens),
+            payload_max=self.payload_max,
+            signal_buffer_max=self.buffer_max,
+            signal_buffer_max_bytes=self.buffer_max_bytes,
+        )
 
     def start(self, input: Any = None, run_timeout_ms: int | None = None) -> Transition:
         tr = machine.start(

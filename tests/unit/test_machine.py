@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from foliot.workflow import machine
 from foliot.workflow.machine import Accepted, Completed, Failed, classify_response
-from foliot.workflow.model import TERMINAL_STATUSES
+from foliot.workflow.model import TERMINAL_STATUSES, run_to_dict
 
 from .machine_kit import T0, Kit
 
@@ -404,17 +405,22 @@ def test_signal_of_another_name_while_waiting_is_buffered() -> None:
     assert k.run.status == "waiting"
 
 
-def test_duplicate_signal_ids() -> None:
+def test_signal_ids_are_handed_to_the_store_and_buffered_ones_deduped_here() -> None:
+    """The machine names the signalIds a transition takes (the store's unique key refuses a
+    second one: tests/actors/test_signal_limits.py); one still in the buffer it knows itself."""
     k = Kit([TASK, WAIT, {"name": "w2", "type": "wait", "signal": "go"}])
     k.start()
-    assert k.send(machine.SignalIn("go", 1, "s1")).reply == machine.Ok("buffered")
+    first = k.send(machine.SignalIn("go", 1, "s1"))
+    assert first.reply == machine.Ok("buffered") and first.signal_ids == ("s1",)
     tr = k.send(machine.SignalIn("go", 2, "s1"))
-    assert tr.reply == machine.Ok("duplicate") and not tr.changed
+    assert tr.reply == machine.Ok("duplicate") and not tr.changed and tr.signal_ids == ()
     k.ok()
     assert k.run.status == "waiting" and k.run.current_step == "w2"
-    assert k.send(machine.SignalIn("go", 3, "s1")).reply == machine.Ok("duplicate")
-    assert k.send(machine.SignalIn("go", 4, "s2")).reply == machine.Ok("delivered")
+    delivered = k.send(machine.SignalIn("go", 4, "s2"))
+    assert delivered.reply == machine.Ok("delivered") and delivered.signal_ids == ("s2",)
     assert k.run.state["w2"] == 4
+    assert k.send(machine.SignalIn("go", 5)).signal_ids == ()
+    assert "signal_ids" not in run_to_dict(k.run)  # dedupe ids stay out of the document
 
 
 def test_signal_to_a_closed_run() -> None:
@@ -424,8 +430,52 @@ def test_signal_to_a_closed_run() -> None:
     k.ok()
     tr = k.send(machine.SignalIn("go"))
     assert isinstance(tr.reply, machine.Rejected) and tr.reply.code == "run_closed" and not tr.changed
-    # A retry of a signal the run already took is still a duplicate, not an error.
+    # A retry of a signal still buffered in the closed run is a duplicate, not an error (one
+    # consumed earlier is found in the store by the actor: tests/actors/test_signal_limits.py).
     assert k.send(machine.SignalIn("go", None, "s1")).reply == machine.Ok("duplicate")
+
+
+def test_buffer_is_bounded_in_count_and_refusals_change_nothing() -> None:
+    k = Kit([TASK, WAIT], buffer_max=3)
+    k.start()
+    for i in range(3):
+        assert k.send(machine.SignalIn("other", i, f"id{i}")).reply == machine.Ok("buffered")
+    before = k.run
+    tr = k.send(machine.SignalIn("other", 3, "id3"))
+    assert isinstance(tr.reply, machine.Rejected)
+    assert (tr.reply.status, tr.reply.code) == (409, "signal_buffer_full")
+    assert not tr.changed and tr.run == before and tr.events == () and tr.signal_ids == ()
+    # A retry of one already buffered is still a duplicate, full or not.
+    assert k.send(machine.SignalIn("other", 0, "id0")).reply == machine.Ok("duplicate")
+    # A signal the run waits for is delivered, never refused, however full the buffer.
+    k.ok()
+    assert k.run.status == "waiting"
+    assert k.send(machine.SignalIn("go", "paid", "g")).reply == machine.Ok("delivered")
+    assert k.run.status == "completed" and k.run.state["w"] == "paid"
+    assert len(k.run.buffer) == 3
+
+
+def test_buffer_is_bounded_in_bytes() -> None:
+    k = Kit([WAIT], buffer_max_bytes=100)
+    k.start()
+    assert k.send(machine.SignalIn("other", "x" * 40)).reply == machine.Ok("buffered")  # 42 bytes
+    assert k.send(machine.SignalIn("other", "y" * 40)).reply == machine.Ok("buffered")  # 84
+    tr = k.send(machine.SignalIn("other", "z" * 20))  # 106 > 100
+    assert isinstance(tr.reply, machine.Rejected)
+    assert (tr.reply.status, tr.reply.code) == (413, "signal_buffer_too_large") and not tr.changed
+    assert k.send(machine.SignalIn("other", "z" * 14)).reply == machine.Ok("buffered")  # exactly 100
+    assert k.send(machine.SignalIn("go", "w" * 500)).reply == machine.Ok("delivered")
+
+
+def test_the_document_stays_bounded_under_a_flood_of_big_signals() -> None:
+    """Defect 8: 30 buffered 250 KB signals made a 7.5 MB run document."""
+    k = Kit([WAIT])
+    k.start()
+    big = "s" * 250_000
+    replies = [k.send(machine.SignalIn("other", big, f"sig-{i}")).reply for i in range(30)]
+    assert replies[:4] == [machine.Ok("buffered")] * 4
+    assert all(isinstance(r, machine.Rejected) and r.status == 413 for r in replies[4:])
+    assert len(json.dumps(run_to_dict(k.run))) < 1_048_576 + 10_000
 
 
 def test_wait_timeout_without_on_timeout_fails() -> None:
