@@ -192,6 +192,27 @@ class EngineCollector:
         yield _gauge(
             "foliot_queued_tasks", "Tasks offered to pull queues, not yet claimed.", eng.queues.total()
         )
+        pruner = eng.pruner
+        yield _counter(
+            "foliot_pruned_runs",
+            "Closed runs deleted, with their history, after the retention.",
+            pruner.pruned_runs,
+        )
+        yield _counter(
+            "foliot_pruned_idempotency",
+            "Idempotency records deleted after their TTL.",
+            pruner.pruned_idempotency,
+        )
+        yield _counter(
+            "foliot_prune_failures",
+            "Pruning passes that failed (retried at the next interval).",
+            pruner.failures,
+        )
+        yield _gauge(
+            "foliot_prune_last_run_timestamp_seconds",
+            "When the last pruning pass finished (0: none yet).",
+            (pruner.last_run_at or 0) / 1000,
+        )
         yield from _writer(eng.store)
 
 

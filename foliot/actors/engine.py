@@ -41,6 +41,7 @@ from .cache import TtlCache
 from .dispatcher import Dispatcher, Target
 from .messages import ActorMessage, Envelope, Redeliver, ReplySlot
 from .queues import Queues, Reservation
+from .retention import Pruner
 from .supervisor import Supervisor
 from .timer_wheel import TimerWheel
 
@@ -77,6 +78,7 @@ class Engine:
             window_ms=settings.timer_window_ms,
             max_inflight=settings.timer_max_inflight,
         )
+        self.pruner = Pruner.from_settings(store, self.clock, settings)
         self._own_client = http_client is None
         self.http = http_client or httpx.AsyncClient(follow_redirects=False)
         self.dispatcher = Dispatcher(
@@ -115,6 +117,7 @@ class Engine:
                 await nursery.start(self.dispatcher.serve)
                 await nursery.start(self.timers.serve)
                 await self.recover()
+                await nursery.start(self.pruner.serve)
                 self.ready = True
                 task_status.started()
                 try:
@@ -403,7 +406,8 @@ class Engine:
             idem = IdempotencyRecord(
                 app, idempotency_key, request_hash, run_id, json_dumps(body), self.clock.now()
             )
-        unit = UnitOfWork(tr.run, None, tr.events, tr.tasks, idem)
+        cutoff = self._idempotency_cutoff()
+        unit = UnitOfWork(tr.run, None, tr.events, tr.tasks, idem, idempotency_expired_before=cutoff)
 
         async def commit_and_perform() -> None:
             await self.commit(unit)
@@ -425,8 +429,9 @@ class Engine:
 
     async def _replay(self, app: str, key: str, request_hash: str) -> dict[str, Any] | None:
         found = await self.store.get_idempotency(app, key)
-        if found is None:
-            return None
+        cutoff = self._idempotency_cutoff()
+        if found is None or (cutoff is not None and found.created_at < cutoff):
+            return None  # unknown, or expired (not pruned yet): the start is a new one
         if found.request_hash != request_hash:
             raise Conflict(
                 "this Idempotency-Key was used with a different request body",
@@ -434,6 +439,11 @@ class Engine:
             )
         body: dict[str, Any] = json.loads(found.response)
         return body
+
+    def _idempotency_cutoff(self) -> int | None:
+        """Idempotency records created before this have expired (None: they never do)."""
+        ttl = self.settings.idempotency_ttl_ms
+        return None if ttl is None else self.clock.now() - ttl
 
     async def _refuse_business_key(self, app: str, workflow: str, business_key: str) -> None:
         existing = await self.store.find_open_run(app, workflow, business_key)

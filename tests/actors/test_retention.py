@@ -1,0 +1,107 @@
+"""Retention under MockClock: closed runs and idempotency records go, open runs never do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from trio.testing import MockClock
+
+from foliot.views import run_view
+
+from .conftest import DAY, Env, advance
+
+HOUR = 3_600.0
+TASK = {"name": "t", "steps": [{"name": "t", "type": "task"}]}
+WAIT = {"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]}
+
+
+async def start(env: Env, key: str, request_hash: str = "h") -> tuple[str, bool]:
+    body, created = await env.engine.start_run(
+        app="app",
+        workflow="w",
+        version=None,
+        input=None,
+        business_key=None,
+        run_timeout_ms=None,
+        idempotency_key=key,
+        request_hash=request_hash,
+        render=run_view,
+    )
+    return str(body["runId"]), created
+
+
+@pytest.mark.parametrize(
+    "settings_overrides", [{"retention_ms": 30 * 86_400_000, "prune_interval_ms": 3_600_000}]
+)
+async def test_closed_runs_vanish_after_the_retention_and_open_runs_never(
+    env: Env, autojump_clock: MockClock
+) -> None:
+    await env.register(TASK)
+    await env.register(WAIT)
+    closed = [await env.start("t") for _ in range(3)]
+    for run_id in closed:
+        await env.until(run_id, "completed")
+    waiting = await env.start("w")
+    await env.until(waiting, "waiting")
+    store = env.engine.store
+    token = (await store.list_events(closed[0], 0, 100))[2].data["idempotencyKey"]
+    assert token
+
+    await advance(29 * DAY)
+    for run_id in closed:
+        assert await store.get_run(run_id) is not None
+    assert env.engine.pruner.pruned_runs == 0
+
+    await advance(1 * DAY + 2 * HOUR)  # past closedAt + 30d, and a pass since
+    for run_id in closed:
+        assert await store.get_run(run_id) is None
+        assert await store.list_events(run_id, 0, 100) == []
+    assert await store.open_tasks() == []
+    assert env.engine.pruner.pruned_runs == 3
+    assert env.engine.pruner.last_run_at is not None
+    assert env.engine.pruner.last_run_at >= env.engine.clock.now() - 3_600_000
+
+    await advance(90 * DAY)  # an open run is never pruned, however old
+    run = await store.get_run(waiting)
+    assert run is not None and run.status == "waiting"
+    assert len(await store.list_events(waiting, 0, 100)) > 0
+    assert env.engine.pruner.pruned_runs == 3 and env.engine.pruner.failures == 0
+
+
+@pytest.mark.parametrize(
+    "settings_overrides",
+    [
+        pytest.param({"prune_interval_ms": 3_600_000}, id="pruned"),
+        pytest.param({"prune_interval_ms": 30 * 86_400_000}, id="expired-not-yet-pruned"),
+    ],
+)
+async def test_an_expired_idempotency_key_starts_a_new_run(
+    env: Env, autojump_clock: MockClock, settings_overrides: dict[str, Any]
+) -> None:
+    await env.register(WAIT)
+    first, created = await start(env, "key-1")
+    assert created
+    await advance(23 * HOUR)
+    assert await start(env, "key-1") == (first, False)  # within 24 h: the same run
+
+    await advance(2 * HOUR)
+    pruned = settings_overrides["prune_interval_ms"] < 86_400_000
+    record = await env.engine.store.get_idempotency("app", "key-1")
+    assert (record is None) == pruned
+    assert env.engine.pruner.pruned_idempotency == (1 if pruned else 0)
+    second, created = await start(env, "key-1", request_hash="another body")
+    assert created and second != first  # a new run; and a new body is no reuse error any more
+    assert await start(env, "key-1", request_hash="another body") == (second, False)
+    both = [await env.engine.store.get_run(r) for r in (first, second)]
+    assert all(r is not None and r.status == "waiting" for r in both)
+
+
+@pytest.mark.parametrize("settings_overrides", [{"retention_ms": None, "idempotency_ttl_ms": None}])
+async def test_never_keeps_everything(env: Env, autojump_clock: MockClock) -> None:
+    await env.register(TASK)
+    run_id = await env.start("t")
+    await env.until(run_id, "completed")
+    await advance(100 * DAY)  # past the 30-day default
+    assert await env.engine.store.get_run(run_id) is not None
+    assert env.engine.pruner.passes == 0
