@@ -13,12 +13,12 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 
 from .actors.engine import Engine
-from .config import Settings
+from .config import Settings, describe_lifetime, redact_url
 from .credentials import Vault, file_secret
 from .http.app import create_app
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
-from .storage.factory import open_store
+from .storage.factory import open_store, sqlite_path
 
 log = logging.getLogger("foliot")
 
@@ -26,6 +26,7 @@ log = logging.getLogger("foliot")
 def admin_token(settings: Settings) -> str:
     """FOLIOT_ADMIN_TOKEN, or a token generated once into the data directory (mode 0600)."""
     if settings.admin_token:
+        log.info("admin token: from FOLIOT_ADMIN_TOKEN")
         return settings.admin_token
     path = Path(settings.data_dir) / "admin-token"
     existed = path.exists()
@@ -49,6 +50,21 @@ class Running:
         return self.binds[0]
 
 
+def log_data_locations(settings: Settings) -> None:
+    """Say where the data lives (never a password), and how long it is kept."""
+    url = settings.database_url
+    where = redact_url(url)
+    if url.startswith("sqlite:///") and ":memory:" not in url:
+        where += f" (file {Path(sqlite_path(url)).resolve()}, mode 0600)"
+    log.info("database: %s", where)
+    log.info("data dir: %s", Path(settings.data_dir).resolve())
+    log.info(
+        "retention: closed runs %s, idempotency keys %s",
+        describe_lifetime(settings.retention_ms),
+        describe_lifetime(settings.idempotency_ttl_ms),
+    )
+
+
 async def serve(
     settings: Settings,
     *,
@@ -56,6 +72,7 @@ async def serve(
     task_status: trio.TaskStatus[Running] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled, or until `stop` is set: then drain (`foliot.shutdown`) and return."""
+    log_data_locations(settings)
     token = admin_token(settings)
     vault = Vault.from_data_dir(settings.data_dir, settings.secret_key)
     async with open_store(settings.database_url) as store:
@@ -115,4 +132,4 @@ async def dump_tasks_on_signal() -> None:
 
 async def migrate(settings: Settings) -> None:
     async with open_store(settings.database_url):
-        log.info("migrations applied to %s", settings.database_url.split("@")[-1])
+        log.info("migrations applied to %s", redact_url(settings.database_url))
