@@ -21,7 +21,9 @@ from ..storage.base import Store
 
 log = logging.getLogger("foliot.retention")
 
-BATCH: Final = 500  # rows (runs, or idempotency records) per transaction
+# Rows (runs, or idempotency records) per transaction: measured on SQLite with 1.4 M rows,
+# 500 closed runs with 5 events each took 30-65 ms to delete.
+BATCH: Final = 200
 
 
 class Pruner:
@@ -83,6 +85,7 @@ class Pruner:
     async def _drain(self, prune: Callable[[int, int], Awaitable[int]], before: int, what: str) -> None:
         total = 0
         while True:
+            started = trio.current_time()
             deleted = await prune(before, self.batch)
             if what == "runs":
                 self.pruned_runs += deleted
@@ -91,6 +94,7 @@ class Pruner:
             total += deleted
             if deleted == 0:
                 break
-            await trio.lowlevel.checkpoint()  # let the hot path in between batches
+            # Rest as long as the batch took: a backlog takes at most half of the store's time.
+            await trio.sleep(trio.current_time() - started)
         if total:
             log.info("pruned %d %s", total, "closed runs" if what == "runs" else "idempotency records")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -423,3 +424,40 @@ async def test_sqlite_database_file_is_private(tmp_path: object) -> None:
             assert f.exists(), f
             assert stat.S_IMODE(f.stat().st_mode) == 0o600, (f, oct(f.stat().st_mode))
     assert stat.S_IMODE(path.parent.stat().st_mode) & 0o077 == 0
+
+
+async def query_plan(store: Store, sql: str, *params: Any) -> str:
+    """The backend's plan for `sql` (PostgreSQL told to avoid sequential scans, as it would on
+    tables of millions of rows rather than this test's handful)."""
+    from foliot.storage.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+        sqlite_sql = re.sub(r"\$\d+", "?", sql).replace("NOT is_open", "is_open = 0")
+        rows = store._reader.execute(f"EXPLAIN QUERY PLAN {sqlite_sql}", params).fetchall()
+        return "\n".join(str(r["detail"]) for r in rows)
+
+    async def explain(conn: Any) -> str:
+        await conn.execute("SET LOCAL enable_seqscan = off")
+        rows = await conn.fetch(f"EXPLAIN {sql}", *params)
+        return "\n".join(r[0] for r in rows)
+
+    result: str = await store._call(explain, write=True)  # type: ignore[attr-defined]
+    return result
+
+
+async def test_pruning_queries_walk_indexes(store: Store) -> None:
+    closed = await query_plan(
+        store,
+        "SELECT run_id, seq FROM runs WHERE NOT is_open AND closed_at < $1"
+        " ORDER BY closed_at, run_id LIMIT $2",
+        T0,
+        10,
+    )
+    assert "runs_closed" in closed and "TEMP B-TREE" not in closed and "Sort" not in closed, closed
+    expired = await query_plan(
+        store, "SELECT * FROM idempotency WHERE created_at < $1 ORDER BY created_at LIMIT $2", T0, 10
+    )
+    assert "idempotency_created" in expired and "TEMP B-TREE" not in expired, expired
+    for table in ("events", "tasks", "timers", "signal_ids"):
+        plan = await query_plan(store, f"SELECT * FROM {table} WHERE run_id = $1", "r1")
+        assert "Seq Scan" not in plan and not plan.startswith("SCAN"), (table, plan)
