@@ -31,6 +31,8 @@ log = logging.getLogger("foliot.actor")
 PARKED = frozenset({"waiting", "sleeping", "stuck"})
 _MAX_REDELIVERIES = 30
 _MAX_STALE_RELOADS = 3  # StaleWrites in a row for one message before it counts as a storage failure
+# Refusals of a signal that a retry of one the run already took would also get.
+_SIGNAL_REFUSALS = frozenset({"run_closed", "signal_buffer_full", "signal_buffer_too_large"})
 
 
 class RunActor:
@@ -157,10 +159,15 @@ class RunActor:
                 return True
             self.run = tr.run
             self.perform(tr)
-        elif isinstance(msg, SignalIn) and msg.signal_id is not None and isinstance(tr.reply, Rejected):
+        elif (
+            isinstance(msg, SignalIn)
+            and msg.signal_id is not None
+            and isinstance(tr.reply, Rejected)
+            and tr.reply.code in _SIGNAL_REFUSALS
+            and await self.engine.store.signal_taken(self.run_id, msg.signal_id)
+        ):
             # A refused signal (run closed, buffer full) that the run took before is a retry.
-            if await self.engine.store.signal_taken(self.run_id, msg.signal_id):
-                tr = attrs.evolve(tr, reply=Ok("duplicate"))
+            tr = attrs.evolve(tr, reply=Ok("duplicate"))
         if slot is not None:
             slot.put(tr.reply, tr.run)
         return False

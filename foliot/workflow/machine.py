@@ -671,6 +671,9 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
 
 def _on_signal(tx: _Tx, msg: SignalIn) -> Reply | None:
     run = tx.run
+    if msg.signal_id is not None and "\x00" in msg.signal_id:
+        # Stored as text under a unique key; PostgreSQL text cannot hold U+0000.
+        return Rejected(400, "invalid_request", "signalId: must not contain U+0000")
     if msg.signal_id is not None and any(b.signal_id == msg.signal_id for b in run.buffer):
         return Ok("duplicate")  # still buffered; ids already consumed are caught by the store
     if run.status in TERMINAL_STATUSES:

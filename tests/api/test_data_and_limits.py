@@ -45,6 +45,8 @@ async def test_a_full_signal_buffer_answers_409_and_stores_nothing(api: Api) -> 
     assert await api.events(run["runId"]) == before
     r = await send("other", "o0")  # a retry of a buffered one
     assert (r.status_code, r.json()["status"]) == (202, "duplicate")
+    r = await send("go", "nul\u0000")  # an id no store can keep as text
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"
     r = await send("go", "g")  # what the run waits for is never refused
     assert (r.status_code, r.json()["status"]) == (202, "delivered")
 

@@ -423,6 +423,14 @@ def test_signal_ids_are_handed_to_the_store_and_buffered_ones_deduped_here() -> 
     assert "signal_ids" not in run_to_dict(k.run)  # dedupe ids stay out of the document
 
 
+def test_a_signal_id_holding_nul_is_refused() -> None:
+    k = Kit([WAIT])
+    k.start()
+    tr = k.send(machine.SignalIn("go", None, "a\x00b"))
+    assert tr.reply == machine.Rejected(400, "invalid_request", "signalId: must not contain U+0000")
+    assert not tr.changed
+
+
 def test_signal_to_a_closed_run() -> None:
     k = Kit([TASK])
     k.start()
