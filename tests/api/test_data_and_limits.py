@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from foliot.config import Settings
 from foliot.server import Running, serve
@@ -51,12 +52,13 @@ async def test_a_full_signal_buffer_answers_409_and_stores_nothing(api: Api) -> 
     assert (r.status_code, r.json()["status"]) == (202, "delivered")
 
     metrics = (await api.client.get("/metrics", headers=api.admin())).text
-    for line in (
-        "foliot_pruned_runs_total 0",
-        "foliot_pruned_idempotency_total 0",
-        "foliot_prune_failures_total 0",
+    samples = {s.name: s.value for family in text_string_to_metric_families(metrics) for s in family.samples}
+    for name in (
+        "foliot_pruned_runs_total",
+        "foliot_pruned_idempotency_total",
+        "foliot_prune_failures_total",
     ):
-        assert line in metrics.splitlines()
+        assert samples[name] == 0
     assert "# TYPE foliot_prune_last_run_timestamp_seconds gauge" in metrics
 
 
