@@ -86,6 +86,12 @@ class Settings:
     mailbox_size: int = 64
     timer_window_ms: int = 60_000
     timer_max_inflight: int = 256
+    push_concurrency: int = 64  # senders, and the httpx pool's connection limit
+    push_concurrency_per_app: int = 48  # so one app's burst leaves senders for the others
+    push_backlog_max: int = 10_000  # queued pushes past which new starts and signals get 429
+    max_inflight_requests: int = 512  # starts + signals being served at once; more get 429
+    storage_queue_max: int = 2_000  # units of work waiting for the writer; more: 503
+    mailbox_wait_ms: int = 1_000  # how long a request waits for room in one run's mailbox
     log_level: str = "INFO"
     shutdown_grace_ms: int = 10_000
     # Signals a run holds while it does not wait for them: they live in its document, which is
@@ -136,6 +142,12 @@ class Settings:
             mailbox_size=_int(e, "FOLIOT_MAILBOX_SIZE", 64),
             timer_window_ms=_int(e, "FOLIOT_TIMER_WINDOW_MS", 60_000),
             timer_max_inflight=max(1, _int(e, "FOLIOT_TIMER_MAX_INFLIGHT", 256)),
+            push_concurrency=max(1, _int(e, "FOLIOT_PUSH_CONCURRENCY", 64)),
+            push_concurrency_per_app=max(1, _int(e, "FOLIOT_PUSH_CONCURRENCY_PER_APP", 48)),
+            push_backlog_max=_int(e, "FOLIOT_PUSH_BACKLOG_MAX", 10_000),
+            max_inflight_requests=_int(e, "FOLIOT_MAX_INFLIGHT_REQUESTS", 512),
+            storage_queue_max=_int(e, "FOLIOT_STORAGE_QUEUE_MAX", 2_000),
+            mailbox_wait_ms=_int(e, "FOLIOT_MAILBOX_WAIT_MS", 1_000),
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
             shutdown_grace_ms=_int(e, "FOLIOT_SHUTDOWN_GRACE_MS", 10_000),
             signal_buffer_max=buffer_max,

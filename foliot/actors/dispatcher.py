@@ -1,20 +1,27 @@
 """Pushes tasks to handlers over HTTP: signed, bounded by deadline and sync cap, classified.
 
-The only outbound call Foliot makes. Each push runs in its own task under the dispatcher's
-nursery, can be aborted by token (cancel, skip, rewind), and ends by telling the run's actor
-the outcome. Redirects are never followed.
+The only outbound call Foliot makes. Pushes wait in a queue Foliot owns, one FIFO per app,
+and a fixed set of `FOLIOT_PUSH_CONCURRENCY` senders takes them from a ready-queue of apps
+served round-robin, at most `FOLIOT_PUSH_CONCURRENCY_PER_APP` in flight per app, so one app's
+burst cannot starve another and no request ever waits inside httpx's connection pool (the pool
+is sized to the senders). A push's deadline is counted from when it is sent: it goes out in the
+body and the `foliot-deadline` header, bounds the HTTP call (with `FOLIOT_SYNC_TASK_MAX_MS`),
+and comes back on a 202 (`Accepted.deadline`) so the machine arms the durable deadline timer.
+`abort(token)` drops a queued push or cancels one in flight. Redirects are never followed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
 import httpx
 import trio
+from trio.lowlevel import ParkingLot
 
 from .. import signing
 from ..errors import StorageError
@@ -23,6 +30,7 @@ from ..metrics import Metrics
 from ..workflow.definition import HandlerPathError, push_url
 from ..workflow.duration import format_timestamp
 from ..workflow.machine import (
+    Accepted,
     Failed,
     Outcome,
     TaskAnswer,
@@ -44,8 +52,8 @@ class Target:
     secrets: tuple[str, ...]  # live signing secrets, newest first
 
 
-def task_body(run: Run, task: TaskRef) -> dict[str, Any]:
-    """The push body (also what a poller receives)."""
+def task_body(run: Run, task: TaskRef, deadline: int | None = None) -> dict[str, Any]:
+    """The push body (also what a poller receives). A push passes its send-time deadline."""
     return {
         "taskToken": task.token,
         "app": run.app,
@@ -56,7 +64,7 @@ def task_body(run: Run, task: TaskRef) -> dict[str, Any]:
         "attempt": task.attempt,
         "generation": task.generation,
         "idempotencyKey": task.idempotency_key(run.run_id),
-        "deadline": format_timestamp(task.deadline),
+        "deadline": format_timestamp(deadline if deadline is not None else task.deadline),
         "businessKey": run.business_key,
         "input": run.input,
         "state": run.state,
@@ -69,6 +77,23 @@ def traceparent(run: Run, task: TaskRef) -> str:
     return f"00-{run.trace_id}-{span}-01"
 
 
+@attrs.define(eq=False)
+class Push:
+    """One queued or in-flight push: references to documents the run's actor already holds
+    (the body is built only when it is sent), so a queued push costs about 100 bytes."""
+
+    run: Run
+    task: TaskRef
+    path: str
+    timeout_ms: int
+    scope: trio.CancelScope | None = None  # set when a sender takes it
+    dropped: bool = False  # aborted while queued; skipped when reached
+
+    @property
+    def app(self) -> str:
+        return self.run.app
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -79,97 +104,227 @@ class Dispatcher:
         answer: Callable[[str, TaskAnswer], None],
         sync_cap_ms: int,
         max_body: int,
+        concurrency: int = 64,
+        per_app: int | None = None,
+        current: Callable[[str], Run | None] = lambda run_id: None,
         metrics: Metrics | None = None,
     ) -> None:
         self._client = client
         self._now = now
         self._target = target
         self._answer = answer
+        self._current = current
         self._sync_cap_ms = sync_cap_ms
         self._max_body = max_body
-        self._inflight: dict[str, trio.CancelScope] = {}
-        self._nursery: trio.Nursery | None = None
+        self.concurrency = max(1, concurrency)
+        self.per_app = max(1, min(per_app or self.concurrency, self.concurrency))
+        self._fifo: dict[str, deque[Push]] = {}  # app -> its queued pushes, oldest first
+        self._ready: deque[str] = deque()  # apps with queued pushes and room, round-robin
+        self._in_ready: set[str] = set()
+        self._queued: dict[str, Push] = {}  # token -> waiting for a sender
+        self._sending: dict[str, Push] = {}  # token -> being sent
+        self._app_queued: dict[str, int] = {}
+        self._app_sending: dict[str, int] = {}
+        self._idle = ParkingLot()
         self.metrics = metrics or Metrics()
+        self.max_inflight = 0  # high-water mark of pushes in flight at once
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            for i in range(self.concurrency):
+                nursery.start_soon(self._sender, name=f"foliot-push-sender-{i}")
             task_status.started()
-            await trio.sleep_forever()
+
+    # ------------------------------------------------------------------ introspection
 
     @property
     def inflight(self) -> int:
-        return len(self._inflight)
+        return len(self._sending)
+
+    @property
+    def backlog(self) -> int:
+        """Pushes waiting for a sender."""
+        return len(self._queued)
+
+    def app_backlog(self, app: str) -> int:
+        return self._app_queued.get(app, 0)
+
+    @property
+    def apps_waiting(self) -> int:
+        """Apps with at least one queued push."""
+        return len(self._app_queued)
 
     def is_inflight(self, token: str) -> bool:
-        return token in self._inflight
+        return token in self._sending
 
-    def push(self, run: Run, task: TaskRef, path: str) -> None:
-        assert self._nursery is not None, "dispatcher not started"
-        if task.token in self._inflight:
+    def is_queued(self, token: str) -> bool:
+        return token in self._queued
+
+    # ------------------------------------------------------------------ queueing
+
+    def push(self, run: Run, task: TaskRef, path: str, timeout_ms: int) -> None:
+        """Queue a push (synchronous: called right after the attempt was committed)."""
+        token = task.token
+        if token in self._queued or token in self._sending:
             return
-        scope = trio.CancelScope()
-        self._inflight[task.token] = scope
-        self._nursery.start_soon(self._push, run, task, path, scope)
+        item = Push(run, task, path, timeout_ms)
+        app = item.app
+        self._queued[token] = item
+        self._app_queued[app] = self._app_queued.get(app, 0) + 1
+        self._fifo.setdefault(app, deque()).append(item)
+        self._make_ready(app)
+        self._idle.unpark()
 
     def abort(self, token: str) -> None:
-        scope = self._inflight.pop(token, None)
-        if scope is not None:
-            scope.cancel()
+        """The task was closed: drop the push if queued, cancel it if in flight."""
+        item = self._queued.pop(token, None)
+        if item is not None:
+            item.dropped = True
+            self._uncount_queued(item.app)
+            return
+        item = self._sending.get(token)
+        if item is not None and item.scope is not None:
+            item.scope.cancel()
 
-    async def _push(self, run: Run, task: TaskRef, path: str, scope: trio.CancelScope) -> None:
+    def _uncount_queued(self, app: str) -> None:
+        left = self._app_queued[app] - 1
+        if left:
+            self._app_queued[app] = left
+        else:
+            del self._app_queued[app]
+
+    def _make_ready(self, app: str) -> None:
+        if app not in self._in_ready and app in self._fifo and self._app_sending.get(app, 0) < self.per_app:
+            self._ready.append(app)
+            self._in_ready.add(app)
+
+    def _next(self) -> Push | None:
+        """The next push to send: the app at the head of the ready-queue gives its oldest, then
+        goes to the back of the queue if it still has pushes and room under its cap."""
+        while self._ready:
+            app = self._ready.popleft()
+            self._in_ready.discard(app)
+            fifo = self._fifo.get(app)
+            item = None
+            while fifo:
+                candidate = fifo.popleft()
+                if not candidate.dropped:
+                    item = candidate
+                    break
+            if fifo is not None and not fifo:
+                del self._fifo[app]
+            if item is None:
+                continue
+            token = item.task.token
+            del self._queued[token]
+            self._uncount_queued(app)
+            self._sending[token] = item
+            self._app_sending[app] = self._app_sending.get(app, 0) + 1
+            self.max_inflight = max(self.max_inflight, len(self._sending))
+            item.scope = trio.CancelScope()
+            self._make_ready(app)
+            return item
+        return None
+
+    def _finished(self, item: Push) -> None:
+        app = item.app
+        if self._sending.get(item.task.token) is item:
+            del self._sending[item.task.token]
+        left = self._app_sending[app] - 1
+        if left:
+            self._app_sending[app] = left
+        else:
+            del self._app_sending[app]
+        self._make_ready(app)
+
+    async def _sender(self) -> None:
+        while True:
+            item = self._next()
+            if item is None:
+                await self._idle.park()
+                continue
+            try:
+                await self._deliver(item)
+            finally:
+                self._finished(item)
+
+    # ------------------------------------------------------------------ sending
+
+    async def _deliver(self, item: Push) -> None:
+        """Send one push and tell the run's actor the outcome (unless it was aborted)."""
+        assert item.scope is not None
         outcome: Outcome | None = None
         started = trio.current_time()
-        with scope:
+        with item.scope:
             try:
-                outcome = await self._attempt(run, task, path)
-            except Exception as exc:  # never let one push take the dispatcher down
-                log.exception("push of %s failed unexpectedly", task.idempotency_key(run.run_id))
+                outcome = await self._attempt(item)
+            except Exception as exc:  # never let one push take a sender down
+                log.exception("push of %s failed unexpectedly", item.task.idempotency_key(item.run.run_id))
                 outcome = connection_failure(f"dispatch error: {type(exc).__name__}")
-        if self._inflight.get(task.token) is scope:
-            del self._inflight[task.token]
-        if scope.cancelled_caught or outcome is None:
+        if item.scope.cancelled_caught or outcome is None:
             return  # aborted: the task was closed by an intervention
         seconds = trio.current_time() - started
-        log_push(run, task, outcome, seconds, self.metrics.push_done(outcome, seconds))
-        self._answer(run.run_id, TaskAnswer(task.token, outcome))
+        log_push(item.run, item.task, outcome, seconds, self.metrics.push_done(outcome, seconds))
+        self._answer(item.run.run_id, TaskAnswer(item.task.token, outcome))
 
-    async def _resolve(self, run: Run, task: TaskRef) -> Target | None:
-        """The app's URL and secrets; while storage is down, wait (the push has not happened)."""
+    def _document(self, item: Push) -> Run:
+        """The run as its actor holds it now (a state edit while queued is sent), else as queued."""
+        current = self._current(item.run.run_id)
+        if current is not None and current.task is not None and current.task.token == item.task.token:
+            return current
+        return item.run
+
+    async def _resolve(self, item: Push) -> Target | None:
+        """The app's URL and secrets; while storage is down, wait (the push has not happened),
+        up to one step timeout, then give the attempt back as a timeout."""
+        give_up = self._now() + item.timeout_ms
         delay = 0.2
         while True:
             try:
-                return await self._target(run.app)
+                return await self._target(item.app)
             except StorageError:
-                if task.deadline is None or self._now() + delay * 1000 >= task.deadline:
+                if self._now() + delay * 1000 >= give_up:
                     return None
                 await trio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def _attempt(self, run: Run, task: TaskRef, path: str) -> Outcome:
-        target = await self._resolve(run, task)
+    async def _attempt(self, item: Push) -> Outcome:
+        target = await self._resolve(item)
         if target is None:
-            return timeout_failure("storage was unavailable until the attempt's deadline")
+            return timeout_failure("storage was unavailable for the step's whole timeout")
         try:
-            url = push_url(target.handler_base_url, path)
+            url = push_url(target.handler_base_url, item.path)
         except HandlerPathError as exc:
-            return Failed("invalid_handler", f"handler path {path[:200]!r} {exc}", False)
-        body = compact_json(task_body(run, task))
+            return Failed("invalid_handler", f"handler path {item.path[:200]!r} {exc}", False)
+        run, task = self._document(item), item.task
+        sent_at = self._now()
+        deadline = sent_at + item.timeout_ms  # counted from now, never from when it was queued
+        body = compact_json(task_body(run, task, deadline))
         headers = {
             "content-type": "application/json",
-            "foliot-signature": signing.sign(body, target.secrets, self._now() // 1000),
-            "foliot-deadline": format_timestamp(task.deadline) or "",
+            "foliot-signature": signing.sign(body, target.secrets, sent_at // 1000),
+            "foliot-deadline": format_timestamp(deadline) or "",
             "foliot-task-token": task.token,
             "foliot-app": run.app,
             "traceparent": traceparent(run, task),
             "user-agent": "foliot",
         }
-        assert task.deadline is not None
-        budget_ms = min(task.deadline - self._now(), self._sync_cap_ms)
-        if budget_ms <= 0:
-            return timeout_failure()
+        budget_ms = min(item.timeout_ms, self._sync_cap_ms)
         self.metrics.pushes.inc()
-        with trio.move_on_after(budget_ms / 1000) as limit:
+        outcome = await self._post(url, body, headers, budget_ms, task.step)
+        if outcome is None:
+            if budget_ms < item.timeout_ms:
+                return timeout_failure("the synchronous attempt passed FOLIOT_SYNC_TASK_MAX_MS")
+            return timeout_failure()
+        if isinstance(outcome, Accepted):
+            return Accepted(deadline)
+        return outcome
+
+    async def _post(
+        self, url: str, body: bytes, headers: dict[str, str], budget_ms: int, step: str
+    ) -> Outcome | None:
+        """The HTTP call itself, bounded by `budget_ms`; None when the budget ran out."""
+        with trio.move_on_after(budget_ms / 1000):
             try:
                 async with self._client.stream(
                     "POST", url, content=body, headers=headers, timeout=None
@@ -181,7 +336,7 @@ class Dispatcher:
                         if size > self._max_body:
                             return Failed(
                                 "output_too_large",
-                                f"the output of step {task.step!r} is over {self._max_body} bytes",
+                                f"the output of step {step!r} is over {self._max_body} bytes",
                                 False,
                             )
                         chunks.append(chunk)
@@ -189,7 +344,4 @@ class Dispatcher:
                     return classify_response(response.status_code, raw, response.headers.get("foliot-next"))
             except httpx.TransportError as exc:
                 return connection_failure(f"{type(exc).__name__}: {exc}"[:500])
-        assert limit.cancelled_caught
-        if budget_ms == self._sync_cap_ms:
-            return timeout_failure("the synchronous attempt passed FOLIOT_SYNC_TASK_MAX_MS")
-        return timeout_failure()
+        return None

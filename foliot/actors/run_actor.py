@@ -213,20 +213,23 @@ class RunActor:
         engine.timers.sync(tr.run)
         for effect in tr.effects:
             if isinstance(effect, machine.Dispatch):
-                engine.dispatch(tr.run, effect.task, effect.path)
+                engine.dispatch(tr.run, effect.task, effect.path, effect.timeout_ms)
             elif isinstance(effect, machine.Abort):
                 engine.abort(effect.token)
         engine.notify(tr.run)
 
     def redeliver(self, run: Run, definition: Definition, token: str) -> None:
         """Send the open attempt again, same token and key; a 202-accepted one is left to its
-        deadline, and one already past its deadline to the deadline timer."""
+        deadline timer. A push attempt has no deadline until it is sent, so an open one is
+        always sent again, and gets a fresh deadline from that send."""
         task = run.task
         if task is None or task.token != token or task.accepted or not run.is_open:
             return
         if task.queue is None and task.deadline is not None and task.deadline <= self.engine.clock.now():
             return
-        self.engine.dispatch(run, task, definition.step(task.step).push_path(run.workflow))
+        step = definition.step(task.step)
+        assert step.timeout_ms is not None
+        self.engine.dispatch(run, task, step.push_path(run.workflow), step.timeout_ms)
 
     def describe(self) -> dict[str, Any]:
         run = self.run

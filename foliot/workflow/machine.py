@@ -55,7 +55,12 @@ class Failed:
 
 @attrs.frozen
 class Accepted:
-    """The handler answered 202: the task stays open until its deadline."""
+    """The handler answered 202: the task stays open until its deadline.
+
+    `deadline` is the one the push carried (send time + the step's timeout); the machine arms
+    the durable deadline timer from it, since a push attempt has none until it is sent."""
+
+    deadline: int | None = None
 
 
 Outcome = Completed | Failed | Accepted
@@ -152,10 +157,13 @@ Message = (
 
 @attrs.frozen
 class Dispatch:
-    """Send the run's open task: push it to `path` or offer it to the queue."""
+    """Send the run's open task: push it to `path` or offer it to the queue.
+
+    `timeout_ms` is the step's timeout: a push's deadline is counted from when it is sent."""
 
     task: TaskRef
     path: str
+    timeout_ms: int
 
 
 @attrs.frozen
@@ -397,18 +405,18 @@ class _Tx:
         return self.evaluate_choice(step)
 
     def start_attempt(self, step: Step, attempt: int) -> None:
+        """Record the attempt (durable before effect) with no deadline yet: a push's deadline
+        counts from when the dispatcher sends it, a queued task's from its claim."""
         assert step.timeout_ms is not None
-        deadline = None if step.queue is not None else self.ctx.now + step.timeout_ms
         task = TaskRef(
             token=self.ctx.new_token(),
             step=step.name,
             attempt=attempt,
             generation=self.run.generation,
             queue=step.queue,
-            deadline=deadline,
+            deadline=None,
         )
-        timer = self.arm("task_deadline", deadline, task.token) if deadline is not None else None
-        self.park("running", attempt=attempt, task=task, timer=timer)
+        self.park("running", attempt=attempt, task=task)
         self.tasks.append(self.task_row(task, "open", None))
         self.emit(
             "task_dispatched",
@@ -416,9 +424,9 @@ class _Tx:
             attempt,
             idempotencyKey=task.idempotency_key(self.run.run_id),
             queue=step.queue,
-            deadline=deadline,
+            deadline=None,
         )
-        self.effects.append(Dispatch(task, step.push_path(self.definition.name)))
+        self.effects.append(Dispatch(task, step.push_path(self.definition.name), step.timeout_ms))
 
     def enter_sleep(self, step: Step) -> str | None:
         if step.duration_ms is not None:
@@ -582,8 +590,14 @@ def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
     if isinstance(outcome, Accepted):
         if task.accepted:
             return Ok(None)
-        tx.set(task=attrs.evolve(task, accepted=True))
-        tx.emit("task_accepted", step.name, task.attempt)
+        assert step.timeout_ms is not None
+        deadline = outcome.deadline
+        if deadline is None:
+            deadline = task.deadline if task.deadline is not None else tx.ctx.now + step.timeout_ms
+        accepted = attrs.evolve(task, accepted=True, deadline=deadline)
+        tx.set(task=accepted, timer=tx.arm("task_deadline", deadline, task.token))
+        tx.tasks.append(tx.task_row(accepted, "open", None))
+        tx.emit("task_accepted", step.name, task.attempt, deadline=deadline)
         return None
     tx.close_task("answered")
     if isinstance(outcome, Failed):

@@ -82,9 +82,10 @@ def test_task_step_dispatches_and_completes() -> None:
     k = Kit([TASK])
     tr = k.start({"x": 1})
     assert k.run.status == "running" and k.run.current_step == "t" and k.run.attempt == 1
-    assert k.run.task is not None and k.run.task.deadline == T0 + 30_000
-    assert [type(e) for e in tr.effects] == [machine.Dispatch]
-    assert k.run.timer is not None and k.run.timer.kind == "task_deadline"
+    # A push attempt has no deadline until the dispatcher sends it (send time + timeout).
+    assert k.run.task is not None and k.run.task.deadline is None and k.run.timer is None
+    assert tr.effects == (machine.Dispatch(k.run.task, "/foliot/wf/t", 30_000),)
+    assert tr.events[-1].data["deadline"] is None
     assert [t.status for t in tr.tasks] == ["open"]
     assert k.run.task.idempotency_key("run1") == "run1:1:t:1"
     tr = k.ok({"done": True})
@@ -178,6 +179,7 @@ def test_deadline_times_out_the_attempt_and_retries() -> None:
     k = Kit([{**TASK, "timeout": "5s", "retry": {"maxAttempts": 2}}])
     k.start()
     first = k.token
+    k.answer(Accepted(deadline=k.now + 5_000))
     tr = k.fire()
     assert "task_timed_out" in [e.type for e in tr.events]
     assert [t.close_reason for t in tr.tasks] == ["timed_out"]
@@ -187,19 +189,44 @@ def test_deadline_times_out_the_attempt_and_retries() -> None:
     # The first attempt's answer now changes nothing.
     tr = k.answer(Completed({"late": True}), token=first)
     assert not tr.changed and tr.reply == machine.Rejected(409, "task_closed", tr.reply.message)  # type: ignore[union-attr]
-    k.fire()
+    k.answer(machine.timeout_failure())  # a synchronous push that passed its deadline
     assert k.run.status == "failed" and k.run.error is not None and k.run.error.cls == "timeout"
+
+
+def test_a_queued_push_has_no_deadline_timer_to_expire() -> None:
+    """However long a push waits behind others, nothing times it out before it is sent."""
+    k = Kit([{**TASK, "timeout": "5s"}])
+    k.start()
+    assert k.run.timer is None and k.run.task is not None and k.run.task.deadline is None
+    k.now += 3_600_000  # an hour in the dispatcher's queue
+    tr = k.ok({"late": "but fine"})
+    assert k.run.status == "completed" and "task_timed_out" not in k.events()
+    assert [t.close_reason for t in tr.tasks] == ["answered"]
 
 
 def test_accepted_keeps_the_task_open_until_its_deadline() -> None:
     k = Kit([{**TASK, "timeout": "1m", "retry": {"maxAttempts": 1}}])
     k.start()
-    tr = k.answer(Accepted())
-    assert k.run.task is not None and k.run.task.accepted
+    sent = k.now + 40_000  # the push left the dispatcher's queue 40 s after the attempt began
+    k.now = sent + 200
+    tr = k.answer(Accepted(deadline=sent + 60_000))
+    assert k.run.task is not None and k.run.task.accepted and k.run.task.deadline == sent + 60_000
+    assert k.run.timer is not None and (k.run.timer.kind, k.run.timer.due) == ("task_deadline", sent + 60_000)
     assert [e.type for e in tr.events] == ["task_accepted"]
-    assert not k.answer(Accepted()).changed
-    k.fire()
+    assert tr.events[0].data["deadline"] == sent + 60_000
+    assert [(t.status, t.deadline) for t in tr.tasks] == [("open", sent + 60_000)]
+    assert not k.answer(Accepted(deadline=sent + 99_000)).changed
+    tr = k.fire()
+    assert tr.events[0].at == sent + 60_000 and tr.events[0].type == "task_timed_out"
     assert k.run.status == "failed" and k.run.error is not None and k.run.error.cls == "timeout"
+
+
+def test_accepted_without_a_deadline_counts_from_the_answer() -> None:
+    k = Kit([{**TASK, "timeout": "1m"}])
+    k.start()
+    k.now += 5_000
+    k.answer(Accepted())
+    assert k.run.timer is not None and k.run.timer.due == k.now + 60_000
 
 
 def test_accepted_then_completed_out_of_band() -> None:
