@@ -8,6 +8,7 @@ FoliotError
 │   ├── NotFound            404
 │   ├── Conflict            409 (code may be more specific: invalid_status, task_closed, ...)
 │   ├── PayloadTooLarge     413
+│   ├── Overloaded          429 overloaded (503 when storage is the bottleneck), with Retry-After
 │   └── Unavailable         503 storage or engine not reachable
 └── StorageError        raised by a Store; translated to ApiError at the HTTP boundary
     ├── StorageUnavailable  the database cannot be reached (retry later)
@@ -37,6 +38,10 @@ class ApiError(FoliotError):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.extra}}
+
+    def headers(self) -> dict[str, str] | None:
+        """Response headers that go with the error (Retry-After for back-pressure)."""
+        return None
 
 
 class InvalidRequest(ApiError):
@@ -76,9 +81,32 @@ class PayloadTooLarge(ApiError):
     code = "payload_too_large"
 
 
+class Overloaded(ApiError):
+    """The engine is saturated: refused at once, nothing stored; retry after `retry_after` s.
+
+    `reason` says which bound was reached: `inflight`, `mailbox`, `push_backlog` (429) or
+    `storage` (503)."""
+
+    status = 429
+    code = "overloaded"
+
+    def __init__(self, message: str, *, reason: str, retry_after: int = 1) -> None:
+        super().__init__(message, reason=reason, retryAfter=retry_after)
+        self.reason = reason
+        self.retry_after = retry_after
+        if reason == "storage":
+            self.status = 503
+
+    def headers(self) -> dict[str, str] | None:
+        return {"Retry-After": str(self.retry_after)}
+
+
 class Unavailable(ApiError):
     status = 503
     code = "unavailable"
+
+    def headers(self) -> dict[str, str] | None:
+        return {"Retry-After": "1"}
 
 
 class Internal(ApiError):

@@ -213,6 +213,20 @@ class EngineCollector:
             "When the last pruning pass finished (0: none yet).",
             (pruner.last_run_at or 0) / 1000,
         )
+        adm = eng.admission
+        yield _gauge("foliot_push_backlog", "Pushes waiting for a sender.", eng.dispatcher.backlog)
+        yield _gauge("foliot_requests_in_flight", "Starts and signals being served now.", adm.inflight)
+        yield _gauge(
+            "foliot_storage_queue", "Units of work waiting for the storage writer(s).", adm.storage_queue
+        )
+        refused = CounterMetricFamily(
+            "foliot_admission_refused",
+            "Starts and signals refused as overloaded (429/503 with Retry-After), by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(adm.refused.items()):
+            refused.add_metric([reason], count)
+        yield refused
         yield from _writer(eng.store)
 
 

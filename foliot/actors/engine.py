@@ -37,6 +37,7 @@ from ..workflow import machine
 from ..workflow.definition import Definition, parse_definition
 from ..workflow.machine import Context, Reply
 from ..workflow.model import Run, TaskRef
+from .admission import Admission
 from .cache import TtlCache
 from .dispatcher import Dispatcher, Target
 from .messages import ActorMessage, Envelope, Redeliver, ReplySlot
@@ -80,7 +81,11 @@ class Engine:
         )
         self.pruner = Pruner.from_settings(store, self.clock, settings)
         self._own_client = http_client is None
-        self.http = http_client or httpx.AsyncClient(follow_redirects=False)
+        # The pool is sized to the senders: no push ever waits inside httpx for a connection.
+        limits = httpx.Limits(
+            max_connections=settings.push_concurrency, max_keepalive_connections=settings.push_concurrency
+        )
+        self.http = http_client or httpx.AsyncClient(follow_redirects=False, limits=limits)
         self.dispatcher = Dispatcher(
             self.http,
             now=self.clock.now,
@@ -89,7 +94,11 @@ class Engine:
             sync_cap_ms=settings.sync_task_max_ms,
             max_body=settings.body_max_bytes,
             metrics=self.metrics,
+            concurrency=settings.push_concurrency,
+            per_app=settings.push_concurrency_per_app,
+            current=self._live_document,
         )
+        self.admission = Admission(settings, self.dispatcher, store)
         self.timers.observe_lag = self.metrics.timer_lag.observe
         self.metrics.attach(self)
         self._definitions: OrderedDict[tuple[str, str, int], Definition] = OrderedDict()
@@ -246,13 +255,18 @@ class Engine:
         """A version was registered: the next start without `version` picks it."""
         self._latest.invalidate((app, name))
 
-    def dispatch(self, run: Run, task: TaskRef, path: str) -> None:
-        """Push the task to `path`, or offer it to its queue until a poller claims it."""
+    def dispatch(self, run: Run, task: TaskRef, path: str, timeout_ms: int) -> None:
+        """Push the task to `path` (its deadline counts from the send), or offer it to its
+        queue until a poller claims it."""
         if task.queue is not None:
             if task.claimed_by is None:
                 self.queues.offer(run.app, task.queue, task.token, run.run_id)
             return
-        self.dispatcher.push(run, task, path)
+        self.dispatcher.push(run, task, path, timeout_ms)
+
+    def _live_document(self, run_id: str) -> Run | None:
+        actor = self.supervisor.actors.get(run_id)
+        return actor.run if actor is not None else None
 
     def abort(self, token: str) -> None:
         self.dispatcher.abort(token)

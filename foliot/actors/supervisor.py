@@ -3,9 +3,10 @@
 Routing is synchronous (`tell`): look up or spawn the actor and `send_nowait` into its mailbox,
 with no checkpoint in between, so an actor that decides to passivate can never strand a
 message. A full mailbox is back-pressure: `tell` says so and the caller retries later; `ask`
-(one HTTP request) waits for room instead. An actor that raises is restarted from its last
-checkpoint; past `MAX_CRASHES` in `CRASH_WINDOW_MS` its run is parked as `stuck` with class
-`internal_error`, and the server goes on.
+(one HTTP request) waits for room up to `FOLIOT_MAILBOX_WAIT_MS`, then is refused with 429.
+An actor that raises is restarted from its last checkpoint; past `MAX_CRASHES` in
+`CRASH_WINDOW_MS` its run is parked as `stuck` with class `internal_error`, and the server
+goes on.
 """
 
 from __future__ import annotations
@@ -87,25 +88,31 @@ class Supervisor:
         return True
 
     async def ask(self, run_id: str, envelope: Envelope, run: Run | None = None) -> None:
-        """Deliver, waiting for mailbox room if needed (only this caller waits).
+        """Deliver, waiting for mailbox room if needed (only this caller waits), but not past
+        `FOLIOT_MAILBOX_WAIT_MS`: then the request is refused (429 `overloaded`, Retry-After).
 
         `run`, a document the caller just read from storage, seeds the actor if it has to be
         spawned, so a passivated run is not read twice (a stale seed is caught by the guarded
         write and reloaded)."""
-        while True:
-            if self.closed:
-                raise Unavailable("the server is shutting down")
-            actor = self._actor(run_id, run)
-            try:
-                actor.send.send_nowait(envelope)
-                return
-            except trio.WouldBlock:
-                pass
-            try:
-                await actor.send.send(envelope)
-                return
-            except trio.ClosedResourceError:
-                continue  # it passivated while we waited: spawn afresh
+        wait_s = self.engine.settings.mailbox_wait_ms / 1000
+        with trio.move_on_after(wait_s):
+            while True:
+                if self.closed:
+                    raise Unavailable("the server is shutting down")
+                actor = self._actor(run_id, run)
+                try:
+                    actor.send.send_nowait(envelope)
+                    return
+                except trio.WouldBlock:
+                    pass
+                try:
+                    await actor.send.send(envelope)
+                    return
+                except trio.ClosedResourceError:
+                    continue  # it passivated while we waited: spawn afresh
+        raise self.engine.admission.refuse(
+            "mailbox", f"run {run_id} is busy: its mailbox stayed full for {wait_s:g} s; retry shortly"
+        )
 
     # ------------------------------------------------------------------ lifecycle
 

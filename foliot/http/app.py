@@ -99,7 +99,7 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 def error_response(error: ApiError) -> Response:
-    return json_response(error.body(), error.status)
+    return json_response(error.body(), error.status, error.headers())
 
 
 # ---------------------------------------------------------------------- authentication

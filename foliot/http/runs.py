@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -105,6 +107,18 @@ def rejected_error(reply: machine.Rejected) -> ApiError:
     return error
 
 
+def admitted(route: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+    """Admission control for the calls that add work (starts, signals): refused at once with
+    429/503 `overloaded` and Retry-After when the engine is saturated (foliot/actors/admission.py)."""
+
+    @functools.wraps(route)
+    async def guarded(app_name: str, **kwargs: Any) -> Response:
+        with engine().admission.admit(app_name):
+            return await route(app_name, **kwargs)
+
+    return guarded
+
+
 async def owned_run(app_name: str, run_id: str) -> Run:
     run = await engine().run_document(run_id) if len(run_id) <= 64 else None
     if run is None or run.app != app_name:
@@ -113,6 +127,7 @@ async def owned_run(app_name: str, run_id: str) -> Run:
 
 
 @blueprint.post("/apps/<app_name>/runs")
+@admitted
 async def start_run(app_name: str) -> Response:
     await require_app(app_name)
     raw = await raw_json()

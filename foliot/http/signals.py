@@ -10,7 +10,7 @@ from quart import Blueprint, Response
 from ..errors import InvalidRequest, NotFound
 from ..workflow import machine
 from .app import body, check_name, engine, json_response, require_app
-from .runs import check_payload, rejected_error
+from .runs import admitted, check_payload, rejected_error
 
 blueprint = Blueprint("signals", __name__)
 
@@ -28,6 +28,7 @@ class SignalBody:
 
 
 @blueprint.post("/apps/<app_name>/signals")
+@admitted
 async def signal(app_name: str) -> Response:
     await require_app(app_name)
     spec = await body(SignalBody)

@@ -488,6 +488,11 @@ class PostgresStore:
         self._limit_s = limit_s
         self._driver = _Driver(url, pool_size, writers, limit_s)
 
+    @property
+    def pending_writes(self) -> int:
+        """Units of work waiting for a group-commit writer (read by admission control and /metrics)."""
+        return len(self._driver.queue)
+
     async def _call(
         self,
         fn: Callable[[asyncpg.Connection], Awaitable[T]],

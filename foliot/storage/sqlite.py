@@ -107,6 +107,12 @@ class SqliteStore:
         self.batches = 0
         self.committed = 0
 
+    @property
+    def pending_writes(self) -> int:
+        """Units of work waiting for the writer (read by admission control)."""
+        stats = self._send.statistics()
+        return stats.current_buffer_used + stats.tasks_waiting_send
+
     # ------------------------------------------------------------------ plumbing
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -1,0 +1,82 @@
+"""Admission control at the edge: refuse new work at once when the engine is saturated.
+
+Starts and signals are the calls that add work (a run, a step, usually a push). When one of
+the engine's bounded stages is full they are refused before anything is read or stored, with
+429 `overloaded` and `Retry-After` (503 when the bottleneck is storage), instead of waiting for
+minutes in a hidden queue. Saturation is measured, never guessed:
+
+- `inflight`: starts and signals being served right now (`FOLIOT_MAX_INFLIGHT_REQUESTS`);
+- `storage`: units of work waiting for the storage writer (`FOLIOT_STORAGE_QUEUE_MAX`);
+- `push_backlog`: pushes waiting for a sender (`FOLIOT_PUSH_BACKLOG_MAX`), refused only for an
+  app holding at least its fair share of that backlog, so one app's burst does not shut the
+  others out;
+- `mailbox`: one run's mailbox stayed full past `FOLIOT_MAILBOX_WAIT_MS` (counted here,
+  decided by the supervisor).
+
+The counters are plain attributes for `/metrics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from ..config import Settings
+from ..errors import Overloaded
+
+if TYPE_CHECKING:
+    from .dispatcher import Dispatcher
+
+REASONS = ("inflight", "storage", "push_backlog", "mailbox")
+
+
+class Admission:
+    def __init__(self, settings: Settings, dispatcher: Dispatcher, store: Any) -> None:
+        self.max_inflight = settings.max_inflight_requests
+        self.push_backlog_max = settings.push_backlog_max
+        self.storage_queue_max = settings.storage_queue_max
+        self._dispatcher = dispatcher
+        self._store = store
+        self.inflight = 0  # starts and signals being served now
+        self.admitted = 0
+        self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
+
+    @property
+    def storage_queue(self) -> int:
+        """Units of work waiting for the storage writer (0 for a store without a queue)."""
+        return int(getattr(self._store, "pending_writes", 0))
+
+    def refuse(self, reason: str, message: str, retry_after: int = 1) -> Overloaded:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        return Overloaded(message, reason=reason, retry_after=retry_after)
+
+    def check(self, app: str) -> None:
+        """Raise `Overloaded` if a new start or signal for `app` should be refused now."""
+        if self.inflight >= self.max_inflight:
+            raise self.refuse(
+                "inflight", f"{self.inflight} starts and signals are being served; retry shortly"
+            )
+        depth = self.storage_queue
+        if depth >= self.storage_queue_max:
+            raise self.refuse("storage", f"{depth} writes are waiting for storage; retry shortly")
+        backlog = self._dispatcher.backlog
+        if backlog >= self.push_backlog_max:
+            mine = self._dispatcher.app_backlog(app)
+            if mine * max(1, self._dispatcher.apps_waiting) >= backlog:
+                raise self.refuse(
+                    "push_backlog",
+                    f"{backlog} task pushes are waiting to be sent ({mine} for this app); retry shortly",
+                    retry_after=2,
+                )
+
+    @contextmanager
+    def admit(self, app: str) -> Iterator[None]:
+        """Check, then count the request as in flight until it has been answered."""
+        self.check(app)
+        self.inflight += 1
+        self.admitted += 1
+        try:
+            yield
+        finally:
+            self.inflight -= 1
