@@ -182,7 +182,7 @@ class Dispatcher:
             item.dropped = True
             self._uncount_queued(item.app)
             return
-        item = self._sending.get(token)
+        item = self._sending.pop(token, None)  # its sender is freed once the cancel lands
         if item is not None and item.scope is not None:
             item.scope.cancel()
 

@@ -191,8 +191,9 @@ class RunActor:
             self.engine.timers.settle(self.run_id, envelope.message, applied=False)
             return
         # No caller to tell (a push answer): try again later, as the message still holds.
-        if envelope.attempts < _MAX_REDELIVERIES:
-            delay = min(0.2 * 2**envelope.attempts, 5.0)
+        # A push answer is never given up: an unsent-deadline push attempt has no timer behind it.
+        if envelope.attempts < _MAX_REDELIVERIES or isinstance(envelope.message, machine.TaskAnswer):
+            delay = min(0.2 * 2 ** min(envelope.attempts, 5), 5.0)
             retry = attrs.evolve(envelope, attempts=envelope.attempts + 1)
             self.engine.later(delay, self.run_id, retry)
 
