@@ -127,12 +127,16 @@ class Dispatcher:
         self._app_sending: dict[str, int] = {}
         self._idle = ParkingLot()
         self.metrics = metrics or Metrics()
+        self._backlogged = ParkingLot()  # the pacer sleeps here while nothing is queued
+        self.limit = min(4, self.concurrency)  # senders allowed to send now: slow start (`_pace`)
+        self.loop_lag_ms = 0
         self.max_inflight = 0  # high-water mark of pushes in flight at once
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             for i in range(self.concurrency):
                 nursery.start_soon(self._sender, name=f"foliot-push-sender-{i}")
+            nursery.start_soon(self._pace, name="foliot-push-pacer")
             task_status.started()
 
     # ------------------------------------------------------------------ introspection
@@ -174,6 +178,7 @@ class Dispatcher:
         self._fifo.setdefault(app, deque()).append(item)
         self._make_ready(app)
         self._idle.unpark()
+        self._backlogged.unpark_all()
 
     def abort(self, token: str) -> None:
         """The task was closed: drop the push if queued, cancel it if in flight."""
@@ -237,9 +242,30 @@ class Dispatcher:
             del self._app_sending[app]
         self._make_ready(app)
 
+    async def _pace(self, tick: float = 0.1) -> None:
+        """While pushes queue, keep the event loop responsive: a push's time in flight includes
+        the loop's own latency, which must not eat the handler's deadline. When the loop lags
+        (> 100 ms late on a 100 ms sleep) the senders allowed to send shrink by a third, down to
+        4; while it keeps up they grow one per tick up to FOLIOT_PUSH_CONCURRENCY (starting
+        from 4, as TCP's slow start does, so a storm's first wave cannot swamp the loop)."""
+        floor = min(4, self.concurrency)
+        while True:
+            if not self._queued:
+                await self._backlogged.park()
+                continue
+            start = trio.current_time()
+            await trio.sleep(tick)
+            lag = trio.current_time() - start - tick
+            self.loop_lag_ms = int(lag * 1000)
+            if lag > 0.1:
+                self.limit = max(floor, self.limit * 2 // 3)
+            elif lag < 0.02 and self.limit < self.concurrency:
+                self.limit += 1
+                self._idle.unpark()
+
     async def _sender(self) -> None:
         while True:
-            item = self._next()
+            item = self._next() if len(self._sending) < self.limit else None
             if item is None:
                 await self._idle.park()
                 continue
