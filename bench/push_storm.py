@@ -100,10 +100,8 @@ async def main(args: argparse.Namespace) -> None:
             print(f"outcome                {statuses}")
             print(f"delivered to handler   {len(handler.received)}")
             print(f"drain                  {drain:.2f}s = {args.runs / drain:.0f} pushes/s")
-            print(
             d = engine.dispatcher
             print(f"pushes in flight       max {d.max_inflight} (cap {d.concurrency}, paced to {d.limit})")
-            )
             print(f"push outcomes          {engine.dispatcher.outcomes}")
             print(f"timers fired           {engine.timers.stats()['fired']}")
         nursery.cancel_scope.cancel()
