@@ -102,7 +102,7 @@ async def main(args: argparse.Namespace) -> None:
             print(f"drain                  {drain:.2f}s = {args.runs / drain:.0f} pushes/s")
             d = engine.dispatcher
             print(f"pushes in flight       max {d.max_inflight} (cap {d.concurrency}, paced to {d.limit})")
-            print(f"push outcomes          {engine.dispatcher.outcomes}")
+            print(f"push outcomes          {engine.dispatcher.metrics.outcome_counts()}")
             print(f"timers fired           {engine.timers.stats()['fired']}")
         nursery.cancel_scope.cancel()
 

@@ -122,6 +122,15 @@ class Metrics:
         self.push_seconds.labels(label).observe(seconds)
         return label
 
+    def outcome_counts(self) -> dict[str, int]:
+        """Push outcomes counted so far, by label (the ones seen at least once)."""
+        counts = {}
+        for outcome in OUTCOMES:
+            value = self.registry.get_sample_value("foliot_push_outcomes_total", {"outcome": outcome})
+            if value:
+                counts[outcome] = int(value)
+        return counts
+
     def time_commits(self, store: Store) -> None:
         """Observe every commit of `store`, whoever calls it (actors, starts, the supervisor)."""
         # Wrap the store's own method, not an earlier engine's wrapper (a restarted engine

@@ -50,7 +50,7 @@ async def test_a_storm_of_woken_sleeps_pushes_every_task_without_a_timeout(
     runs = [await env.until(run_id, "completed", "failed") for run_id in ids]
     assert [r.status for r in runs] == ["completed"] * n  # 0 failed by Foliot's own queueing
     assert state["max"] == 8 and env.engine.dispatcher.max_inflight == 8
-    assert env.engine.dispatcher.outcomes == {"Completed": n}
+    assert env.engine.dispatcher.metrics.outcome_counts() == {"ok": n}
     assert env.pushes[-1].at - env.pushes[0].at >= (n / 8 - 1) * 9
 
 
