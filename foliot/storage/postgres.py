@@ -374,11 +374,14 @@ class _Driver:
         job in its own SAVEPOINT, so one refused write doesn't sink its neighbours. Connection
         trouble or a timeout fails the whole batch, which then changed nothing."""
         savepoints = False
+        # A refused job is answered only once the rest is committed: its refusal may be a
+        # neighbour's row (two starts with one business key), which must be visible by then.
+        refused_jobs: list[tuple[_Job, BaseException]] = []
         while batch:
             try:
                 results = await self._try_batch(batch, savepoints)
             except _Refused as refused:
-                refused.job.settle(error=refused.error)
+                refused_jobs.append((refused.job, refused.error))
                 batch = [job for job in batch if job is not refused.job]
                 savepoints = True
                 continue
@@ -391,6 +394,8 @@ class _Driver:
                 )
                 for job in batch:
                     job.settle(error=error)
+                for job, _ in refused_jobs:  # what refused them was not committed either
+                    job.settle(error=error)
                 if isinstance(exc, asyncio.CancelledError) and self.closed:
                     raise
                 return
@@ -398,7 +403,9 @@ class _Driver:
             self.units += len(batch)
             for job, value, err in results:
                 job.settle(value, err)
-            return
+            break
+        for job, err in refused_jobs:
+            job.settle(error=err)
 
     async def _try_batch(
         self, batch: list[_Job], savepoints: bool
