@@ -1,14 +1,16 @@
-"""One Trio task per active run: a bounded mailbox, the pure machine, commit, then effects.
+"""A run's actor: a bounded mailbox, the pure machine, commit, then effects.
 
 The actor is the run's only writer. For each message it computes the transition, commits it
 as one unit of work guarded by the run's `seq`, and only then performs effects (push, offer,
-abort, timers) and answers the caller. It passivates when parked and idle; the next message
-rehydrates it from storage.
+abort, timers) and answers the caller. While idle it is plain data (no task); the supervisor
+starts a drain task when a message arrives, and drops idle parked actors from memory after
+`FOLIOT_PASSIVATE_AFTER_MS`; the next message rehydrates the run from storage.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -36,63 +38,96 @@ _SIGNAL_REFUSALS = frozenset({"run_closed", "signal_buffer_full", "signal_buffer
 
 
 class RunActor:
+    """A run's actor: data while idle, a task only while it has messages.
+
+    The supervisor appends to `mailbox` (a deque made on the first message, dropped once
+    drained) and starts one drain task when `draining` is false; the drain handles messages
+    one at a time and ends when the mailbox is empty. An idle parked actor is therefore a
+    slotted object and its run document, with no task, channel or cancel scope.
+    """
+
+    __slots__ = (
+        "current",
+        "draining",
+        "engine",
+        "last_message_at",
+        "live_since",
+        "mailbox",
+        "processed",
+        "room",
+        "run",
+        "run_id",
+        "touched",
+    )
+
     def __init__(self, run_id: str, engine: Engine, run: Run | None = None) -> None:
         self.run_id = run_id
         self.engine = engine
         self.run = run
-        self.send, self.receive = trio.open_memory_channel[Envelope](engine.settings.mailbox_size)
+        self.mailbox: deque[Envelope] | None = None
+        self.room: trio.Event | None = None  # made by a caller waiting for mailbox room
+        self.draining = False  # a drain task is running for this actor
         self.live_since = engine.clock.now()
+        self.touched = self.live_since  # last activity: the supervisor's passivation order
         self.last_message_at: int | None = None
         self.current: Envelope | None = None
-        self.idle_scope: trio.CancelScope | None = None
-        self.stop_requested = False
         self.processed = 0
 
     @property
     def mailbox_depth(self) -> int:
-        return self.send.statistics().current_buffer_used
+        return len(self.mailbox) if self.mailbox is not None else 0
 
     @property
     def parked(self) -> bool:
         return self.run is None or self.run.status in PARKED or not self.run.is_open
 
-    def request_passivation(self) -> None:
-        """Ask an idle parked actor to exit at its next idle moment."""
-        self.stop_requested = True
-        if self.idle_scope is not None and self.parked:
-            self.idle_scope.cancel()
+    @property
+    def idle(self) -> bool:
+        """No drain running and nothing queued: the actor may be dropped from memory."""
+        return not self.draining and not self.mailbox
 
-    # ------------------------------------------------------------------ the loop
+    def offer(self, envelope: Envelope) -> bool:
+        """Queue a message; False when the mailbox is full (back-pressure)."""
+        mailbox = self.mailbox
+        if mailbox is None:
+            mailbox = self.mailbox = deque()
+        elif len(mailbox) >= self.engine.settings.mailbox_size:
+            return False
+        mailbox.append(envelope)
+        return True
 
-    async def main(self) -> None:
-        """Run until passivated. Raises only on a bug; the supervisor restarts it."""
-        if self.run is None:
-            try:
-                self.run = await self.engine.store.get_run(self.run_id)
-            except StorageError as exc:
-                # Cannot rehydrate now: answer or re-schedule what waits, and leave quietly.
-                self._drain_after_storage_failure(exc)
-                return
-        idle_ms = self.engine.settings.passivate_after_ms
-        while True:
-            if self.stop_requested and self.parked and self.mailbox_depth == 0:
-                return
-            with trio.move_on_after(idle_ms / 1000) as scope:
-                self.idle_scope = scope
-                envelope = await self.receive.receive()
-            self.idle_scope = None
-            if scope.cancelled_caught:
-                if self.parked and self.mailbox_depth == 0:
-                    return  # passivate; the supervisor unregisters us without a checkpoint
-                continue
+    async def wait_for_room(self) -> None:
+        if self.room is None:
+            self.room = trio.Event()
+        await self.room.wait()
+
+    def _wake_waiters(self) -> None:
+        room, self.room = self.room, None
+        if room is not None:
+            room.set()
+
+    # ------------------------------------------------------------------ the drain
+
+    async def drain(self) -> None:
+        """Handle queued messages until none is left. Raises only on a bug; the supervisor then
+        restarts it from the last checkpoint (the document is reloaded)."""
+        while self.mailbox:
+            # Stop between messages at shutdown: the rest are refused, as before.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            if self.run is None:
+                try:
+                    self.run = await self.engine.store.get_run(self.run_id)
+                except StorageError as exc:
+                    # Cannot rehydrate now: answer or re-schedule what waits, and leave quietly.
+                    self._drain_after_storage_failure(exc)
+                    return
+            envelope = self.mailbox.popleft()
+            self._wake_waiters()
             self.current = envelope
             await self._handle_settled(envelope)
             self.current = None
             self.processed += 1
-            if self.mailbox_depth == 0 and (
-                self.run is None or not self.run.is_open or (self.stop_requested and self.parked)
-            ):
-                return
+        self.mailbox = None
 
     async def _handle_settled(self, envelope: Envelope) -> None:
         """`handle`; a timer firing is then settled with the wheel, which holds it in flight
@@ -198,12 +233,23 @@ class RunActor:
             self.engine.later(delay, self.run_id, retry)
 
     def _drain_after_storage_failure(self, exc: StorageError) -> None:
-        while True:
-            try:
-                envelope = self.receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel):
-                return
-            self._storage_failed(envelope, exc)
+        mailbox, self.mailbox = self.mailbox, None
+        self._wake_waiters()
+        while mailbox:
+            self._storage_failed(mailbox.popleft(), exc)
+
+    def refuse_pending(self, error: BaseException) -> None:
+        """Shutdown: fail the message in hand and every queued one (callers get `error`); what
+        they would have done is re-created from storage at the next start."""
+        current, self.current = self.current, None
+        if current is not None and current.reply is not None and not current.reply.event.is_set():
+            current.reply.fail(error)
+        mailbox, self.mailbox = self.mailbox, None
+        self._wake_waiters()
+        while mailbox:
+            envelope = mailbox.popleft()
+            if envelope.reply is not None:
+                envelope.reply.fail(error)
 
     # ------------------------------------------------------------------ effects
 

@@ -1,17 +1,24 @@
 """Owns the run actors: spawn, route, rehydrate, passivate, restart.
 
-Routing is synchronous (`tell`): look up or spawn the actor and `send_nowait` into its mailbox,
-with no checkpoint in between, so an actor that decides to passivate can never strand a
-message. A full mailbox is back-pressure: `tell` says so and the caller retries later; `ask`
+An actor is data while idle and a task only while it has messages. Routing is synchronous
+(`tell`): look up or spawn the actor, append to its mailbox and, if no drain task runs for it,
+start one; with no checkpoint in between, a message can never be stranded by an actor leaving
+memory. A full mailbox is back-pressure: `tell` says so and the caller retries later; `ask`
 (one HTTP request) waits for room up to `FOLIOT_MAILBOX_WAIT_MS`, then is refused with 429.
-An actor that raises is restarted from its last checkpoint; past `MAX_CRASHES` in
+A drain that raises is restarted from the last checkpoint; past `MAX_CRASHES` in
 `CRASH_WINDOW_MS` its run is parked as `stuck` with class `internal_error`, and the server
 goes on.
+
+Passivation needs no timer per actor: `actors` is kept in order of last activity, and one
+sweeper drops idle parked actors older than `FOLIOT_PASSIVATE_AFTER_MS` from its front; past
+`FOLIOT_MAX_LIVE_ACTORS`, the oldest idle parked ones are dropped at once. An actor with queued
+messages or a running drain is never dropped.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import trio
@@ -30,23 +37,29 @@ log = logging.getLogger("foliot.supervisor")
 
 MAX_CRASHES = 3
 CRASH_WINDOW_MS = 60_000
+_SHED_SCAN = 64  # actors looked at, beyond the excess, when shedding past the live cap
+_SWEEP_BATCH = 1024  # actors dropped between checkpoints
 
 
 class Supervisor:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.actors: dict[str, RunActor] = {}
+        # Live actors, least recently active first (each activity moves one to the end).
+        self.actors: OrderedDict[str, RunActor] = OrderedDict()
         self._nursery: trio.Nursery | None = None
         self._crashes: dict[str, list[int]] = {}
+        self._wake_sweeper = trio.Event()
         self.spawned = 0
         self.passivated = 0
         self.restarts = 0
+        self.draining = 0  # drain tasks running now
         self.closed = False  # shutting down: nothing new is spawned
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                nursery.start_soon(self._sweep)
                 task_status.started()
                 try:
                     await trio.sleep_forever()
@@ -61,16 +74,30 @@ class Supervisor:
         actor = self.actors.get(run_id)
         if actor is None:
             assert self._nursery is not None, "supervisor not started"
+            self._shed_load()
             actor = RunActor(run_id, self.engine, run)
+            if not self.actors:
+                self._wake_sweeper.set()
             self.actors[run_id] = actor
             self.spawned += 1
-            self._nursery.start_soon(self._supervise, actor)
-            self._shed_load()
         return actor
 
     def adopt(self, run: Run) -> RunActor:
-        """A run that was just created: start its actor with the document in hand."""
+        """A run that was just created: register its actor with the document in hand."""
         return self._actor(run.run_id, run)
+
+    def _deliver(self, actor: RunActor, envelope: Envelope) -> bool:
+        if not actor.offer(envelope):
+            return False
+        if not actor.draining:
+            self._start_drain(actor)
+        return True
+
+    def _start_drain(self, actor: RunActor) -> None:
+        assert self._nursery is not None
+        actor.draining = True
+        self.draining += 1
+        self._nursery.start_soon(self._drain, actor)
 
     def tell(self, run_id: str, envelope: Envelope) -> bool:
         """Deliver without waiting; False when the mailbox is full (back-pressure).
@@ -80,12 +107,7 @@ class Supervisor:
         """
         if self.closed:
             return True
-        actor = self._actor(run_id)
-        try:
-            actor.send.send_nowait(envelope)
-        except trio.WouldBlock:
-            return False
-        return True
+        return self._deliver(self._actor(run_id), envelope)
 
     async def ask(self, run_id: str, envelope: Envelope, run: Run | None = None) -> None:
         """Deliver, waiting for mailbox room if needed (only this caller waits), but not past
@@ -100,32 +122,22 @@ class Supervisor:
                 if self.closed:
                     raise Unavailable("the server is shutting down")
                 actor = self._actor(run_id, run)
-                try:
-                    actor.send.send_nowait(envelope)
+                if self._deliver(actor, envelope):
                     return
-                except trio.WouldBlock:
-                    pass
-                try:
-                    await actor.send.send(envelope)
-                    return
-                except trio.ClosedResourceError:
-                    continue  # it passivated while we waited: spawn afresh
+                await actor.wait_for_room()  # then look the actor up again: it may have left
         raise self.engine.admission.refuse(
             "mailbox", f"run {run_id} is busy: its mailbox stayed full for {wait_s:g} s; retry shortly"
         )
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def _supervise(self, actor: RunActor) -> None:
-        cancelled = False
+    async def _drain(self, actor: RunActor) -> None:
+        """One actor's drain task: its queued messages, with restarts from the checkpoint."""
         try:
             while True:
                 try:
-                    await actor.main()
+                    await actor.drain()
                     return
-                except trio.Cancelled:
-                    cancelled = True
-                    raise
                 except Exception as exc:
                     self.restarts += 1
                     log.exception("run actor %s crashed", actor.run_id)
@@ -140,32 +152,76 @@ class Supervisor:
                             log.exception("could not park run %s as stuck; retrying later", actor.run_id)
                             await trio.sleep(1)
                     actor.run = None  # restart from the last checkpoint
+        except trio.Cancelled:
+            # Shutting down: callers of the messages not handled get 503.
+            actor.refuse_pending(Unavailable("the server is shutting down"))
+            raise
         finally:
-            if self.actors.get(actor.run_id) is actor:
-                del self.actors[actor.run_id]
-            if actor.run is not None and not actor.run.is_open:
-                self._crashes.pop(actor.run_id, None)
-            self._forget_old_crashes()
-            self._strand_check(actor, shutting_down=cancelled)
-            self.passivated += 1
-            actor.send.close()
+            actor.draining = False
+            self.draining -= 1
+            self._after_drain(actor)
 
-    def _strand_check(self, actor: RunActor, *, shutting_down: bool) -> None:
-        """Messages that raced with the exit go to a fresh actor, never dropped.
-
-        At shutdown they are refused instead (callers get 503); what they would have done is
-        re-created from storage at the next start.
-        """
-        while True:
-            try:
-                envelope = actor.receive.receive_nowait()
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+    def _after_drain(self, actor: RunActor) -> None:
+        if actor.mailbox:
+            # Told while leaving (by a callback of its last message): never stranded.
+            if self.closed:
+                actor.refuse_pending(Unavailable("the server is shutting down"))
+            else:
+                self._start_drain(actor)
                 return
-            if shutting_down or self.closed:
-                if envelope.reply is not None:
-                    envelope.reply.fail(Unavailable("the server is shutting down"))
+        if actor.run is None or not actor.run.is_open:
+            self._remove(actor)  # closed, not found, or not loadable now: leave memory
+        elif self.actors.get(actor.run_id) is actor:
+            actor.touched = self.engine.clock.now()
+            self.actors.move_to_end(actor.run_id)
+
+    def _remove(self, actor: RunActor) -> None:
+        if self.actors.get(actor.run_id) is not actor:
+            return
+        del self.actors[actor.run_id]
+        self.passivated += 1
+        if actor.run is not None and not actor.run.is_open:
+            self._crashes.pop(actor.run_id, None)
+        self._forget_old_crashes()
+
+    def _droppable(self, actor: RunActor) -> bool:
+        return actor.idle and actor.parked
+
+    async def _sweep(self) -> None:
+        """Drop idle parked actors whose last activity is older than the passivation delay.
+
+        `actors` is ordered by last activity, so only its front is looked at; an old actor that
+        cannot go (a running run, a drain under way) is moved to the back as active now."""
+        clock = self.engine.clock
+        idle_ms = self.engine.settings.passivate_after_ms
+        while True:
+            if not self.actors:
+                self._wake_sweeper = trio.Event()
+                await self._wake_sweeper.wait()
                 continue
-            self.tell(actor.run_id, envelope)
+            now = clock.now()
+            cutoff = now - idle_ms
+            looked = 0
+            while self.actors and looked < len(self.actors):
+                run_id, actor = next(iter(self.actors.items()))
+                if actor.touched > cutoff:
+                    break
+                looked += 1
+                if self._droppable(actor):
+                    self._remove(actor)
+                else:
+                    actor.touched = now
+                    self.actors.move_to_end(run_id)
+                if looked % _SWEEP_BATCH == 0:
+                    await trio.lowlevel.checkpoint()
+                    now = clock.now()
+                    cutoff = now - idle_ms
+            self._forget_old_crashes()
+            if not self.actors:
+                continue
+            front = next(iter(self.actors.values()))
+            due = max(front.touched + idle_ms, now + 1)
+            await trio.sleep_until(clock.trio_deadline(due))
 
     def _record_crash(self, run_id: str) -> bool:
         now = self.engine.clock.now()
@@ -198,13 +254,19 @@ class Supervisor:
         actor.perform(tr)
 
     def _shed_load(self) -> None:
-        """Past FOLIOT_MAX_LIVE_ACTORS, ask the oldest parked actors to passivate."""
-        excess = len(self.actors) - self.engine.settings.max_live_actors
+        """Before a spawn past FOLIOT_MAX_LIVE_ACTORS, drop the least recently active idle
+        parked actors (looking at a bounded number of them)."""
+        excess = len(self.actors) + 1 - self.engine.settings.max_live_actors
         if excess <= 0:
             return
-        for actor in list(self.actors.values()):
+        now = self.engine.clock.now()
+        for _ in range(min(len(self.actors), excess + _SHED_SCAN)):
             if excess <= 0:
                 break
-            if actor.parked and actor.mailbox_depth == 0 and not actor.stop_requested:
-                actor.request_passivation()
+            run_id, actor = next(iter(self.actors.items()))
+            if self._droppable(actor):
+                self._remove(actor)
                 excess -= 1
+            else:
+                actor.touched = now
+                self.actors.move_to_end(run_id)
