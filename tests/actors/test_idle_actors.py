@@ -134,7 +134,7 @@ async def test_messages_sent_while_the_sweeper_runs_are_delivered(
         await env.until(run_id, "completed", days=1)
 
 
-@pytest.mark.parametrize("settings_overrides", [{"mailbox_size": 4}])
+@pytest.mark.parametrize("settings_overrides", [{"mailbox_size": 4, "mailbox_wait_ms": 60_000}])
 async def test_a_full_mailbox_is_back_pressure(
     env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
