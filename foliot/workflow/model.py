@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Final
 
 import attrs
@@ -143,7 +144,22 @@ def run_to_dict(run: Run) -> dict[str, Any]:
     return _codec.unstructure(run)  # type: ignore[no-any-return]
 
 
+# Names that many parked runs share; a document read from storage gets one copy of each
+# (interned) instead of its own strings, so a rehydrated run is as small as a fresh one.
+_SHARED_NAMES: Final = ("app", "workflow", "status", "current_step", "wait_signal")
+_SHARED_NESTED: Final = (("timer", "kind"), ("task", "step"), ("task", "queue"))
+
+
 def run_from_dict(data: dict[str, Any]) -> Run:
+    """A run document from its JSON form (`data` is consumed: shared names are interned in it)."""
+    for name in _SHARED_NAMES:
+        value = data.get(name)
+        if type(value) is str:
+            data[name] = sys.intern(value)
+    for outer, name in _SHARED_NESTED:
+        inner = data.get(outer)
+        if type(inner) is dict and type(inner.get(name)) is str:
+            inner[name] = sys.intern(inner[name])
     # Unknown keys are ignored: documents written before migration 0002 still carry
     # `signal_ids`, which now live in the `signal_ids` table.
     return _codec.structure(data, Run)
