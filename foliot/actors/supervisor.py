@@ -171,6 +171,7 @@ class Supervisor:
                 return
         if actor.run is None or not actor.run.is_open:
             self._remove(actor)  # closed, not found, or not loadable now: leave memory
+            self._forget_old_crashes()
         elif self.actors.get(actor.run_id) is actor:
             actor.touched = self.engine.clock.now()
             self.actors.move_to_end(actor.run_id)
@@ -182,7 +183,6 @@ class Supervisor:
         self.passivated += 1
         if actor.run is not None and not actor.run.is_open:
             self._crashes.pop(actor.run_id, None)
-        self._forget_old_crashes()
 
     def _droppable(self, actor: RunActor) -> bool:
         return actor.idle and actor.parked
@@ -201,12 +201,12 @@ class Supervisor:
                 continue
             now = clock.now()
             cutoff = now - idle_ms
-            looked = 0
-            while self.actors and looked < len(self.actors):
+            for looked in range(1, len(self.actors) + 1):  # each actor at most once a pass
+                if not self.actors:
+                    break
                 run_id, actor = next(iter(self.actors.items()))
                 if actor.touched > cutoff:
                     break
-                looked += 1
                 if self._droppable(actor):
                     self._remove(actor)
                 else:
