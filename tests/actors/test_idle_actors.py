@@ -230,3 +230,17 @@ async def test_at_shutdown_the_commit_under_way_finishes_and_queued_callers_get_
     assert info.value.status == 503
     run = await env.engine.store.get_run(run_id)
     assert run is not None and run.state.get("w") == {"n": 1} and run.buffer == ()
+
+
+@pytest.mark.parametrize("settings_overrides", [{"max_live_actors": 3}])
+async def test_past_the_live_cap_the_least_recently_active_idle_actors_go_at_once(
+    env: Env, autojump_clock: MockClock
+) -> None:
+    ids = await _parked(env, 10)
+    sup = env.engine.supervisor
+    assert list(sup.actors) == ids[-3:]
+    assert sup.passivated == 7
+    reply, _ = await env.engine.ask(ids[0], machine.SignalIn("go"))  # rehydrated, one more goes
+    assert reply == machine.Ok("delivered")
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(sup.actors) <= 3 and sup.draining == 0
