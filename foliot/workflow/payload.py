@@ -38,6 +38,8 @@ def deeper_than(text: str, limit: int) -> bool:
     never parses. On malformed text it may answer either way: the parser refuses that text anyway
     before it recurses any deeper than this scan counted.
     """
+    if text.count("[") + text.count("{") <= limit:
+        return False  # the common case, at C speed: not enough brackets to nest that deep
     depth = 0
     pos = 0
     find = _OPEN_OR_CLOSE_OR_QUOTE.search
