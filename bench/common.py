@@ -758,8 +758,7 @@ async def _seed_postgres(
 ) -> list[str]:
     import asyncpg
 
-    from foliot.storage.base import UnitOfWork, event_rows, json_dumps, task_rows, timer_rows
-    from foliot.workflow.model import run_to_dict
+    from foliot.storage.base import UnitOfWork, event_rows, run_row, task_rows, timer_rows
 
     conn = await asyncpg.connect(url)
     try:
@@ -784,6 +783,7 @@ async def _seed_postgres(
                     "created_at",
                     "seq",
                     "doc",
+                    "closed_at",
                 )
                 await conn.copy_records_to_table("runs", records=runs, columns=cols)
                 await conn.copy_records_to_table(
@@ -817,19 +817,7 @@ async def _seed_postgres(
         for tr in _transitions(app, document, row["version"], count, input_fn):
             run = tr.run
             unit = UnitOfWork(run, None, tr.events, tr.tasks)
-            runs.append(
-                (
-                    run.run_id,
-                    run.app,
-                    run.workflow,
-                    run.status,
-                    run.business_key,
-                    run.is_open,
-                    run.created_at,
-                    run.seq,
-                    json_dumps(run_to_dict(run)),
-                )
-            )
+            runs.append(run_row(run))
             events.extend(event_rows(unit))
             tasks.extend(task_rows(unit))
             timers.extend(timer_rows(run))

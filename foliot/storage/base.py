@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from ..workflow.model import Event, Run, TaskRow
+from ..workflow.model import Event, Run, TaskRow, run_to_dict
 
 
 @attrs.frozen
@@ -249,6 +249,22 @@ def timer_rows(run: Run) -> list[tuple[Any, ...]]:
 def signal_id_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
     """(run_id, signal_id, at)"""
     return [(unit.run.run_id, signal_id, unit.run.updated_at) for signal_id in unit.signal_ids]
+
+
+def run_row(run: Run) -> tuple[Any, ...]:
+    """(run_id, app, workflow, status, business_key, is_open, created_at, seq, doc, closed_at)"""
+    return (
+        run.run_id,
+        run.app,
+        run.workflow,
+        run.status,
+        run.business_key,
+        run.is_open,
+        run.created_at,
+        run.seq,
+        json_dumps(run_to_dict(run)),
+        closed_at(run),
+    )
 
 
 def closed_at(run: Run) -> int | None:

@@ -43,7 +43,7 @@ import outcome
 import trio
 
 from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
-from ..workflow.model import Event, Run, TaskRow, run_from_dict, run_to_dict
+from ..workflow.model import Event, Run, TaskRow, run_from_dict
 from .base import (
     PRUNE_EVENTS_PER_RUN,
     ApiKeyRecord,
@@ -54,11 +54,10 @@ from .base import (
     TimerRecord,
     UnitOfWork,
     WorkflowRecord,
-    closed_at,
     event_rows,
     idempotency_row,
-    json_dumps,
     prune_pick,
+    run_row,
     signal_id_rows,
     task_rows,
     timer_rows,
@@ -902,21 +901,12 @@ async def _insert_secret(conn: asyncpg.Connection, secret: SecretRecord) -> None
 
 async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
     run = unit.run
-    doc = json_dumps(run_to_dict(run))
+    row = run_row(run)
     if unit.expected_seq is None:
         await conn.execute(
             "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
             " closed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            run.run_id,
-            run.app,
-            run.workflow,
-            run.status,
-            run.business_key,
-            run.is_open,
-            run.created_at,
-            run.seq,
-            doc,
-            closed_at(run),
+            *row,
         )
     else:
         status = await conn.execute(
@@ -926,9 +916,9 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
             run.status,
             run.is_open,
             run.seq,
-            doc,
+            row[8],
             unit.expected_seq,
-            closed_at(run),
+            row[9],
         )
         if status != "UPDATE 1":
             raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")

@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
-from ..workflow.model import Event, Run, TaskRow, run_from_dict, run_to_dict
+from ..workflow.model import Event, Run, TaskRow, run_from_dict
 from .base import (
     PRUNE_EVENTS_PER_RUN,
     SIGNAL_ID_UNIQUE,
@@ -34,11 +34,10 @@ from .base import (
     TimerRecord,
     UnitOfWork,
     WorkflowRecord,
-    closed_at,
     event_rows,
     idempotency_row,
-    json_dumps,
     prune_pick,
+    run_row,
     signal_id_rows,
     task_rows,
     timer_rows,
@@ -506,30 +505,18 @@ def _insert_secret(conn: sqlite3.Connection, secret: SecretRecord) -> None:
 
 def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
     run = unit.run
-    doc = json_dumps(run_to_dict(run))
-    is_open = 1 if run.is_open else 0
+    row = run_row(run)
     if unit.expected_seq is None:
         conn.execute(
             "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
             " closed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                run.run_id,
-                run.app,
-                run.workflow,
-                run.status,
-                run.business_key,
-                is_open,
-                run.created_at,
-                run.seq,
-                doc,
-                closed_at(run),
-            ),
+            row,
         )
     else:
         cur = conn.execute(
             "UPDATE runs SET status = ?, is_open = ?, seq = ?, doc = ?, workflow = ?, closed_at = ?"
             " WHERE run_id = ? AND seq = ?",
-            (run.status, is_open, run.seq, doc, run.workflow, closed_at(run), run.run_id, unit.expected_seq),
+            (run.status, run.is_open, run.seq, row[8], run.workflow, row[9], run.run_id, unit.expected_seq),
         )
         if cur.rowcount != 1:
             raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")
