@@ -45,6 +45,7 @@ from .base import (
 
 T = TypeVar("T")
 _BATCH_MAX = 256
+_CLOSE_GRACE_S = 10.0
 
 
 @attrs.define
@@ -207,6 +208,8 @@ class SqliteStore:
         await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
 
     async def close(self) -> None:
+        """Close the connections. Call only once the writer task has ended (`open_sqlite` does):
+        closing a connection a worker thread is still using crashes the process."""
         self._send.close()
         self._writer.close()
         if self._reader is not self._writer:
@@ -566,12 +569,18 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
 @asynccontextmanager
 async def open_sqlite(path: str, *, inline: bool = False) -> AsyncIterator[SqliteStore]:
     store = SqliteStore(path, inline=inline)
-    async with trio.open_nursery() as nursery:
-        if not inline:
-            await nursery.start(store.serve)
-        try:
-            await store.migrate()
-            yield store
-        finally:
-            nursery.cancel_scope.cancel()
-            await store.close()
+    try:
+        async with trio.open_nursery() as nursery:
+            if not inline:
+                await nursery.start(store.serve)
+            try:
+                await store.migrate()
+                yield store
+            finally:
+                # The writer ends once the queue is drained; a batch on its thread always
+                # finishes first (the thread cannot be cancelled), bounded all the same.
+                store._send.close()
+                nursery.cancel_scope.deadline = trio.current_time() + _CLOSE_GRACE_S
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.close()  # no thread is using the connections any more

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
 import trio
 
 from foliot.errors import StorageError
-from foliot.storage.sqlite import SqliteStore
+from foliot.storage.sqlite import SqliteStore, open_sqlite
 
 
 def _recurse(depth: int) -> int:
@@ -62,3 +63,28 @@ async def test_a_job_raising_any_exception_fails_alone(tmp_path: Path, inline: b
         assert rows == ["after", "before", "later"]
         nursery.cancel_scope.cancel()
     await store.close()
+
+
+async def test_closing_waits_for_the_batch_on_the_writer_thread(tmp_path: Path) -> None:
+    """The connections are closed only once no thread uses them (closing one under a running
+    statement crashed the process with a segmentation fault)."""
+    started, release = threading.Event(), threading.Event()
+    outcome: list[object] = []
+
+    def slow(conn: sqlite3.Connection) -> int:
+        started.set()
+        release.wait(10)
+        return int(conn.execute("SELECT 41 + 1").fetchone()[0])
+
+    async def writer(store: SqliteStore) -> None:
+        try:
+            outcome.append(await store._write(slow))
+        except StorageError as exc:
+            outcome.append(exc)
+
+    async with trio.open_nursery() as outer, open_sqlite(str(tmp_path / "c.db")) as store:
+        outer.start_soon(writer, store)
+        await trio.to_thread.run_sync(started.wait)
+        # Leave the store while the batch is on the writer thread; let it end a moment later.
+        threading.Timer(0.05, release.set).start()
+    assert outcome == [42]  # the statement ran on an open connection, then it was closed
