@@ -160,8 +160,10 @@ def _print_diff(before: Any, after: Any, n: int, top: int) -> None:
     by_line = after.compare_to(before, "lineno")
     total = sum(s.size_diff for s in by_line)
     blocks = sum(s.count_diff for s in by_line)
-    print(f"tracemalloc delta       {total / 1e6:.2f} MB = {total / n:,.0f} B per parked run "
-          f"({blocks / n:.1f} blocks)")
+    print(
+        f"tracemalloc delta       {total / 1e6:.2f} MB = {total / n:,.0f} B per parked run "
+        f"({blocks / n:.1f} blocks)"
+    )
     print(f"top {top} allocation sites (bytes per run, blocks per run):")
     for stat in by_line[:top]:
         frame = stat.traceback[0]
