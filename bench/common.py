@@ -7,6 +7,7 @@ exception, Ctrl-C or SIGTERM). Every wait is bounded in time. Traffic goes to 12
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -857,3 +858,32 @@ def header(title: str, args: Any) -> None:
         f"wrk {'yes' if have_wrk() else 'no'}"
     )
     print(f"# args: {vars(args)}", flush=True)
+
+
+@dataclasses.dataclass
+class ParkedNode:
+    """A server with the PARKED workflow and `runs` runs seeded in bulk (server stopped)."""
+
+    work: Path
+    cluster: Any
+    db_url: str
+    handler: Any
+    server: Any
+    ready_empty: float
+    key: Any
+    run_ids: list[str]
+    took: float
+
+
+def parked_node(backend: str, name: str, runs: int) -> ParkedNode:
+    """Shared set-up of million.py and restart.py: app and workflow through the API, then bulk."""
+    work = tmpdir(name)
+    cluster = pg_cluster() if backend == "postgres" else None
+    db_url = database_url(backend, work, cluster)
+    handler = Handler(work)
+    server = Foliot(db_url, work)
+    ready_empty = server.start()
+    key = server.setup_app([PARKED], handler_url=handler.url)
+    server.stop()
+    run_ids, took = seed_bulk(db_url, "bench", PARKED, runs)
+    return ParkedNode(work, cluster, db_url, handler, server, ready_empty, key, run_ids, took)

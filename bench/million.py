@@ -125,15 +125,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="20,000 runs, 10 s of signals")
     args = c.parse_args(parser, runs=20_000, seconds=10.0)
     c.header(f"{args.runs:,} parked runs on one node ({args.backend})", args)
-    work = c.tmpdir("million")
-    cluster = c.pg_cluster() if args.backend == "postgres" else None
-    db_url = c.database_url(args.backend, work, cluster)
-    handler = c.Handler(work)
-    server = c.Foliot(db_url, work)
-    ready_empty = server.start()
-    key = server.setup_app([c.PARKED], handler_url=handler.url)
-    server.stop()
-    run_ids, took = c.seed_bulk(db_url, "bench", c.PARKED, args.runs)
+    node = c.parked_node(args.backend, "million", args.runs)
+    cluster, db_url, handler, server = node.cluster, node.db_url, node.handler, node.server
+    ready_empty, key, run_ids, took = node.ready_empty, node.key, node.run_ids, node.took
     notes = [
         f"seeded {len(run_ids):,} runs in bulk through the store in {took:.0f}s"
         f" ({len(run_ids) / took:,.0f}/s)"

@@ -51,15 +51,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="10,000 runs, 50 sequential signals")
     args = c.parse_args(parser, runs=10_000, sequential=50)
     c.header(f"restart with {args.runs:,} parked runs ({args.backend})", args)
-    work = c.tmpdir("restart")
-    cluster = c.pg_cluster() if args.backend == "postgres" else None
-    db_url = c.database_url(args.backend, work, cluster)
-    handler = c.Handler(work)
-    server = c.Foliot(db_url, work)
-    ready_empty = server.start()
-    key = server.setup_app([c.PARKED], handler_url=handler.url)
-    server.stop()
-    run_ids, took = c.seed_bulk(db_url, "bench", c.PARKED, args.runs)
+    node = c.parked_node(args.backend, "restart", args.runs)
+    handler, server = node.handler, node.server
+    ready_empty, key, run_ids, took = node.ready_empty, node.key, node.run_ids, node.took
     ready0 = server.start(ready_limit_s=600)
     time.sleep(1)
     server.kill9()
