@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("foliot.actor")
 
-PARKED = frozenset({"waiting", "sleeping", "stuck"})
+PARKED = frozenset({"waiting", "sleeping", "stuck", "paused"})
 _MAX_REDELIVERIES = 30
 _MAX_STALE_RELOADS = 3  # StaleWrites in a row for one message before it counts as a storage failure
 # Refusals of a signal that a retry of one the run already took would also get.
@@ -263,6 +263,8 @@ class RunActor:
                 engine.dispatch(tr.run, effect.task, effect.path, effect.timeout_ms)
             elif isinstance(effect, machine.Abort):
                 engine.abort(effect.token)
+            elif isinstance(effect, machine.Withdraw):
+                engine.queues.withdraw(effect.token)
         engine.notify(tr.run)
 
     def redeliver(self, run: Run, definition: Definition, token: str) -> None:

@@ -72,6 +72,19 @@ SCHEMAS: dict[str, Any] = {
         },
         ("reason",),
     ),
+    "Bulk": _obj(
+        {
+            "workflow": NAME,
+            "step": {**NAME, "type": ["string", "null"]},
+            "status": {"type": ["string", "null"], "enum": [*sorted(STATUSES), None]},
+            "version": {"type": ["integer", "null"], "minimum": 1},
+            "businessKey": {"type": ["string", "null"], "minLength": 1, "maxLength": 256},
+            "reason": {**REASON, "type": ["string", "null"]},
+            "limit": {"type": ["integer", "null"], "minimum": 1, "maximum": 1000},
+            "cursor": {"type": ["string", "null"]},
+        },
+        ("workflow",),
+    ),
     "Signal": _obj(
         {
             "name": NAME,
@@ -128,6 +141,32 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("POST", "/apps/{app_name}/runs/{run_id}/cancel"): ("Cancel a run", "Reason", 200, "app"),
     ("POST", "/apps/{app_name}/runs/{run_id}/redrive"): ("Redrive a failed run", "Reason", 200, "app"),
     ("POST", "/apps/{app_name}/runs/{run_id}/rewind"): ("Rewind a run", "Rewind", 200, "app"),
+    ("POST", "/apps/{app_name}/runs/{run_id}/pause"): ("Pause a run", "Reason", 200, "app"),
+    ("POST", "/apps/{app_name}/runs/{run_id}/unpause"): ("Unpause a paused run", "Reason", 200, "app"),
+    ("POST", "/apps/{app_name}/runs/pause"): (
+        "Pause the runs a filter selects (one page)",
+        "Bulk",
+        200,
+        "app",
+    ),
+    ("POST", "/apps/{app_name}/runs/unpause"): (
+        "Unpause the runs a filter selects (one page)",
+        "Bulk",
+        200,
+        "app",
+    ),
+    ("POST", "/apps/{app_name}/runs/cancel"): (
+        "Cancel the runs a filter selects (one page)",
+        "Bulk",
+        200,
+        "app",
+    ),
+    ("POST", "/apps/{app_name}/runs/redrive"): (
+        "Redrive the runs a filter selects (one page)",
+        "Bulk",
+        200,
+        "app",
+    ),
     ("POST", "/apps/{app_name}/runs/{run_id}/skip"): ("Skip the current step", "Skip", 200, "app"),
     ("PATCH", "/apps/{app_name}/runs/{run_id}/state"): ("Edit state keys", "EditState", 200, "app"),
     ("POST", "/apps/{app_name}/signals"): ("Signal a run", "Signal", 202, "app"),

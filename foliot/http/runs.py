@@ -243,6 +243,22 @@ async def redrive(app_name: str, run_id: str) -> Response:
     return await _intervene(app_name, run_id, machine.Redrive(spec.reason))
 
 
+@blueprint.post("/apps/<app_name>/runs/<run_id>/pause")
+async def pause(app_name: str, run_id: str) -> Response:
+    await require_app(app_name)
+    spec = await body(ReasonBody, empty_ok=True)
+    _check_reason(spec.reason)
+    return await _intervene(app_name, run_id, machine.Pause(spec.reason))
+
+
+@blueprint.post("/apps/<app_name>/runs/<run_id>/unpause")
+async def unpause(app_name: str, run_id: str) -> Response:
+    await require_app(app_name)
+    spec = await body(ReasonBody, empty_ok=True)
+    _check_reason(spec.reason)
+    return await _intervene(app_name, run_id, machine.Unpause(spec.reason))
+
+
 @blueprint.post("/apps/<app_name>/runs/<run_id>/rewind")
 async def rewind(app_name: str, run_id: str) -> Response:
     await require_app(app_name)

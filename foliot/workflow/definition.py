@@ -137,6 +137,11 @@ class Step:
     choices: tuple[Choice, ...] = ()
     default: str | None = None
 
+    @property
+    def awaited(self) -> tuple[str, ...]:
+        """The signals a wait step waits for (the first to arrive wins)."""
+        return (self.signal,) if self.signal is not None else ()
+
     def push_path(self, workflow: str) -> str:
         """Where a push of this task step goes, below the app's handlerBaseUrl."""
         return self.handler or f"/foliot/{workflow}/{self.name}"

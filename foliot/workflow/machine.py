@@ -24,6 +24,7 @@ from .model import (
     BufferedSignal,
     ErrorInfo,
     Event,
+    HeldOutcome,
     Run,
     TaskRef,
     TaskRow,
@@ -130,6 +131,16 @@ class EditState:
 
 
 @attrs.frozen
+class Pause:
+    reason: str | None = None
+
+
+@attrs.frozen
+class Unpause:
+    reason: str | None = None
+
+
+@attrs.frozen
 class MarkStuck:
     """The supervisor gave up on an actor that kept crashing."""
 
@@ -148,6 +159,8 @@ Message = (
     | Rewind
     | Skip
     | EditState
+    | Pause
+    | Unpause
     | MarkStuck
 )
 
@@ -180,7 +193,15 @@ class Claimed:
     task: TaskRef
 
 
-Effect = Dispatch | Abort | Claimed
+@attrs.frozen
+class Withdraw:
+    """Take a queued, unclaimed task off its queue while the run is paused; it stays open and
+    is offered again at unpause."""
+
+    token: str
+
+
+Effect = Dispatch | Abort | Claimed | Withdraw
 
 
 @attrs.frozen
@@ -350,6 +371,8 @@ class _Tx:
             "wait_signal": None,
             "wake_at": None,
             "timer": None,
+            "paused_from": None,
+            "held": None,
         }
         fields.update(changes)
         self.set(**fields)
@@ -360,6 +383,16 @@ class _Tx:
         if error is not None:
             data = {"class": error.cls, "message": error.message, **data}
         self.emit(event, self.run.current_step, **data)
+
+    def hold(self, kind: str, **fields: Any) -> None:
+        """Paused: keep a task answer for the unpause (the task is closed, its timer moot)."""
+        self.set(held=HeldOutcome(kind, self.ctx.now, **fields), timer=None)
+
+    def step_failed_or_hold(self, step: Step, error: ErrorInfo) -> None:
+        if self.run.status == "paused":
+            self.hold("step_failed", error=error)
+        else:
+            self.step_failed(step, error)
 
     def stuck(self, step: str | None, cls: str, message: str) -> None:
         error = ErrorInfo(step, cls, message)
@@ -587,6 +620,9 @@ def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
         return _closed_task_reply()
     step = tx.definition.step(task.step)
     outcome = msg.outcome
+    paused = tx.run.status == "paused"
+    if paused and _deadline_passed(tx.run, tx.ctx.now):
+        return _closed_task_reply()  # the deadline came first; it fires at unpause
     if isinstance(outcome, Accepted):
         if task.accepted:
             return Ok(None)
@@ -607,7 +643,14 @@ def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
             task.attempt,
             **{"class": outcome.cls, "message": outcome.message, "retryable": outcome.retryable},
         )
-        tx.attempt_failed(step, outcome)
+        if paused:
+            tx.hold(
+                "failed",
+                error=ErrorInfo(step.name, outcome.cls, outcome.message),
+                retryable=outcome.retryable,
+            )
+        else:
+            tx.attempt_failed(step, outcome)
         return None
     try:
         size = payload_size(outcome.output)
@@ -623,7 +666,7 @@ def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
         tx.emit(
             "task_failed", step.name, task.attempt, **{"class": cls, "message": message, "retryable": False}
         )
-        tx.step_failed(step, ErrorInfo(step.name, cls, message))
+        tx.step_failed_or_hold(step, ErrorInfo(step.name, cls, message))
         if msg.via_api:
             tx.reply = Rejected(400, cls, message)
         return None
@@ -635,15 +678,24 @@ def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
             task.attempt,
             **{"class": "invalid_next", "message": message, "retryable": False},
         )
-        tx.step_failed(step, ErrorInfo(step.name, "invalid_next", message))
+        tx.step_failed_or_hold(step, ErrorInfo(step.name, "invalid_next", message))
         if msg.via_api:
             tx.reply = Rejected(400, "invalid_next", message)
         return None
     tx.set(state={**tx.run.state, step.name: outcome.output}, carried_error=None)
     tx.emit("task_completed", step.name, task.attempt, next=outcome.next)
+    if paused:
+        tx.hold("completed", next=outcome.next)
+        return None
     tx.emit("step_completed", step.name, task.attempt)
     tx.enter(outcome.next or step.next)
     return None
+
+
+def _deadline_passed(run: Run, now: int) -> bool:
+    """A paused run's task deadline came due (its timer waits for the unpause)."""
+    timer = run.timer
+    return timer is not None and timer.kind == "task_deadline" and timer.due <= now
 
 
 def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
@@ -659,6 +711,8 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
     timer = run.timer
     if timer is None or timer.kind != msg.kind or timer.key != msg.key:
         return Ok(None)  # stale: the step moved on since the timer was armed
+    if run.status == "paused":
+        return Ok(None)  # kept in the document: it fires at unpause
     assert run.current_step is not None
     step = tx.definition.step(run.current_step)
     tx.set(timer=None)
@@ -697,7 +751,7 @@ def _on_signal(tx: _Tx, msg: SignalIn) -> Reply | None:
         return refusal
     if msg.signal_id is not None:
         tx.signal_ids.append(msg.signal_id)
-    signal = BufferedSignal(msg.name, msg.payload, msg.signal_id)
+    signal = BufferedSignal(msg.name, msg.payload, msg.signal_id, tx.ctx.now)
     tx.emit(
         "signal_received",
         run.current_step if waiting else None,
@@ -749,6 +803,10 @@ def _on_claim(tx: _Tx, msg: Claim) -> Reply | None:
     task = _current_task(tx, msg.token)
     if task is None or not tx.run.is_open or task.queue is None or task.claimed_by is not None:
         return _closed_task_reply()
+    if tx.run.status == "paused":
+        return Rejected(
+            409, "run_paused", f"run {tx.run.run_id} is paused; its task is offered again at unpause"
+        )
     step = tx.definition.step(task.step)
     assert step.timeout_ms is not None
     deadline = tx.ctx.now + step.timeout_ms
@@ -809,7 +867,7 @@ def _on_redrive(tx: _Tx, msg: Redrive) -> Reply | None:
 
 def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
     run = tx.run
-    if run.status == "cancelled":
+    if run.status in ("cancelled", "paused"):
         return _invalid_status(run, "rewind")
     target = msg.target or tx.definition
     if msg.to_step not in target.index:
@@ -892,6 +950,72 @@ def _on_edit(tx: _Tx, msg: EditState) -> Reply | None:
     return None
 
 
+def _on_pause(tx: _Tx, msg: Pause) -> Reply | None:
+    """Freeze the run where it stands: nothing is dispatched and nothing advances it until
+    `Unpause`. An in-flight push finishes (its answer is held), signals are buffered, step
+    timers that come due wait for the unpause; the run timeout keeps running."""
+    run = tx.run
+    if not run.is_open or run.status == "paused":
+        return _invalid_status(run, "pause")
+    tx.set(status="paused", paused_from=run.status)
+    tx.emit("run_paused", run.current_step, reason=msg.reason, fromStatus=run.status)
+    task = run.task
+    if task is not None and task.queue is not None and task.claimed_by is None:
+        tx.effects.append(Withdraw(task.token))
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _on_unpause(tx: _Tx, msg: Unpause) -> Reply | None:
+    run = tx.run
+    if run.status != "paused":
+        return _invalid_status(run, "unpause")
+    tx.set(status=run.paused_from or "running", paused_from=None, held=None)
+    tx.emit("run_unpaused", run.current_step, reason=msg.reason, toStatus=tx.run.status)
+    _resume(tx, run.held)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _resume(tx: _Tx, held: HeldOutcome | None) -> None:
+    """What the pause held back, in the order it happened: a task answer; else a signal the
+    run waits for that arrived before its step timer came due; else that timer; else a queued
+    task goes back on its queue."""
+    run = tx.run
+    if run.current_step is None or run.current_step not in tx.definition.index:
+        return
+    step = tx.definition.step(run.current_step)
+    if held is not None:
+        if held.kind == "completed":
+            tx.emit("step_completed", step.name, run.attempt)
+            tx.enter(held.next or step.next)
+        elif held.kind == "failed":
+            assert held.error is not None
+            tx.attempt_failed(step, Failed(held.error.cls, held.error.message, held.retryable))
+        else:
+            assert held.error is not None
+            tx.step_failed(step, held.error)
+        return
+    timer = run.timer
+    due = timer is not None and timer.due <= tx.ctx.now
+    if run.status == "waiting" and step.kind == "wait":
+        for i, buffered in enumerate(run.buffer):
+            if buffered.name not in step.awaited:
+                continue
+            if due and buffered.at is not None and timer is not None and buffered.at > timer.due:
+                break  # the timeout came first
+            tx.set(buffer=run.buffer[:i] + run.buffer[i + 1 :], timer=None)
+            tx.enter(tx.consume_signal(step, buffered))
+            return
+    if due:
+        assert timer is not None
+        _on_timer(tx, TimerFired("step", timer.kind, timer.key))
+        return
+    task = run.task
+    if task is not None and task.queue is not None and task.claimed_by is None and step.timeout_ms:
+        tx.effects.append(Dispatch(task, step.push_path(tx.definition.name), step.timeout_ms))
+
+
 def _on_mark_stuck(tx: _Tx, msg: MarkStuck) -> Reply | None:
     if not tx.run.is_open:
         return Ok(None)
@@ -910,5 +1034,7 @@ _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
     Rewind: _on_rewind,
     Skip: _on_skip,
     EditState: _on_edit,
+    Pause: _on_pause,
+    Unpause: _on_unpause,
     MarkStuck: _on_mark_stuck,
 }

@@ -8,7 +8,7 @@ from typing import Any, Final
 import attrs
 import cattrs
 
-OPEN_STATUSES: Final = frozenset({"running", "waiting", "sleeping", "stuck"})
+OPEN_STATUSES: Final = frozenset({"running", "waiting", "sleeping", "stuck", "paused"})
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled", "timed_out"})
 STATUSES: Final = OPEN_STATUSES | TERMINAL_STATUSES
 
@@ -62,6 +62,22 @@ class BufferedSignal:
     name: str
     payload: Any
     signal_id: str | None
+    at: int | None = None  # when it arrived (None in documents stored before pause existed)
+
+
+@attrs.frozen
+class HeldOutcome:
+    """A task answer recorded while the run was paused, applied when it is unpaused.
+
+    `kind` is `completed` (the output is already in `state`; `next` is the step it named),
+    `failed` (an attempt failure: retried or not by the step's policy at unpause) or
+    `step_failed` (the step failed for good: bad output or `next`)."""
+
+    kind: str
+    at: int
+    next: str | None = None
+    error: ErrorInfo | None = None
+    retryable: bool = False
 
 
 @attrs.frozen
@@ -91,6 +107,8 @@ class Run:
     carried_error: ErrorInfo | None = None
     buffer: tuple[BufferedSignal, ...] = ()
     armings: int = 0  # step timers armed so far; numbers the next one (Timer.key)
+    paused_from: str | None = None  # while `paused`: the status it returns to at unpause
+    held: HeldOutcome | None = None  # while `paused`: a task answer waiting for the unpause
     seq: int = 0  # the last event's sequence number; also the row's write version
 
     @property
@@ -102,7 +120,9 @@ class Run:
         out: list[tuple[str, Timer]] = []
         if not self.is_open:
             return out
-        if self.timer is not None:
+        # A paused run's step timer stays in its document but not in the wheel: one that comes
+        # due during the pause fires at unpause (see `machine._on_unpause`).
+        if self.timer is not None and self.status != "paused":
             out.append(("step", self.timer))
         if self.deadline is not None:
             out.append(("run", Timer("run_timeout", self.deadline, str(self.generation))))
