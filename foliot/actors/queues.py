@@ -24,6 +24,9 @@ from trio.lowlevel import ParkingLot
 
 QueueKey = tuple[str, str]
 
+SEEN_QUEUES = 10_000
+SEEN_WORKERS = 32
+
 
 @attrs.frozen
 class _Offer:
@@ -69,6 +72,8 @@ class Queues:
         self._where: dict[str, QueueKey] = {}  # pending and reserved tokens
         self._reserved: dict[str, _Offer] = {}
         self._seq = itertools.count()
+        # (app, queue) -> (last poll, workerId -> last seen), least recently polled first.
+        self._seen: OrderedDict[QueueKey, tuple[int, OrderedDict[str, int]]] = OrderedDict()
 
     def offer(self, app: str, queue: str, token: str, run_id: str) -> None:
         if token in self._where:
@@ -83,6 +88,41 @@ class Queues:
         self._reserved.pop(token, None)
         if key is not None:
             self._drop_pending(key, token)
+
+    def polled(self, app: str, queue: str, worker_id: str | None, now: int) -> None:
+        """Remember that a poller asked for this queue at `now` (for the run diagnosis and the
+        console). Bounded: `SEEN_QUEUES` queues, `SEEN_WORKERS` workers each, oldest dropped."""
+        key = (app, queue)
+        entry = self._seen.pop(key, None)
+        workers = entry[1] if entry is not None else OrderedDict()
+        name = worker_id or ""
+        workers.pop(name, None)
+        workers[name] = now
+        while len(workers) > SEEN_WORKERS:
+            workers.popitem(last=False)
+        self._seen[key] = (now, workers)
+        while len(self._seen) > SEEN_QUEUES:
+            self._seen.popitem(last=False)
+
+    def last_polled(self, app: str, queue: str) -> tuple[int | None, tuple[tuple[str, int], ...]]:
+        """(when a poller last asked, ((workerId, last seen), ...) most recent first)."""
+        entry = self._seen.get((app, queue))
+        if entry is None:
+            return None, ()
+        return entry[0], tuple(reversed(entry[1].items()))
+
+    def waiting_on(self, app: str, queue: str) -> int:
+        """Pollers parked on this queue right now."""
+        return len(self._lots.get((app, queue), ()))
+
+    def known_queues(self) -> list[QueueKey]:
+        """Every queue with offers waiting, pollers parked, or a poll remembered."""
+        return sorted(set(self._pending) | set(self._lots) | set(self._seen))
+
+    def oldest_offer(self, app: str, queue: str) -> str | None:
+        """The token that has waited longest on this queue."""
+        pending = self._pending.get((app, queue))
+        return next(iter(pending)) if pending else None
 
     def depth(self, app: str, queue: str) -> int:
         return len(self._pending.get((app, queue), ()))

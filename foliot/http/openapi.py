@@ -138,6 +138,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("GET", "/apps/{app_name}/runs"): ("List runs", None, 200, "app"),
     ("GET", "/apps/{app_name}/runs/{run_id}"): ("Read a run", None, 200, "app"),
     ("GET", "/apps/{app_name}/runs/{run_id}/events"): ("A run's history", None, 200, "app"),
+    ("GET", "/apps/{app_name}/runs/{run_id}/diagnosis"): ("Why the run is not moving", None, 200, "app"),
     ("POST", "/apps/{app_name}/runs/{run_id}/cancel"): ("Cancel a run", "Reason", 200, "app"),
     ("POST", "/apps/{app_name}/runs/{run_id}/redrive"): ("Redrive a failed run", "Reason", 200, "app"),
     ("POST", "/apps/{app_name}/runs/{run_id}/rewind"): ("Rewind a run", "Rewind", 200, "app"),

@@ -64,6 +64,7 @@ async def poll(app_name: str) -> Response:
     if spec.worker_id is not None and len(spec.worker_id) > 256:
         raise InvalidRequest("is longer than 256 characters", field="workerId")
     until = trio.current_time() + spec.wait_seconds
+    engine().queues.polled(app_name, spec.queue, spec.worker_id, engine().clock.now())
     claimed = await engine().claim_queued(app_name, spec.queue, spec.max_tasks, until, spec.worker_id)
     return json_response({"tasks": [task_body(run, task) for run, task in claimed]})
 

@@ -14,6 +14,7 @@ from typing import Any, Final, Protocol
 import attrs
 
 from ..workflow.model import Event, Run, TaskRow, run_to_dict
+from .console import OperatorTokenRecord, RunQuery
 
 
 @attrs.frozen
@@ -201,6 +202,28 @@ class Store(Protocol):
     ) -> list[TimerRecord]: ...
 
     async def count_open_runs(self) -> dict[str, int]: ...
+
+    # the operator console (storage/console.py)
+
+    async def timers_for_run(self, run_id: str) -> list[TimerRecord]: ...
+
+    async def count_timers(self, cap: int) -> int:
+        """How many timers are stored, counting no further than `cap` (a bounded index walk)."""
+        ...
+
+    async def run_counts(self) -> dict[tuple[str, str], int]:
+        """Runs per (app, status), read from the counters triggers keep (no table scan)."""
+        ...
+
+    async def query_runs(self, q: RunQuery, limit: int, after: tuple[int, str] | None) -> list[Run]: ...
+
+    async def add_operator_token(self, token: OperatorTokenRecord) -> None: ...
+
+    async def get_operator_token(self, token_id: str) -> OperatorTokenRecord | None: ...
+
+    async def list_operator_tokens(self) -> list[OperatorTokenRecord]: ...
+
+    async def revoke_operator_token(self, token_id: str, now: int) -> bool: ...
 
     async def close(self) -> None: ...
 

@@ -39,6 +39,7 @@ from importlib import resources
 from typing import Any, Protocol, TypeVar
 
 import asyncpg
+import attrs
 import outcome
 import trio
 
@@ -62,6 +63,7 @@ from .base import (
     task_rows,
     timer_rows,
 )
+from .console import OperatorTokenRecord, RunQuery, run_query_sql
 
 T = TypeVar("T")
 log = logging.getLogger("foliot.storage.postgres")
@@ -864,6 +866,66 @@ class PostgresStore:
                 )
             )
         return [TimerRecord(**dict(r)) for r in rows]
+
+    # ------------------------------------------------------------------ the operator console
+
+    async def timers_for_run(self, run_id: str) -> list[TimerRecord]:
+        rows = await self._call(
+            lambda c: c.fetch("SELECT * FROM timers WHERE run_id = $1 ORDER BY slot", run_id)
+        )
+        return [TimerRecord(**dict(r)) for r in rows]
+
+    async def count_timers(self, cap: int) -> int:
+        n = await self._call(
+            lambda c: c.fetchval("SELECT COUNT(*) FROM (SELECT 1 FROM timers LIMIT $1) t", cap)
+        )
+        return int(n)
+
+    async def run_counts(self) -> dict[tuple[str, str], int]:
+        rows = await self._call(
+            lambda c: c.fetch("SELECT app, status, SUM(n) AS n FROM run_counts GROUP BY app, status")
+        )
+        return {(r["app"], r["status"]): int(r["n"]) for r in rows if r["n"]}
+
+    async def query_runs(self, q: RunQuery, limit: int, after: tuple[int, str] | None) -> list[Run]:
+        sql, params = run_query_sql(q, limit, after, postgres=True)
+        rows = await self._call(lambda c: c.fetch(sql, *params))
+        return [_run(r["doc"]) for r in rows]
+
+    async def add_operator_token(self, token: OperatorTokenRecord) -> None:
+        await self._call(
+            lambda c: c.execute(
+                "INSERT INTO operator_tokens (token_id, name, role, secret_hash, created_at, revoked_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                *attrs.astuple(token),
+            ),
+            write=True,
+        )
+
+    async def get_operator_token(self, token_id: str) -> OperatorTokenRecord | None:
+        row = await self._call(
+            lambda c: c.fetchrow("SELECT * FROM operator_tokens WHERE token_id = $1", token_id)
+        )
+        return None if row is None else OperatorTokenRecord(**dict(row))
+
+    async def list_operator_tokens(self) -> list[OperatorTokenRecord]:
+        rows = await self._call(
+            lambda c: c.fetch(
+                "SELECT * FROM operator_tokens WHERE revoked_at IS NULL ORDER BY created_at, token_id"
+            )
+        )
+        return [OperatorTokenRecord(**dict(r)) for r in rows]
+
+    async def revoke_operator_token(self, token_id: str, now: int) -> bool:
+        status = await self._call(
+            lambda c: c.execute(
+                "UPDATE operator_tokens SET revoked_at = $2 WHERE token_id = $1 AND revoked_at IS NULL",
+                token_id,
+                now,
+            ),
+            write=True,
+        )
+        return bool(status == "UPDATE 1")
 
     async def count_open_runs(self) -> dict[str, int]:
         rows = await self._call(

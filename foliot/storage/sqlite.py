@@ -42,6 +42,7 @@ from .base import (
     task_rows,
     timer_rows,
 )
+from .console import OperatorTokenRecord, RunQuery, run_query_sql
 
 T = TypeVar("T")
 _BATCH_MAX = 256
@@ -197,9 +198,8 @@ class SqliteStore:
                 version = int(entry.name.split("_", 1)[0])
                 if version in done:
                     continue
-                for statement in entry.read_text().split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+                for statement in _statements(entry.read_text()):
+                    conn.execute(statement)
                 conn.execute("INSERT INTO schema_migrations (version) VALUES (?)", (version,))
 
         await self._write(apply)
@@ -473,6 +473,66 @@ class SqliteStore:
         rows = await self._read(lambda c: c.execute(sql, (*params, limit)).fetchall(), scan=True)
         return [TimerRecord(**dict(r)) for r in rows]
 
+    # ------------------------------------------------------------------ the operator console
+
+    async def timers_for_run(self, run_id: str) -> list[TimerRecord]:
+        rows = await self._read(
+            lambda c: c.execute("SELECT * FROM timers WHERE run_id = ? ORDER BY slot", (run_id,)).fetchall()
+        )
+        return [TimerRecord(**dict(r)) for r in rows]
+
+    async def count_timers(self, cap: int) -> int:
+        row = await self._read(
+            lambda c: c.execute("SELECT COUNT(*) FROM (SELECT 1 FROM timers LIMIT ?)", (cap,)).fetchone(),
+            scan=True,
+        )
+        return int(row[0])
+
+    async def run_counts(self) -> dict[tuple[str, str], int]:
+        rows = await self._read(
+            lambda c: c.execute("SELECT app, status, n FROM run_counts WHERE n <> 0").fetchall(), scan=True
+        )
+        return {(r["app"], r["status"]): r["n"] for r in rows}
+
+    async def query_runs(self, q: RunQuery, limit: int, after: tuple[int, str] | None) -> list[Run]:
+        sql, params = run_query_sql(q, limit, after, postgres=False)
+        rows = await self._read(lambda c: c.execute(sql, params).fetchall(), scan=True)
+        return [_run(r["doc"]) for r in rows]
+
+    async def add_operator_token(self, token: OperatorTokenRecord) -> None:
+        await self._write(
+            lambda c: c.execute(
+                "INSERT INTO operator_tokens (token_id, name, role, secret_hash, created_at, revoked_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                attrs.astuple(token),
+            )
+        )
+
+    async def get_operator_token(self, token_id: str) -> OperatorTokenRecord | None:
+        row = await self._read(
+            lambda c: c.execute("SELECT * FROM operator_tokens WHERE token_id = ?", (token_id,)).fetchone()
+        )
+        return None if row is None else OperatorTokenRecord(**dict(row))
+
+    async def list_operator_tokens(self) -> list[OperatorTokenRecord]:
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT * FROM operator_tokens WHERE revoked_at IS NULL ORDER BY created_at, token_id"
+            ).fetchall(),
+            scan=True,
+        )
+        return [OperatorTokenRecord(**dict(r)) for r in rows]
+
+    async def revoke_operator_token(self, token_id: str, now: int) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE operator_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL",
+                (now, token_id),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(fn)
+
     async def count_open_runs(self) -> dict[str, int]:
         rows = await self._read(
             lambda c: c.execute(
@@ -564,6 +624,21 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
             )
             if cur.rowcount != 1:
                 raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+
+
+def _statements(script: str) -> list[str]:
+    """A migration's statements; a trigger's `BEGIN ... END` body keeps its inner semicolons."""
+    out: list[str] = []
+    pending = ""
+    for piece in script.split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            if pending.strip(" \n\t;"):
+                out.append(pending)
+            pending = ""
+    if pending.strip(" \n\t;"):
+        out.append(pending)
+    return out
 
 
 @asynccontextmanager

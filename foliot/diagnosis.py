@@ -1,0 +1,317 @@
+""" "Why is this run not moving?": one line and the facts behind it, from what the engine knows.
+
+`diagnose(observation)` is pure: the run document, its in-flight attempt's record, its timers
+as stored, the live actor's mailbox, the push queue's and the pull queue's state are gathered
+by the caller (`foliot/http/diagnosis.py`) and passed in with the time. Nothing here reads a
+clock, a socket or a database, so every stuck case is unit-tested as data
+(`tests/unit/test_diagnosis.py`).
+
+The summary names the one thing an operator should look at first; `facts` list everything
+else that was checked, each with a stable `code` so tools can act on it. `attention` is true
+when the run will not move without someone acting (an operator, a worker or a handler).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+
+from .workflow.duration import format_timestamp as ts
+from .workflow.model import Run, TaskRow
+
+# A queue whose last poll is older than this (and has no poller waiting now) counts as unpolled.
+POLL_QUIET_MS: Final = 60_000
+# A stored timer due longer ago than this has not fired in time: the timer wheel is behind.
+TIMER_LATE_MS: Final = 5_000
+
+
+@attrs.frozen
+class StoredTimer:
+    slot: str  # step | run
+    kind: str
+    key: str
+    due: int
+
+
+@attrs.frozen
+class QueueSeen:
+    """What the pull queue knows about one (app, queue)."""
+
+    name: str
+    backlog: int  # offers waiting for a poller, this one included
+    waiting_pollers: int  # pollers parked on the queue right now
+    last_poll_at: int | None  # when a poller last asked (None: not since `tracked_since`)
+    tracked_since: int  # when this server started watching pollers
+    pollers: tuple[tuple[str, int], ...] = ()  # (workerId, last seen), most recent first
+
+
+@attrs.frozen
+class Observation:
+    run: Run
+    now: int
+    task_row: TaskRow | None = None  # the open attempt's row (created_at = when it was recorded)
+    push: str | None = None  # "queued" (waiting for a sender) | "sending" | None (not in the dispatcher)
+    push_backlog: int = 0  # pushes of the run's app waiting for a sender
+    timers: tuple[StoredTimer, ...] = ()  # the run's rows in the `timers` table
+    live: bool = False  # an actor holds the run in memory
+    mailbox: int = 0  # messages waiting in that actor's mailbox
+    queue: QueueSeen | None = None
+    last_failure: dict[str, Any] | None = None  # data of the run's last `task_failed` event
+
+
+@attrs.frozen
+class Fact:
+    code: str
+    text: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "text": self.text}
+
+
+@attrs.frozen
+class Diagnosis:
+    summary: str
+    attention: bool
+    facts: tuple[Fact, ...]
+
+    def to_json(self, run: Run) -> dict[str, Any]:
+        return {
+            "runId": run.run_id,
+            "status": run.status,
+            "summary": self.summary,
+            "attention": self.attention,
+            "facts": [f.to_json() for f in self.facts],
+        }
+
+
+def human(ms: int) -> str:
+    """A duration for people: `850 ms`, `12 s`, `41 min`, `3 h 5 min`, `14 d 2 h`."""
+    ms = max(ms, 0)
+    if ms < 1000:
+        return f"{ms} ms"
+    s = ms // 1000
+    if s < 60:
+        return f"{s} s"
+    m = s // 60
+    if m < 60:
+        return f"{m} min"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h} h {m} min" if m else f"{h} h"
+    d, h = divmod(h, 24)
+    return f"{d} d {h} h" if h else f"{d} d"
+
+
+def _in_or_ago(due: int, now: int) -> str:
+    return f"in {human(due - now)}" if due >= now else f"{human(now - due)} ago"
+
+
+def _overdue(ms: int) -> str:
+    return f"; its deadline passed {human(ms)} ago and the timeout is due"
+
+
+def _failure_text(data: dict[str, Any] | None) -> str:
+    if not data:
+        return "an error"
+    cls = str(data.get("class", "error"))
+    message = str(data.get("message") or "")
+    return f"{cls}: {message}" if message else cls
+
+
+def _error_text(run: Run) -> str:
+    if run.error is None:
+        return "no error recorded"
+    return f"{run.error.cls}: {run.error.message}" if run.error.message else run.error.cls
+
+
+def diagnose(obs: Observation) -> Diagnosis:
+    """The one-line answer and the facts behind it (see the module's docstring)."""
+    run, now = obs.run, obs.now
+    facts: list[Fact] = []
+    summary, attention = _summary(obs, facts)
+    facts.extend(_timer_facts(obs))
+    if any(f.code in ("timer_missing", "timer_late") for f in facts):
+        attention = True
+    if run.is_open and run.deadline is not None:
+        facts.append(
+            Fact("run_deadline", f"the run times out {_in_or_ago(run.deadline, now)} ({ts(run.deadline)})")
+        )
+    if run.buffer:
+        counts: dict[str, int] = {}
+        for signal in run.buffer:
+            counts[signal.name] = counts.get(signal.name, 0) + 1
+        listed = ", ".join(f"`{name}`" + (f" x{n}" if n > 1 else "") for name, n in counts.items())
+        facts.append(Fact("signals_buffered", f"{len(run.buffer)} buffered signal(s): {listed}"))
+    if obs.live:
+        text = "in memory (a live actor)"
+        if obs.mailbox:
+            text += f"; {obs.mailbox} message(s) waiting in its mailbox"
+        facts.append(Fact("actor_live", text))
+    elif run.is_open:
+        facts.append(
+            Fact(
+                "actor_passivated", "passivated (not in memory): its timer or the next message brings it back"
+            )
+        )
+    return Diagnosis(summary, attention, tuple(facts))
+
+
+def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:
+    run, now = obs.run, obs.now
+    step = f"`{run.current_step}`" if run.current_step else "its step"
+    closed_ago = human(now - (run.closed_at if run.closed_at is not None else run.updated_at))
+    if run.status == "completed":
+        return f"completed {closed_ago} ago; nothing to do", False
+    if run.status == "cancelled":
+        return f"cancelled {closed_ago} ago; a cancelled run never moves again", False
+    if run.status == "failed":
+        failed_step = f"`{run.error.step}`" if run.error is not None and run.error.step else step
+        return (
+            f"failed at {failed_step} {closed_ago} ago ({_error_text(run)}); "
+            "redrive or rewind it to continue",
+            True,
+        )
+    if run.status == "timed_out":
+        return (
+            f"timed out at {step} {closed_ago} ago (its runTimeout passed); "
+            "redrive it for a fresh deadline, or rewind it",
+            True,
+        )
+    if run.status == "stuck":
+        return (
+            f"stuck at {step} for {human(now - run.updated_at)} ({_error_text(run)}); "
+            "it waits for an operator: redrive, rewind, skip or cancel",
+            True,
+        )
+    if run.status == "waiting":
+        return _waiting(obs, step)
+    if run.status == "sleeping":
+        if run.wake_at is None:
+            return f"sleeping at {step} with no wake-up time", True
+        return f"sleeping at {step} until {ts(run.wake_at)} ({_in_or_ago(run.wake_at, now)})", False
+    # running
+    if run.task is None:
+        if run.timer is not None and run.timer.kind == "retry":
+            nxt = (run.attempt or 1) + 1
+            return (
+                f"attempt {run.attempt or 1} of {step} failed ({_failure_text(obs.last_failure)}); "
+                f"attempt {nxt} {_in_or_ago(run.timer.due, now)}",
+                False,
+            )
+        if obs.mailbox:
+            return f"running {step}: {obs.mailbox} message(s) are being applied", False
+        return f"running {step}", False
+    return _attempt(obs, step, facts)
+
+
+def _waiting(obs: Observation, step: str) -> tuple[str, bool]:
+    run, now = obs.run, obs.now
+    text = f"waiting at {step} for signal `{run.wait_signal}` for {human(now - run.updated_at)}"
+    if run.wake_at is not None:
+        text += f"; it times out {_in_or_ago(run.wake_at, now)}"
+    else:
+        text += "; no timeout: only that signal (or an operator) moves it"
+    return text, False
+
+
+def _attempt(obs: Observation, step: str, facts: list[Fact]) -> tuple[str, bool]:
+    run, now = obs.run, obs.now
+    task = run.task
+    assert task is not None
+    since = obs.task_row.created_at if obs.task_row is not None else run.updated_at
+    age = human(now - since)
+    attempt = f"attempt {task.attempt} of {step}"
+    if obs.last_failure is not None and task.attempt > 1:
+        facts.append(
+            Fact("previous_failure", f"the previous attempt failed: {_failure_text(obs.last_failure)}")
+        )
+    if task.queue is not None:
+        if task.claimed_by is None:
+            return _queued(obs, task.queue, age, facts)
+        worker = f"worker `{task.claimed_by}`" if task.claimed_by else "a worker"
+        text = f"{attempt} is claimed by {worker}"
+        if task.deadline is not None:
+            if task.deadline >= now:
+                return text + f"; it must complete or heartbeat {_in_or_ago(task.deadline, now)}", False
+            return (
+                text + f"; its deadline passed {human(now - task.deadline)} ago and the timeout is due",
+                True,
+            )
+        return text, False
+    if task.accepted:
+        text = f"the handler accepted {attempt} (202) {age} ago; waiting for it to complete out of band"
+        if task.deadline is not None:
+            if task.deadline >= now:
+                return text + f" {_in_or_ago(task.deadline, now)} at the latest", False
+            return (
+                text + f"; its deadline passed {human(now - task.deadline)} ago and the timeout is due",
+                True,
+            )
+        return text, False
+    if obs.push == "sending":
+        return f"pushing {attempt} to the handler for {age}", False
+    if obs.push == "queued":
+        return (
+            f"{attempt} waits {age} for a sender ({obs.push_backlog} push(es) of app `{run.app}` queued)",
+            obs.push_backlog > 0 and now - since > POLL_QUIET_MS,
+        )
+    if obs.mailbox:
+        return f"{attempt}: its answer is being applied", False
+    return (
+        f"{attempt} was recorded {age} ago but is neither queued nor being pushed; "
+        "it is re-delivered when the server restarts, or rewind/skip it now",
+        True,
+    )
+
+
+def _queued(obs: Observation, queue: str, age: str, facts: list[Fact]) -> tuple[str, bool]:
+    now = obs.now
+    text = f"queued on `{queue}` for {age}"
+    seen = obs.queue
+    if seen is None:
+        return text + f"; nothing is known about pollers of `{queue}`", True
+    if seen.pollers:
+        names = ", ".join(f"`{w}` {human(now - at)} ago" for w, at in seen.pollers[:5])
+        facts.append(Fact("pollers_seen", f"pollers seen on `{queue}`: {names}"))
+    facts.append(Fact("queue_backlog", f"{seen.backlog} task(s) wait on `{queue}`"))
+    if seen.waiting_pollers:
+        return text + f"; {seen.waiting_pollers} poller(s) are waiting on `{queue}` right now", False
+    if seen.last_poll_at is None:
+        return (
+            text + f"; no poller has asked for `{queue}` since this server started "
+            f"{human(now - seen.tracked_since)} ago",
+            True,
+        )
+    quiet = now - seen.last_poll_at
+    if quiet > POLL_QUIET_MS:
+        return text + f"; no poller has asked for `{queue}` in {human(quiet)}", True
+    return text + f"; a poller asked {human(quiet)} ago ({seen.backlog} task(s) in the backlog)", False
+
+
+def _timer_facts(obs: Observation) -> list[Fact]:
+    run, now = obs.run, obs.now
+    out: list[Fact] = []
+    stored = {(t.slot, t.key): t for t in obs.timers}
+    for slot, timer in run.timers():
+        found = stored.get((slot, timer.key))
+        label = "run timeout" if slot == "run" else timer.kind.replace("_", " ")
+        if found is None:
+            out.append(
+                Fact(
+                    "timer_missing",
+                    f"the {label} timer due {ts(timer.due)} is not in storage: it will not fire; "
+                    "rewind or redrive the run",
+                )
+            )
+        elif now - found.due > TIMER_LATE_MS:
+            out.append(
+                Fact(
+                    "timer_late",
+                    f"the {label} timer was due {human(now - found.due)} ago and has not fired: "
+                    "the timer wheel is behind (see /admin/timers lag)",
+                )
+            )
+        else:
+            out.append(Fact("timer_stored", f"{label} timer in storage, due {_in_or_ago(found.due, now)}"))
+    return out

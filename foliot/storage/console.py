@@ -1,0 +1,78 @@
+"""What the operator console reads and stores, shared by both backends: records and SQL.
+
+Every list is a keyset-paginated query on an index of migration 0020 (`runs_by_app`,
+`runs_by_status`, `runs_by_workflow`, `runs_by_business_key`): `ORDER BY created_at DESC,
+run_id DESC` from a cursor, never an OFFSET. Version and error class are checked on the rows
+that index yields (they live in the document); docs/console.md shows the query plans.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+
+ROLES: Final = ("viewer", "operator", "admin")
+
+
+@attrs.frozen
+class OperatorTokenRecord:
+    token_id: str
+    name: str | None
+    role: str  # viewer | operator | admin
+    secret_hash: str
+    created_at: int
+    revoked_at: int | None = None
+
+
+@attrs.frozen
+class RunQuery:
+    """The console's run filter (and the bulk operations'): every field optional but `app`."""
+
+    app: str
+    workflow: str | None = None
+    version: int | None = None
+    status: str | None = None
+    business_key: str | None = None
+    error_class: str | None = None
+    created_from: int | None = None  # inclusive, ms
+    created_to: int | None = None  # exclusive, ms
+
+
+def run_query_sql(
+    q: RunQuery, limit: int, after: tuple[int, str] | None, *, postgres: bool
+) -> tuple[str, list[Any]]:
+    """`SELECT doc FROM runs ...` for `q`, newest first, after the keyset cursor `after`."""
+    params: list[Any] = []
+
+    def mark(value: Any) -> str:
+        params.append(value)
+        return f"${len(params)}" if postgres else "?"
+
+    clauses = [f"app = {mark(q.app)}"]
+    for column, value in (("workflow", q.workflow), ("status", q.status), ("business_key", q.business_key)):
+        if value is not None:
+            clauses.append(f"{column} = {mark(value)}")
+    if q.created_from is not None:
+        clauses.append(f"created_at >= {mark(q.created_from)}")
+    if q.created_to is not None:
+        clauses.append(f"created_at < {mark(q.created_to)}")
+    if q.version is not None:
+        doc_version = "(doc::jsonb ->> 'version')::bigint" if postgres else "json_extract(doc, '$.version')"
+        clauses.append(f"{doc_version} = {mark(q.version)}")
+    if q.error_class is not None:
+        doc_class = "(doc::jsonb #>> '{error,cls}')" if postgres else "json_extract(doc, '$.error.cls')"
+        clauses.append(f"{doc_class} = {mark(q.error_class)}")
+    if after is not None:
+        if postgres:
+            clauses.append(f"(created_at, run_id) < ({mark(after[0])}, {mark(after[1])})")
+        else:
+            at = mark(after[0])
+            clauses.append(
+                f"(created_at < {at} OR (created_at = {mark(after[0])} AND run_id < {mark(after[1])}))"
+            )
+    sql = (
+        f"SELECT doc FROM runs WHERE {' AND '.join(clauses)}"
+        f" ORDER BY created_at DESC, run_id DESC LIMIT {mark(limit)}"
+    )
+    return sql, params
