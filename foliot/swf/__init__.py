@@ -1,0 +1,1 @@
+"""AWS SWF: the pure execution machine (model, events, decisions, timeouts, history)."""

@@ -1,0 +1,160 @@
+"""History and description queries, pure: pages of events, the decision-task view, open counts.
+
+Page tokens are opaque to clients: base64url of `{"n": <next event id>, "r": <reverse>}`. A
+token only continues a listing in the direction it was made for; anything else is refused
+with `ValidationException`, as is a `maximumPageSize` above 1000 (0 or absent means 1000).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
+
+from .events import HistoryEvent
+from .faults import Fault, validation
+from .model import Execution
+
+MAX_PAGE_SIZE: Final = 1000
+
+
+@attrs.frozen
+class Page:
+    events: tuple[HistoryEvent, ...]
+    next_page_token: str | None
+
+
+def encode_token(next_event_id: int, reverse: bool) -> str:
+    raw = json.dumps({"n": next_event_id, "r": reverse}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_token(token: str, reverse: bool) -> int | Fault:
+    """The event id a page token continues from, or why it is refused."""
+    bad = validation(f"Invalid nextPageToken: {token[:64]!r}")
+    if not token or len(token) > 2048 or not token.isascii():
+        return bad
+    try:
+        data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (binascii.Error, ValueError):
+        return bad
+    if not isinstance(data, dict) or data.get("r") is not reverse:
+        return bad
+    next_id = data.get("n")
+    if type(next_id) is not int or next_id < 1:
+        return bad
+    return next_id
+
+
+def page_size(maximum_page_size: int | None) -> int | Fault:
+    if maximum_page_size is None or maximum_page_size == 0:
+        return MAX_PAGE_SIZE
+    if maximum_page_size < 0 or maximum_page_size > MAX_PAGE_SIZE:
+        return validation(
+            f"1 validation error detected: Value '{maximum_page_size}' at 'maximumPageSize' failed to "
+            f"satisfy constraint: Member must have value less than or equal to {MAX_PAGE_SIZE}"
+        )
+    return maximum_page_size
+
+
+def paginate(
+    events: Sequence[HistoryEvent],
+    *,
+    maximum_page_size: int | None = None,
+    reverse_order: bool = False,
+    next_page_token: str | None = None,
+) -> Page | Fault:
+    """One page of `events` (ascending by id, e.g. a whole history or a decision task's
+    window): oldest first, or newest first with `reverse_order`."""
+    size = page_size(maximum_page_size)
+    if isinstance(size, Fault):
+        return size
+    ordered = list(reversed(events)) if reverse_order else list(events)
+    start = 0
+    if next_page_token is not None:
+        next_id = decode_token(next_page_token, reverse_order)
+        if isinstance(next_id, Fault):
+            return next_id
+        if reverse_order:
+            start = next((i for i, e in enumerate(ordered) if e.event_id <= next_id), len(ordered))
+        else:
+            start = next((i for i, e in enumerate(ordered) if e.event_id >= next_id), len(ordered))
+    chunk = ordered[start : start + size]
+    more = start + size < len(ordered)
+    token = encode_token(ordered[start + size].event_id, reverse_order) if more else None
+    return Page(tuple(chunk), token)
+
+
+def decision_task_events(
+    events: Sequence[HistoryEvent],
+    started_event_id: int,
+    previous_started_event_id: int,
+    *,
+    start_at_previous_started_event: bool = False,
+) -> tuple[HistoryEvent, ...]:
+    """The history a decider gets with its task: every event up to the task's
+    DecisionTaskStarted, or from the previous decision's DecisionTaskStarted onward (inclusive)
+    with `startAtPreviousStartedEvent`."""
+    first = previous_started_event_id if start_at_previous_started_event and previous_started_event_id else 1
+    return tuple(e for e in events if first <= e.event_id <= started_event_id)
+
+
+def open_counts(ex: Execution) -> dict[str, int]:
+    """DescribeWorkflowExecution's `openCounts`."""
+    if not ex.is_open:
+        return {
+            "openActivityTasks": 0,
+            "openDecisionTasks": 0,
+            "openTimers": 0,
+            "openChildWorkflowExecutions": 0,
+            "openLambdaFunctions": 0,
+        }
+    return {
+        "openActivityTasks": len(ex.activities),
+        "openDecisionTasks": 1 if ex.decision is not None else 0,
+        "openTimers": len(ex.timers),
+        "openChildWorkflowExecutions": len(ex.children),
+        "openLambdaFunctions": len(ex.lambdas),
+    }
+
+
+def _seconds(ms: int) -> float:
+    return ms / 1000
+
+
+def execution_info(ex: Execution) -> dict[str, Any]:
+    """`WorkflowExecutionInfo`, as listed and described."""
+    out: dict[str, Any] = {
+        "execution": ex.ref.to_aws(),
+        "workflowType": ex.workflow_type.to_aws(),
+        "startTimestamp": _seconds(ex.started_at),
+        "executionStatus": ex.status,
+        "cancelRequested": ex.cancel_requested,
+    }
+    if ex.closed_at is not None:
+        out["closeTimestamp"] = _seconds(ex.closed_at)
+    if ex.close_status is not None:
+        out["closeStatus"] = ex.close_status
+    if ex.parent is not None:
+        out["parent"] = ex.parent.to_aws()
+    if ex.tags:
+        out["tagList"] = list(ex.tags)
+    return out
+
+
+def describe(ex: Execution) -> dict[str, Any]:
+    """DescribeWorkflowExecution's answer (`WorkflowExecutionDetail`)."""
+    out: dict[str, Any] = {
+        "executionInfo": execution_info(ex),
+        "executionConfiguration": ex.config.to_aws(),
+        "openCounts": open_counts(ex),
+    }
+    if ex.latest_activity_task_at is not None:
+        out["latestActivityTaskTimestamp"] = _seconds(ex.latest_activity_task_at)
+    if ex.latest_execution_context is not None:
+        out["latestExecutionContext"] = ex.latest_execution_context
+    return out
