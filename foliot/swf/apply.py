@@ -157,7 +157,7 @@ def _complete(b: Builder, d: Decision, batch: Batch) -> None:
         result=d.get("result"),
         decisionTaskCompletedEventId=batch.completed_event_id,
     )
-    b.close("COMPLETED", b.ex.config.child_policy, result=d.get("result"))
+    b.close("COMPLETED", None, result=d.get("result"))
 
 
 def _fail(b: Builder, d: Decision, batch: Batch) -> None:
@@ -169,7 +169,7 @@ def _fail(b: Builder, d: Decision, batch: Batch) -> None:
         details=d.get("details"),
         decisionTaskCompletedEventId=batch.completed_event_id,
     )
-    b.close("FAILED", b.ex.config.child_policy, reason=d.get("reason"), details=d.get("details"))
+    b.close("FAILED", None, reason=d.get("reason"), details=d.get("details"))
 
 
 def _cancel(b: Builder, d: Decision, batch: Batch) -> None:
@@ -180,7 +180,7 @@ def _cancel(b: Builder, d: Decision, batch: Batch) -> None:
         details=d.get("details"),
         decisionTaskCompletedEventId=batch.completed_event_id,
     )
-    b.close("CANCELED", b.ex.config.child_policy, details=d.get("details"))
+    b.close("CANCELED", None, details=d.get("details"))
 
 
 def _continue_as_new(b: Builder, d: Decision, batch: Batch) -> None:
@@ -251,7 +251,7 @@ def _continue_as_new(b: Builder, d: Decision, batch: Batch) -> None:
         workflowType=workflow_type.to_aws(),
         lambdaRole=config.lambda_role,
     )
-    b.close("CONTINUED_AS_NEW", ex.config.child_policy)
+    b.close("CONTINUED_AS_NEW", None)
     b.effects.append(m.ContinuedAsNew(successor))
 
 

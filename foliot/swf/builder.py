@@ -12,6 +12,8 @@ from .events import DECISION_TRIGGERS, HistoryEvent, compact
 from .model import CLOSED, Config, DecisionTask, Execution, WorkflowTypeInfo
 from .timeouts import deadlines
 
+EVENT_LIMIT = 25_000  # SWF terminates an execution whose history reaches this many events
+
 
 class Builder:
     """Accumulates one transition. `in_batch` is set while a decision batch is applied: events
@@ -69,16 +71,19 @@ class Builder:
     def close(
         self,
         close_status: str,
-        child_policy: str,
+        child_policy: str | None,
         *,
         result: str | None = None,
         reason: str | None = None,
         details: str | None = None,
         timeout_type: str | None = None,
     ) -> None:
-        """Close the execution: drop everything open, apply the child policy, tell the parent."""
+        """Close the execution: drop everything open, tell the parent, and apply `child_policy`
+        to open children. SWF applies it only when the execution is terminated or times out;
+        a decider that completes, fails, cancels or continues its execution is responsible
+        for its children, so those closes pass `None` and the children run on."""
         ex = self.ex
-        if child_policy != "ABANDON":
+        if child_policy is not None and child_policy != "ABANDON":
             for child in ex.children:
                 self.effects.append(m.ApplyChildPolicy(child.workflow_id, child.run_id, child_policy))
         notify = None
@@ -112,6 +117,10 @@ class Builder:
 
     def finish(self, reply: m.Reply | None = None) -> m.Transition:
         """The transition, with task and deadline effects derived from what changed."""
+        if self.ex.is_open and self.ex.last_event_id >= EVENT_LIMIT - 1:
+            policy = self.ex.config.child_policy
+            self.add("WorkflowExecutionTerminated", childPolicy=policy, cause="EVENT_LIMIT_EXCEEDED")
+            self.close("TERMINATED", policy)
         before, after = self.before, self.ex
         pre: list[m.Effect] = []
         old_tasks = _tasks(before) if before is not None else {}

@@ -42,6 +42,7 @@ class Str:
 class Duration:
     allow_none: bool = True
     required_length: bool = False  # DurationInSeconds (min 1) vs DurationInSecondsOptional
+    range: tuple[int, int] | None = None  # bounds in seconds, where SWF documents some
 
 
 @attrs.frozen
@@ -112,7 +113,7 @@ SCHEMA: Final[dict[str, tuple[str, dict[str, tuple[Member, bool]]]]] = {
         "continueAsNewWorkflowExecutionDecisionAttributes",
         {
             "input": (_DATA, False),
-            "executionStartToCloseTimeout": (Duration(allow_none=False), False),
+            "executionStartToCloseTimeout": (Duration(), False),
             "taskList": (TaskListMember(), False),
             "taskPriority": (Priority(), False),
             "taskStartToCloseTimeout": (Duration(), False),
@@ -156,7 +157,7 @@ SCHEMA: Final[dict[str, tuple[str, dict[str, tuple[Member, bool]]]]] = {
             "workflowId": (_ID, True),
             "control": (_DATA, False),
             "input": (_DATA, False),
-            "executionStartToCloseTimeout": (Duration(allow_none=False), False),
+            "executionStartToCloseTimeout": (Duration(), False),
             "taskList": (TaskListMember(), False),
             "taskPriority": (Priority(), False),
             "taskStartToCloseTimeout": (Duration(), False),
@@ -172,7 +173,7 @@ SCHEMA: Final[dict[str, tuple[str, dict[str, tuple[Member, bool]]]]] = {
             "name": (Str(1, 64), True),
             "control": (_DATA, False),
             "input": (_DATA, False),
-            "startToCloseTimeout": (Duration(), False),
+            "startToCloseTimeout": (Duration(allow_none=False, range=(1, 900)), False),
         },
     ),
 }
@@ -226,6 +227,8 @@ def check_member(path: str, spec: Member, value: Any) -> Any:
         if not is_duration(text, allow_none=spec.allow_none):
             allowed = "an integer number of seconds" + (" or NONE" if spec.allow_none else "")
             raise _fail(path, value, f"Member must be {allowed}")
+        if spec.range is not None and text != "NONE" and not spec.range[0] <= int(text) <= spec.range[1]:
+            raise _fail(path, value, f"Member must be an integer between {spec.range[0]} and {spec.range[1]}")
         return text
     if isinstance(spec, Enum):
         if not isinstance(value, str) or value not in spec.values:

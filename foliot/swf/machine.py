@@ -240,8 +240,9 @@ def _fire(ex: Execution, msg: m.Fire, ctx: m.Context) -> m.Transition | Fault:
         task = ex.decision
         assert task is not None
         changes: dict[str, Any] = {"decision": None}
-        if timeout_type == "SCHEDULE_TO_START":
-            # The sticky task list went unserved: later decision tasks use the execution's own.
+        if ex.decision_schedule_to_start_timeout is not None:
+            # A temporary task-list override whose task timed out is reverted: the next
+            # decision task goes to the execution's own task list.
             changes.update(decision_task_list=None, decision_schedule_to_start_timeout=None)
         b.evolve(**changes)
         b.add(

@@ -9,7 +9,7 @@ whose key is no longer in `deadlines`, or not yet due there (a heartbeat moved i
 and changes nothing.
 
 Keys:
-- `workflow` — the execution's start-to-close timeout;
+- `workflow` — the execution's start-to-close timeout (one year when it is NONE);
 - `decision:<scheduledEventId>:START_TO_CLOSE` / `:SCHEDULE_TO_START` (sticky task list only);
 - `activity:<scheduledEventId>:SCHEDULE_TO_START | SCHEDULE_TO_CLOSE | START_TO_CLOSE | HEARTBEAT`;
 - `lambda:<scheduledEventId>:START_TO_CLOSE`;
@@ -24,7 +24,7 @@ from .model import Execution
 
 NONE: Final = "NONE"
 MAX_EXECUTION_SECONDS: Final = 365 * 24 * 3600  # SWF's one-year cap on an execution
-LAMBDA_DEFAULT_START_TO_CLOSE: Final = "300"
+LAMBDA_DEFAULT_START_TO_CLOSE: Final = "900"  # SWF's default, also its maximum
 _MAX_DIGITS: Final = 8  # DurationInSeconds is at most 8 characters
 
 
@@ -59,9 +59,11 @@ def deadlines(ex: Execution) -> dict[str, int]:
     out: dict[str, int] = {}
     if not ex.is_open:
         return out
+    # NONE (allowed for children and continued runs) still meets SWF's one-year cap.
     workflow_due = _after(ex.started_at, ex.config.execution_start_to_close_timeout)
-    if workflow_due is not None:
-        out["workflow"] = workflow_due
+    out["workflow"] = (
+        workflow_due if workflow_due is not None else ex.started_at + MAX_EXECUTION_SECONDS * 1000
+    )
     task = ex.decision
     if task is not None:
         prefix = f"decision:{task.scheduled_event_id}"

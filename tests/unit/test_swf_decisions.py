@@ -110,7 +110,7 @@ def test_attributes_optional_when_nothing_required(kind: str) -> None:
         ),
         ([decision("ContinueAsNewWorkflowExecution", childPolicy="KEEP")], "childPolicy", "enum value set"),
         (
-            [decision("ContinueAsNewWorkflowExecution", executionStartToCloseTimeout="NONE")],
+            [decision("ContinueAsNewWorkflowExecution", executionStartToCloseTimeout="1.5")],
             "executionStart",
             "int",
         ),
@@ -122,6 +122,21 @@ def test_attributes_optional_when_nothing_required(kind: str) -> None:
         ([decision("ContinueAsNewWorkflowExecution", tagList=["a", 1])], "tagList.2.member", "string"),
         ([decision("ContinueAsNewWorkflowExecution", tagList="a")], "tagList", "list"),
         ([decision("ScheduleLambdaFunction", id="f", name="n" * 65)], "name", "less than or equal to 64"),
+        (
+            [decision("ScheduleLambdaFunction", id="f", name="n", startToCloseTimeout="901")],
+            "startTo",
+            "1 and 900",
+        ),
+        (
+            [decision("ScheduleLambdaFunction", id="f", name="n", startToCloseTimeout="0")],
+            "startTo",
+            "1 and 900",
+        ),
+        (
+            [decision("ScheduleLambdaFunction", id="f", name="n", startToCloseTimeout="NONE")],
+            "startTo",
+            "seconds",
+        ),
         (
             [decision("SignalExternalWorkflowExecution", workflowId="w", signalName="s", runId="r" * 65)],
             "runId",

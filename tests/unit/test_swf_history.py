@@ -222,3 +222,15 @@ def test_event_wire_shape() -> None:
         "eventType": "ActivityTaskScheduled",
         "activityTaskScheduledEventAttributes": {"activityId": "a"},
     }
+
+
+def test_history_reaching_the_event_limit_terminates(monkeypatch: pytest.MonkeyPatch) -> None:
+    from foliot.swf import builder
+
+    monkeypatch.setattr(builder, "EVENT_LIMIT", 8)
+    k = Kit()
+    k.decide(schedule("a1"))  # events 1..5
+    k.send(m.Signal("s"))  # 6, 7 (DecisionTaskScheduled): the next event would be the last
+    assert k.types[-2:] == ["DecisionTaskScheduled", "WorkflowExecutionTerminated"]
+    assert k.events[-1].attributes == {"childPolicy": "TERMINATE", "cause": "EVENT_LIMIT_EXCEEDED"}
+    assert len(k.events) == 8 and k.ex.close_status == "TERMINATED"

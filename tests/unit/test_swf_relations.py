@@ -273,26 +273,38 @@ def test_start_failure_cause(fault: Fault, cause: str) -> None:
 
 
 @pytest.mark.parametrize("policy", ["TERMINATE", "REQUEST_CANCEL", "ABANDON"])
-@pytest.mark.parametrize("how", ["complete", "terminate", "timeout", "continue"])
-def test_child_policy_applied_when_the_parent_closes(policy: str, how: str) -> None:
+@pytest.mark.parametrize("how", ["terminate", "timeout", "complete", "fail", "cancel", "continue"])
+def test_child_policy_applied_when_the_parent_is_terminated_or_times_out(policy: str, how: str) -> None:
     k = Kit(catalog=CATALOG, child_policy=policy)
     k.decide(start_child("c1"), start_child("c2"))
     k.send(m.ChildStarted(5, "r1"))  # c2 never reported started: targeted by workflow id
-    if how == "complete":
-        k.decide(decision("CompleteWorkflowExecution"))
-    elif how == "terminate":
+    if how == "terminate":
         k.send(m.Terminate())
     elif how == "timeout":
         k.advance(3_600_000)
         k.send(m.Fire("workflow"))
     else:
-        k.decide(decision("ContinueAsNewWorkflowExecution"))
+        closing = {
+            "complete": "CompleteWorkflowExecution",
+            "fail": "FailWorkflowExecution",
+            "cancel": "CancelWorkflowExecution",
+            "continue": "ContinueAsNewWorkflowExecution",
+        }[how]
+        k.decide(decision(closing))
     applied = [e for e in k.last_effects if isinstance(e, m.ApplyChildPolicy)]
-    if policy == "ABANDON":
-        assert applied == []
+    if policy == "ABANDON" or how not in ("terminate", "timeout"):
+        assert applied == []  # a decider that closes its execution answers for its children
     else:
         assert applied == [m.ApplyChildPolicy("c1", "r1", policy), m.ApplyChildPolicy("c2", None, policy)]
     assert not k.ex.is_open and k.ex.children == ()
+
+
+def test_terminate_overrides_the_policy_and_none_means_the_executions_own() -> None:
+    k = Kit(catalog=CATALOG, child_policy="ABANDON")
+    k.decide(start_child("c1"))
+    k.send(m.Terminate(child_policy="TERMINATE"))
+    assert k.events[-1].attributes["childPolicy"] == "TERMINATE"
+    assert m.ApplyChildPolicy("c1", None, "TERMINATE") in k.last_effects
 
 
 def test_child_receives_policy_messages() -> None:
@@ -394,10 +406,10 @@ def test_lambda_success() -> None:
         "id": "f1",
         "name": "fn",
         "control": "c",
-        "startToCloseTimeout": "300",
+        "startToCloseTimeout": "900",
         "decisionTaskCompletedEventId": 4,
     }
-    assert m.InvokeLambda(5, "f1", "fn", "{}", "300") in k.last_effects
+    assert m.InvokeLambda(5, "f1", "fn", "{}", "900") in k.last_effects
     assert k.refuse(m.LambdaCompleted(5, "x")).code == "UnknownResourceFault"  # not started
     k.send(m.LambdaStarted(5))
     assert k.refuse(m.LambdaStarted(5)).code == "UnknownResourceFault"
@@ -410,7 +422,7 @@ def test_lambda_success() -> None:
 def test_lambda_failures(reason: str) -> None:
     k = Kit(lambda_role="arn:role")
     k.decide(decision("ScheduleLambdaFunction", id="f1", name="fn", input="in"))
-    assert m.InvokeLambda(5, "f1", "fn", "in", "300") in k.last_effects
+    assert m.InvokeLambda(5, "f1", "fn", "in", "900") in k.last_effects
     k.send(m.LambdaStarted(5))
     k.send(m.LambdaFailed(5, reason, "err"))
     assert k.attrs(7) == {"scheduledEventId": 5, "startedEventId": 6, "reason": reason, "details": "err"}

@@ -58,6 +58,31 @@ def test_decision_task_start_to_close() -> None:
     assert claimed.previous_started_event_id == 0  # the timed-out task was never processed
 
 
+def test_sticky_override_reverted_when_its_task_times_out_started() -> None:
+    k = Kit()
+    k.decide(task_list="sticky", task_list_schedule_to_start_timeout="5")
+    k.send(m.Signal("s"))
+    k.poll_decision()
+    k.advance(60_000)
+    k.send(m.Fire("decision:6:START_TO_CLOSE"))
+    assert k.events[-1].attributes["taskList"] == {"name": "deciders"}
+
+
+def test_permanent_override_survives_a_timeout() -> None:
+    k = Kit()
+    k.decide(task_list="elsewhere")
+    k.send(m.Signal("s"))
+    k.poll_decision()
+    k.advance(60_000)
+    k.send(m.Fire("decision:6:START_TO_CLOSE"))
+    assert k.events[-1].attributes == {"taskList": {"name": "elsewhere"}, "startToCloseTimeout": "60"}
+
+
+def test_none_execution_timeout_is_capped_at_a_year() -> None:
+    k = Kit(execution_start_to_close_timeout="NONE")
+    assert deadlines(k.ex)["workflow"] == k.now + 365 * 24 * 3600 * 1000
+
+
 def test_decision_task_none_timeout_is_never_armed() -> None:
     k = Kit(task_start_to_close_timeout="NONE")
     k.poll_decision()
