@@ -17,6 +17,7 @@ import attrs
 
 from .events import HistoryEvent
 from .faults import Fault, validation
+from .messages import ActivityTaskClaimed, DecisionTaskClaimed
 from .model import Execution
 
 MAX_PAGE_SIZE: Final = 1000
@@ -157,4 +158,33 @@ def describe(ex: Execution) -> dict[str, Any]:
         out["latestActivityTaskTimestamp"] = _seconds(ex.latest_activity_task_at)
     if ex.latest_execution_context is not None:
         out["latestExecutionContext"] = ex.latest_execution_context
+    return out
+
+
+def decision_task(ex: Execution, claimed: DecisionTaskClaimed, page: Page, task_token: str) -> dict[str, Any]:
+    """PollForDecisionTask's answer for a claimed task and one page of its events."""
+    out: dict[str, Any] = {
+        "taskToken": task_token,
+        "startedEventId": claimed.started_event_id,
+        "workflowExecution": ex.ref.to_aws(),
+        "workflowType": ex.workflow_type.to_aws(),
+        "events": [e.to_aws() for e in page.events],
+        "previousStartedEventId": claimed.previous_started_event_id,
+    }
+    if page.next_page_token is not None:
+        out["nextPageToken"] = page.next_page_token
+    return out
+
+
+def activity_task(ex: Execution, claimed: ActivityTaskClaimed, task_token: str) -> dict[str, Any]:
+    """PollForActivityTask's answer for a claimed task."""
+    out: dict[str, Any] = {
+        "taskToken": task_token,
+        "activityId": claimed.activity_id,
+        "startedEventId": claimed.started_event_id,
+        "workflowExecution": ex.ref.to_aws(),
+        "activityType": claimed.activity_type.to_aws(),
+    }
+    if claimed.input is not None:
+        out["input"] = claimed.input
     return out

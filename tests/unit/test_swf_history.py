@@ -12,6 +12,8 @@ from foliot.swf.events import HistoryEvent, attributes_member, event_from_dict, 
 from foliot.swf.faults import Fault
 from foliot.swf.history import (
     Page,
+    activity_task,
+    decision_task,
     decision_task_events,
     decode_token,
     describe,
@@ -234,3 +236,27 @@ def test_history_reaching_the_event_limit_terminates(monkeypatch: pytest.MonkeyP
     assert k.types[-2:] == ["DecisionTaskScheduled", "WorkflowExecutionTerminated"]
     assert k.events[-1].attributes == {"childPolicy": "TERMINATE", "cause": "EVENT_LIMIT_EXCEEDED"}
     assert len(k.events) == 8 and k.ex.close_status == "TERMINATED"
+
+
+def test_poll_answers_match_botocore() -> None:
+    k = Kit()
+    claimed = k.poll_decision()
+    window = decision_task_events(k.events, claimed.started_event_id, claimed.previous_started_event_id)
+    page = paginate(window, maximum_page_size=2)
+    assert isinstance(page, Page)
+    answer = decision_task(k.ex, claimed, page, "tok")
+    assert not shape_errors(answer, "DecisionTask")
+    assert answer["nextPageToken"] == page.next_page_token and len(answer["events"]) == 2
+    assert answer["startedEventId"] == 3 and answer["previousStartedEventId"] == 0
+    k.complete_decision([schedule("a1", input="x")])
+    task = k.poll_activity("a1")
+    answer = activity_task(k.ex, task, "tok2")
+    assert not shape_errors(answer, "ActivityTask")
+    assert answer == {
+        "taskToken": "tok2",
+        "activityId": "a1",
+        "startedEventId": 6,
+        "workflowExecution": {"workflowId": "wf-1", "runId": "run-1"},
+        "activityType": {"name": "Charge", "version": "1"},
+        "input": "x",
+    }
