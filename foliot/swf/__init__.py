@@ -1,1 +1,1 @@
-"""AWS SWF: the pure execution machine (model, events, decisions, timeouts, history)."""
+"""The AWS SWF face: protocol edge (SigV4, shapes, faults), registry, and the execution machine."""

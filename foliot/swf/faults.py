@@ -1,7 +1,9 @@
 """Errors as values: a transition the machine refuses returns a `Fault`, never raises.
 
-`code` is the AWS error code the edge sends as `__type`, so botocore raises its matching
-exception class; `message` is the text AWS would send.
+`code` is the AWS error code (`UnknownResourceFault`, `TypeDeprecatedFault`,
+`DefaultUndefinedFault`, `ValidationException`, ...) and `message` the text AWS would send; the
+protocol edge raises its exception of the same name, which sends `code` as `__type` so botocore
+raises its matching exception class. The machine never raises for a message it cannot apply.
 """
 
 from __future__ import annotations

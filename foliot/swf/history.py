@@ -1,8 +1,10 @@
 """History and description queries, pure: pages of events, the decision-task view, open counts.
 
-Page tokens are opaque to clients: base64url of `{"n": <next event id>, "r": <reverse>}`. A
-token only continues a listing in the direction it was made for; anything else is refused
-with `ValidationException`, as is a `maximumPageSize` above 1000 (0 or absent means 1000).
+Page tokens are opaque to clients: base64url of `{"n": <next event id>, "r": <reverse>,
+"s": <scope>}`. The caller names the scope (e.g. the region, domain and run id of the history
+being paged), so a token only continues the listing, in the direction, it was made for;
+anything else is refused with `ValidationException`, as is a `maximumPageSize` above 1000 (0 or
+absent means 1000).
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ class Page:
     next_page_token: str | None
 
 
-def encode_token(next_event_id: int, reverse: bool) -> str:
-    raw = json.dumps({"n": next_event_id, "r": reverse}, separators=(",", ":")).encode()
+def encode_token(next_event_id: int, reverse: bool, scope: str = "") -> str:
+    raw = json.dumps({"n": next_event_id, "r": reverse, "s": scope}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_token(token: str, reverse: bool) -> int | Fault:
+def decode_token(token: str, reverse: bool, scope: str = "") -> int | Fault:
     """The event id a page token continues from, or why it is refused."""
     bad = validation(f"Invalid nextPageToken: {token[:64]!r}")
     if not token or len(token) > 2048 or not token.isascii():
@@ -43,7 +45,7 @@ def decode_token(token: str, reverse: bool) -> int | Fault:
         data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     except (binascii.Error, ValueError):
         return bad
-    if not isinstance(data, dict) or data.get("r") is not reverse:
+    if not isinstance(data, dict) or data.get("r") is not reverse or data.get("s") != scope:
         return bad
     next_id = data.get("n")
     if type(next_id) is not int or next_id < 1:
@@ -68,6 +70,7 @@ def paginate(
     maximum_page_size: int | None = None,
     reverse_order: bool = False,
     next_page_token: str | None = None,
+    scope: str = "",
 ) -> Page | Fault:
     """One page of `events` (ascending by id, e.g. a whole history or a decision task's
     window): oldest first, or newest first with `reverse_order`."""
@@ -77,7 +80,7 @@ def paginate(
     ordered = list(reversed(events)) if reverse_order else list(events)
     start = 0
     if next_page_token is not None:
-        next_id = decode_token(next_page_token, reverse_order)
+        next_id = decode_token(next_page_token, reverse_order, scope)
         if isinstance(next_id, Fault):
             return next_id
         if reverse_order:
@@ -86,7 +89,7 @@ def paginate(
             start = next((i for i, e in enumerate(ordered) if e.event_id >= next_id), len(ordered))
     chunk = ordered[start : start + size]
     more = start + size < len(ordered)
-    token = encode_token(ordered[start + size].event_id, reverse_order) if more else None
+    token = encode_token(ordered[start + size].event_id, reverse_order, scope) if more else None
     return Page(tuple(chunk), token)
 
 
