@@ -629,3 +629,12 @@ def test_continue_as_new_failures(
     ]
     assert k.attrs(5) == {"cause": cause, "decisionTaskCompletedEventId": 4}
     assert k.ex.is_open
+
+
+def test_an_empty_batch_after_new_events_gets_a_new_task() -> None:
+    k = Kit()
+    k.poll_decision()
+    k.send(m.Signal("s"))
+    k.complete_decision([])
+    assert k.last(2) == ["DecisionTaskCompleted", "DecisionTaskScheduled"]
+    assert k.ex.decision is not None and not k.ex.decision_needed
