@@ -27,7 +27,7 @@ from .apply import Batch, apply_decision
 from .builder import Builder
 from .decisions import Duration, Invalid, Str, TaskListMember, check_member, parse_decisions
 from .faults import Fault, unknown
-from .model import Execution
+from .model import Activity, Execution, External
 from .start import start, start_failure_cause
 from .timeouts import deadlines, parse_key
 
@@ -113,7 +113,7 @@ def _complete_decision(ex: Execution, msg: m.CompleteDecision, ctx: m.Context) -
 # --------------------------------------------------------------------------- activity tasks
 
 
-def _started_activity(ex: Execution, scheduled_event_id: int) -> Any:
+def _started_activity(ex: Execution, scheduled_event_id: int) -> Activity | Fault:
     act = ex.activity_by_scheduled(scheduled_event_id)
     if act is None or act.started_event_id is None:
         return unknown(f"Unknown activity, scheduledEventId = {scheduled_event_id}")
@@ -365,7 +365,7 @@ def _child_closed(ex: Execution, msg: m.ChildClosed, ctx: m.Context) -> m.Transi
     return b.finish()
 
 
-def _external(ex: Execution, initiated_event_id: int, kind: str) -> Any:
+def _external(ex: Execution, initiated_event_id: int, kind: str) -> External | Fault:
     pending = ex.external(initiated_event_id)
     if pending is None or pending.kind != kind:
         return unknown(f"Unknown external request, initiatedEventId = {initiated_event_id}")
