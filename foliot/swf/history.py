@@ -19,7 +19,7 @@ import attrs
 
 from .events import HistoryEvent
 from .faults import Fault, validation
-from .messages import ActivityTaskClaimed, DecisionTaskClaimed
+from .messages import ActivityTaskClaimed, DecisionTaskClaimed, OfferActivityTask, OfferDecisionTask
 from .model import Execution
 
 MAX_PAGE_SIZE: Final = 1000
@@ -124,6 +124,23 @@ def open_counts(ex: Execution) -> dict[str, int]:
         "openChildWorkflowExecutions": len(ex.children),
         "openLambdaFunctions": len(ex.lambdas),
     }
+
+
+def pending_offers(ex: Execution) -> tuple[OfferDecisionTask | OfferActivityTask, ...]:
+    """The tasks waiting for a poller (scheduled, not started): what a restarted node offers
+    again on the task lists, the same offers the transitions that scheduled them made."""
+    if not ex.is_open:
+        return ()
+    out: list[OfferDecisionTask | OfferActivityTask] = []
+    task = ex.decision
+    if task is not None and task.started_event_id is None:
+        out.append(OfferDecisionTask(task.task_list, task.scheduled_event_id, ex.config.task_priority))
+    for act in ex.activities:
+        if act.started_event_id is None:
+            out.append(
+                OfferActivityTask(act.task_list, act.scheduled_event_id, act.activity_id, act.task_priority)
+            )
+    return tuple(out)
 
 
 def _seconds(ms: int) -> float:

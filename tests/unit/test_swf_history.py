@@ -21,6 +21,7 @@ from foliot.swf.history import (
     execution_info,
     open_counts,
     paginate,
+    pending_offers,
 )
 from foliot.swf.model import WorkflowTypeInfo, execution_from_dict, execution_to_dict
 
@@ -260,3 +261,19 @@ def test_poll_answers_match_botocore() -> None:
         "activityType": {"name": "Charge", "version": "1"},
         "input": "x",
     }
+
+
+def test_pending_offers_are_the_offers_made_and_not_yet_claimed() -> None:
+    k = Kit()
+    assert pending_offers(k.ex) == (m.OfferDecisionTask("deciders", 2),)
+    k.decide(schedule("a1"), schedule("a2", taskPriority="7"))
+    offered = tuple(e for e in k.last_effects if isinstance(e, m.OfferActivityTask))
+    assert pending_offers(k.ex) == offered
+    k.poll_activity("a1")
+    k.send(m.Signal("s"))
+    assert pending_offers(k.ex) == (
+        m.OfferDecisionTask("deciders", 9),
+        m.OfferActivityTask("workers", 6, "a2", "7"),
+    )
+    k.send(m.Terminate())
+    assert pending_offers(k.ex) == ()
