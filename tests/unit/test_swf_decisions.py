@@ -638,3 +638,13 @@ def test_an_empty_batch_after_new_events_gets_a_new_task() -> None:
     k.complete_decision([])
     assert k.last(2) == ["DecisionTaskCompleted", "DecisionTaskScheduled"]
     assert k.ex.decision is not None and not k.ex.decision_needed
+
+
+def test_continue_as_new_needs_a_run_id_from_the_runtime() -> None:
+    from foliot.swf import machine
+
+    k = Kit()
+    k.poll_decision()
+    batch = m.CompleteDecision(2, [decision("ContinueAsNewWorkflowExecution")])
+    with pytest.raises(ValueError, match="new_run_id"):
+        machine.transition(k.ex, batch, m.Context(now=k.now, catalog=k.catalog))
