@@ -8,14 +8,14 @@ task (scheduled once the batch is done, see `Builder.in_batch`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
 from . import messages as m
-from .builder import Builder, resolve_config
+from .builder import Builder, config_attributes, resolve_config
 from .decisions import Decision
-from .model import DEPRECATED, Activity, Child, External, LambdaCall, Timer, TypeRef
+from .model import DEPRECATED, Activity, Child, Config, External, LambdaCall, Timer, TypeRef, WorkflowTypeInfo
 from .start import start
 from .timeouts import LAMBDA_DEFAULT_START_TO_CLOSE, parse_seconds
 
@@ -149,38 +149,55 @@ def _closing_refused(b: Builder, d: Decision, batch: Batch) -> bool:
     return True
 
 
-def _complete(b: Builder, d: Decision, batch: Batch) -> None:
+# decision -> (event, close status, members the event and the parent's notice carry)
+_CLOSES: Final = {
+    "CompleteWorkflowExecution": ("WorkflowExecutionCompleted", "COMPLETED", ("result",)),
+    "FailWorkflowExecution": ("WorkflowExecutionFailed", "FAILED", ("reason", "details")),
+    "CancelWorkflowExecution": ("WorkflowExecutionCanceled", "CANCELED", ("details",)),
+}
+
+
+def _close_execution(b: Builder, d: Decision, batch: Batch) -> None:
     if _closing_refused(b, d, batch):
         return
-    b.add(
-        "WorkflowExecutionCompleted",
-        result=d.get("result"),
-        decisionTaskCompletedEventId=batch.completed_event_id,
+    event, status, members = _CLOSES[d.type]
+    carried = {name: d.get(name) for name in members}
+    b.add(event, decisionTaskCompletedEventId=batch.completed_event_id, **carried)
+    b.close(status, None, **carried)
+
+
+def _resolve(info: WorkflowTypeInfo, d: Decision) -> Config | str:
+    """A child's or continued run's configuration from the decision and the type's defaults."""
+    task_list = d.get("taskList")
+    return resolve_config(
+        info,
+        task_list=task_list["name"] if task_list else None,
+        execution_start_to_close_timeout=d.get("executionStartToCloseTimeout"),
+        task_start_to_close_timeout=d.get("taskStartToCloseTimeout"),
+        child_policy=d.get("childPolicy"),
+        task_priority=d.get("taskPriority"),
+        lambda_role=d.get("lambdaRole"),
     )
-    b.close("COMPLETED", None, result=d.get("result"))
 
 
-def _fail(b: Builder, d: Decision, batch: Batch) -> None:
-    if _closing_refused(b, d, batch):
-        return
-    b.add(
-        "WorkflowExecutionFailed",
-        reason=d.get("reason"),
-        details=d.get("details"),
-        decisionTaskCompletedEventId=batch.completed_event_id,
+def _request(
+    b: Builder, d: Decision, workflow_id: str, workflow_type: TypeRef, config: Config, **lineage: Any
+) -> m.StartRequest:
+    """The start of a child or continued run, every member resolved."""
+    return m.StartRequest(
+        domain=b.ex.domain,
+        workflow_id=workflow_id,
+        workflow_type=workflow_type,
+        task_list=config.task_list,
+        task_priority=config.task_priority,
+        input=d.get("input"),
+        execution_start_to_close_timeout=config.execution_start_to_close_timeout,
+        tag_list=tuple(d.get("tagList") or ()),
+        task_start_to_close_timeout=config.task_start_to_close_timeout,
+        child_policy=config.child_policy,
+        lambda_role=config.lambda_role,
+        **lineage,
     )
-    b.close("FAILED", None, reason=d.get("reason"), details=d.get("details"))
-
-
-def _cancel(b: Builder, d: Decision, batch: Batch) -> None:
-    if _closing_refused(b, d, batch):
-        return
-    b.add(
-        "WorkflowExecutionCanceled",
-        details=d.get("details"),
-        decisionTaskCompletedEventId=batch.completed_event_id,
-    )
-    b.close("CANCELED", None, details=d.get("details"))
 
 
 def _continue_as_new(b: Builder, d: Decision, batch: Batch) -> None:
@@ -202,33 +219,17 @@ def _continue_as_new(b: Builder, d: Decision, batch: Batch) -> None:
         return fail("WORKFLOW_TYPE_DOES_NOT_EXIST")
     if info.status == DEPRECATED:
         return fail("WORKFLOW_TYPE_DEPRECATED")
-    task_list = d.get("taskList")
-    config = resolve_config(
-        info,
-        task_list=task_list["name"] if task_list else None,
-        execution_start_to_close_timeout=d.get("executionStartToCloseTimeout"),
-        task_start_to_close_timeout=d.get("taskStartToCloseTimeout"),
-        child_policy=d.get("childPolicy"),
-        task_priority=d.get("taskPriority"),
-        lambda_role=d.get("lambdaRole"),
-    )
+    config = _resolve(info, d)
     if isinstance(config, str):
         return fail(config)
     if not batch.ctx.new_run_id:
         raise ValueError("ContinueAsNewWorkflowExecution needs Context.new_run_id")
-    tags = tuple(d.get("tagList") or ())
-    request = m.StartRequest(
-        domain=ex.domain,
-        workflow_id=ex.workflow_id,
-        workflow_type=workflow_type,
-        task_list=config.task_list,
-        task_priority=config.task_priority,
-        input=d.get("input"),
-        execution_start_to_close_timeout=config.execution_start_to_close_timeout,
-        tag_list=tags,
-        task_start_to_close_timeout=config.task_start_to_close_timeout,
-        child_policy=config.child_policy,
-        lambda_role=config.lambda_role,
+    request = _request(
+        b,
+        d,
+        ex.workflow_id,
+        workflow_type,
+        config,
         parent=ex.parent,
         parent_initiated_event_id=ex.parent_initiated_event_id,
         continued_execution_run_id=ex.run_id,
@@ -242,14 +243,8 @@ def _continue_as_new(b: Builder, d: Decision, batch: Batch) -> None:
         input=d.get("input"),
         decisionTaskCompletedEventId=batch.completed_event_id,
         newExecutionRunId=batch.ctx.new_run_id,
-        executionStartToCloseTimeout=config.execution_start_to_close_timeout,
-        taskList={"name": config.task_list},
-        taskPriority=config.task_priority,
-        taskStartToCloseTimeout=config.task_start_to_close_timeout,
-        childPolicy=config.child_policy,
-        tagList=list(tags) if tags else None,
         workflowType=workflow_type.to_aws(),
-        lambdaRole=config.lambda_role,
+        **config_attributes(config, request.tag_list),
     )
     b.close("CONTINUED_AS_NEW", None)
     b.effects.append(m.ContinuedAsNew(successor))
@@ -371,51 +366,22 @@ def _start_child(b: Builder, d: Decision, batch: Batch) -> None:
         return fail("WORKFLOW_TYPE_DEPRECATED")
     if len(b.ex.children) >= OPEN_CHILDREN_LIMIT:
         return fail("OPEN_CHILDREN_LIMIT_EXCEEDED")
-    task_list = d.get("taskList")
-    config = resolve_config(
-        info,
-        task_list=task_list["name"] if task_list else None,
-        execution_start_to_close_timeout=d.get("executionStartToCloseTimeout"),
-        task_start_to_close_timeout=d.get("taskStartToCloseTimeout"),
-        child_policy=d.get("childPolicy"),
-        task_priority=d.get("taskPriority"),
-        lambda_role=d.get("lambdaRole"),
-    )
+    config = _resolve(info, d)
     if isinstance(config, str):
         return fail(config)
-    tags = tuple(d.get("tagList") or ())
+    request = _request(b, d, workflow_id, workflow_type, config, parent=b.ex.ref)
     event_id = b.add(
         "StartChildWorkflowExecutionInitiated",
         workflowId=workflow_id,
         workflowType=workflow_type.to_aws(),
         control=d.get("control"),
         input=d.get("input"),
-        executionStartToCloseTimeout=config.execution_start_to_close_timeout,
-        taskList={"name": config.task_list},
-        taskPriority=config.task_priority,
         decisionTaskCompletedEventId=batch.completed_event_id,
-        childPolicy=config.child_policy,
-        taskStartToCloseTimeout=config.task_start_to_close_timeout,
-        tagList=list(tags) if tags else None,
-        lambdaRole=config.lambda_role,
+        **config_attributes(config, request.tag_list),
     )
     child = Child(event_id, workflow_id, workflow_type, batch.completed_event_id, d.get("control"))
     b.evolve(children=(*b.ex.children, child))
-    request = m.StartRequest(
-        domain=b.ex.domain,
-        workflow_id=workflow_id,
-        workflow_type=workflow_type,
-        task_list=config.task_list,
-        task_priority=config.task_priority,
-        input=d.get("input"),
-        execution_start_to_close_timeout=config.execution_start_to_close_timeout,
-        tag_list=tags,
-        task_start_to_close_timeout=config.task_start_to_close_timeout,
-        child_policy=config.child_policy,
-        lambda_role=config.lambda_role,
-        parent=b.ex.ref,
-        parent_initiated_event_id=event_id,
-    )
+    request = attrs.evolve(request, parent_initiated_event_id=event_id)
     b.effects.append(m.StartChild(event_id, request))
 
 
@@ -449,9 +415,9 @@ def _schedule_lambda(b: Builder, d: Decision, batch: Batch) -> None:
 _APPLIERS: Final[dict[str, Callable[[Builder, Decision, Batch], None]]] = {
     "ScheduleActivityTask": _schedule_activity,
     "RequestCancelActivityTask": _request_cancel_activity,
-    "CompleteWorkflowExecution": _complete,
-    "FailWorkflowExecution": _fail,
-    "CancelWorkflowExecution": _cancel,
+    "CompleteWorkflowExecution": _close_execution,
+    "FailWorkflowExecution": _close_execution,
+    "CancelWorkflowExecution": _close_execution,
     "ContinueAsNewWorkflowExecution": _continue_as_new,
     "RecordMarker": _record_marker,
     "StartTimer": _start_timer,

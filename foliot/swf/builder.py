@@ -162,6 +162,19 @@ def _offer(ex: Execution, key: tuple[str, int]) -> m.Effect:
     return m.OfferActivityTask(act.task_list, scheduled, act.activity_id, act.task_priority)
 
 
+def config_attributes(config: Config, tags: tuple[str, ...]) -> dict[str, Any]:
+    """The configuration members the started, continued and child-initiated events share."""
+    return {
+        "executionStartToCloseTimeout": config.execution_start_to_close_timeout,
+        "taskStartToCloseTimeout": config.task_start_to_close_timeout,
+        "childPolicy": config.child_policy,
+        "taskList": {"name": config.task_list},
+        "taskPriority": config.task_priority,
+        "tagList": list(tags) if tags else None,
+        "lambdaRole": config.lambda_role,
+    }
+
+
 def resolve_config(
     info: WorkflowTypeInfo,
     *,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from . import messages as m
-from .builder import Builder, resolve_config
+from .builder import Builder, config_attributes, resolve_config
 from .faults import Fault, unknown
 from .model import DEPRECATED, Execution, WorkflowTypeInfo
 
@@ -61,17 +61,11 @@ def start(
     b.add(
         "WorkflowExecutionStarted",
         input=request.input,
-        executionStartToCloseTimeout=config.execution_start_to_close_timeout,
-        taskStartToCloseTimeout=config.task_start_to_close_timeout,
-        childPolicy=config.child_policy,
-        taskList={"name": config.task_list},
-        taskPriority=config.task_priority,
         workflowType=t.to_aws(),
-        tagList=list(request.tag_list) if request.tag_list else None,
         continuedExecutionRunId=request.continued_execution_run_id,
         parentWorkflowExecution=request.parent.to_aws() if request.parent is not None else None,
         parentInitiatedEventId=request.parent_initiated_event_id,
-        lambdaRole=config.lambda_role,
+        **config_attributes(config, tuple(request.tag_list)),
     )
     return b.finish()
 
