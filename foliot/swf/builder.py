@@ -109,9 +109,10 @@ class Builder:
             decision_needed=False,
             activities=(),
             timers=(),
-            children=(),
             externals=(),
             lambdas=(),
+            # `children` stays: the children open at the close, which a recovering runtime
+            # may have to apply the child policy to again (`recovery.owed_effects`).
         )
         self.effects.append(m.Closed(close_status, ex.parent, notify))
 

@@ -26,6 +26,11 @@ Effects (performed by the runtime after the commit, in order):
   `RequestCancel` (cause `CHILD_POLICY_APPLIED`) the child, by run id when known.
 - `ContinuedAsNew(start)`: commit `start` (the new run's first transition) with this one.
 - `Closed`: the execution closed; deliver `notify_parent` (a `ChildClosed`) to `parent`.
+
+An answer that reaches an execution closed in the meantime is refused with a `Fault` like any
+other message; the runtime drops it. After a crash between a commit and its effects, the
+runtime rebuilds what the document implies (`history.pending_offers`, `timeouts.deadlines`);
+an answer delivered twice finds nothing pending the second time and is refused the same way.
 """
 
 from __future__ import annotations

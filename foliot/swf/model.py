@@ -219,7 +219,7 @@ class Execution:
     decision_schedule_to_start_timeout: str | None = None
     activities: tuple[Activity, ...] = ()
     timers: tuple[Timer, ...] = ()
-    children: tuple[Child, ...] = ()
+    children: tuple[Child, ...] = ()  # open children; once closed, those open at the close
     externals: tuple[External, ...] = ()
     lambdas: tuple[LambdaCall, ...] = ()
     cancel_requested: bool = False
