@@ -13,6 +13,7 @@ from foliot.swf.events import DECISION_TRIGGERS
 from foliot.swf.faults import Fault
 from foliot.swf.history import open_counts
 from foliot.swf.model import ExecutionRef, TypeRef, WorkflowTypeInfo, execution_from_dict, execution_to_dict
+from foliot.swf.recovery import owed_effects
 from foliot.swf.timeouts import deadlines
 
 from .swf_kit import ACT_INFO, WF_INFO, Kit, decision, schedule, swf_model
@@ -170,6 +171,20 @@ def test_random_walk_keeps_invariants(data: st.DataObject) -> None:
             assert timers == {t.started_event_id for t in k.ex.timers}
             assert decisions == open_counts(k.ex)["openDecisionTasks"]
         assert execution_from_dict(execution_to_dict(k.ex)) == k.ex
+        owed = owed_effects(k.ex, lambda event_id: k.events[event_id - 1])
+        if k.ex.is_open:
+            assert {
+                (type(e), e.scheduled_event_id)
+                for e in owed
+                if isinstance(e, m.OfferDecisionTask | m.OfferActivityTask)
+            } <= {
+                (m.OfferDecisionTask if kind == "decision" else m.OfferActivityTask, sid)
+                for kind, sid in tasks
+            }
+            requests = [e for e in owed if isinstance(e, m.DeliverSignal | m.RequestCancelExternal)]
+            assert [e.initiated_event_id for e in requests] == [x.initiated_event_id for x in k.ex.externals]
+        else:
+            assert isinstance(owed[-1], m.Closed) and owed[-1].close_status == k.ex.close_status
 
         if not k.ex.is_open:
             assert k.ex.decision is None and deadlines(k.ex) == {}
