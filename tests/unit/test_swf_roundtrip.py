@@ -61,3 +61,59 @@ def test_decider_worker_round_trip() -> None:
     assert not shape_errors(detail, "WorkflowExecutionDetail")
     assert detail["executionInfo"]["closeStatus"] == "COMPLETED"
     assert detail["latestExecutionContext"] == "ctx-1"
+
+
+def test_a_longer_conversation_event_by_event() -> None:
+    """Activity, timer and signal interleaved; every event and every link id checked."""
+    k = Kit()
+    k.decide(schedule("a1"), decision("StartTimer", timerId="t1", startToFireTimeout="60"))
+    k.poll_activity("a1")
+    k.advance(1000)
+    k.send(m.Signal("poke", "p"))
+    k.poll_decision()
+    k.send(m.Heartbeat(5, "10%"))  # no event
+    k.complete_decision([decision("RecordMarker", markerName="seen-poke")])
+    k.send(m.CompleteActivity(5, "charged"))
+    k.advance(59_000)
+    k.send(m.Fire("timer:6"))  # a decision task is already scheduled: no second one
+    claimed = k.poll_decision()
+    k.complete_decision([decision("CompleteWorkflowExecution", result="done")])
+    assert [(e.event_id, e.event_type) for e in k.events] == [
+        (1, "WorkflowExecutionStarted"),
+        (2, "DecisionTaskScheduled"),
+        (3, "DecisionTaskStarted"),
+        (4, "DecisionTaskCompleted"),
+        (5, "ActivityTaskScheduled"),
+        (6, "TimerStarted"),
+        (7, "ActivityTaskStarted"),
+        (8, "WorkflowExecutionSignaled"),
+        (9, "DecisionTaskScheduled"),
+        (10, "DecisionTaskStarted"),
+        (11, "DecisionTaskCompleted"),
+        (12, "MarkerRecorded"),
+        (13, "ActivityTaskCompleted"),
+        (14, "DecisionTaskScheduled"),
+        (15, "TimerFired"),
+        (16, "DecisionTaskStarted"),
+        (17, "DecisionTaskCompleted"),
+        (18, "WorkflowExecutionCompleted"),
+    ]
+    links = {
+        4: {"scheduledEventId": 2, "startedEventId": 3},
+        5: {"decisionTaskCompletedEventId": 4},
+        6: {"decisionTaskCompletedEventId": 4},
+        7: {"scheduledEventId": 5},
+        10: {"scheduledEventId": 9},
+        11: {"scheduledEventId": 9, "startedEventId": 10},
+        12: {"decisionTaskCompletedEventId": 11},
+        13: {"scheduledEventId": 5, "startedEventId": 7},
+        15: {"startedEventId": 6},
+        16: {"scheduledEventId": 14},
+        17: {"scheduledEventId": 14, "startedEventId": 16},
+        18: {"decisionTaskCompletedEventId": 17},
+    }
+    for event_id, expected in links.items():
+        attributes = k.attrs(event_id)
+        assert {name: attributes[name] for name in expected} == expected, event_id
+    assert claimed.previous_started_event_id == 10 and claimed.started_event_id == 16
+    assert k.events[14].timestamp - k.events[5].timestamp == 60_000
