@@ -19,7 +19,7 @@ from quart import Blueprint, Response, current_app, request
 
 from ..errors import Conflict as ApiConflict
 from ..errors import NotFound, StorageUnavailable
-from ..swf import shapes, sigv4
+from ..swf import registry, shapes, sigv4
 from ..swf.errors import (
     InternalFailure,
     NotImplementedFault,
@@ -30,7 +30,7 @@ from ..swf.errors import (
     UnrecognizedClientException,
 )
 from ..swf.keys import SwfKeys
-from ..swf.registry import ACTIONS, Ctx
+from ..swf.registry import Action, Ctx
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.payload import DepthError, loads
 from .app import check_query, engine, json_response, require_admin, settings
@@ -41,6 +41,10 @@ blueprint = Blueprint("swf", __name__)
 CONTENT_TYPE = "application/x-amz-json-1.0"
 TARGET_PREFIX = "SimpleWorkflowService."
 BODY_MAX_DEPTH = 64  # SWF payloads (input, result, details) are strings: shapes nest a few levels
+
+# The actions served, by SWF action name. The model's other actions are validated, then answer
+# NotImplemented; the execution actions join this table when they are built.
+ACTIONS: dict[str, Action] = {**registry.ACTIONS}
 
 
 def keys() -> SwfKeys:

@@ -256,7 +256,7 @@ async def test_unknown_action_malformed_json_and_actions_not_built_yet(swf: Swf)
 async def test_every_model_action_answers_in_aws_shape(swf: Swf) -> None:
     """Each of the 39 actions answers a signed `{}` with an AWS-shaped answer, never a 5xx
     other than 501 for the ones not built yet, never a Foliot error body."""
-    from foliot.swf.registry import ACTIONS
+    from foliot.http.swf import ACTIONS
     from foliot.swf.shapes import actions
 
     assert len(actions()) == 39
