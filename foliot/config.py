@@ -41,6 +41,20 @@ def _lifetime(env: Mapping[str, str], name: str, default: int) -> int | None:
     return value
 
 
+def swf_credentials(raw: str | None) -> tuple[tuple[str, str], ...]:
+    """FOLIOT_SWF_CREDENTIALS `id:secret[,id:secret]` as pairs; a secret may hold `:` (split at
+    the first), not `,`."""
+    if raw is None or not raw.strip():
+        return ()
+    pairs = []
+    for number, item in enumerate(raw.split(","), start=1):
+        key_id, sep, secret = item.strip().partition(":")
+        if not sep or not key_id or not secret:
+            raise SystemExit(f"FOLIOT_SWF_CREDENTIALS entry {number} is not id:secret")
+        pairs.append((key_id, secret))
+    return tuple(pairs)
+
+
 def describe_lifetime(ms: int | None) -> str:
     """A lifetime setting as it would be written: `30d`, `24h` or `never`."""
     return NEVER if ms is None else format_duration(ms)
@@ -103,6 +117,8 @@ class Settings:
     idempotency_ttl_ms: int | None = 86_400_000
     retention_ms: int | None = 30 * 86_400_000
     prune_interval_ms: int = 300_000
+    # AWS SWF access keys preset from the environment (id, secret); never stored.
+    swf_credentials: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=False)
 
     @property
     def body_max_bytes(self) -> int:
@@ -155,4 +171,5 @@ class Settings:
             idempotency_ttl_ms=_lifetime(e, "FOLIOT_IDEMPOTENCY_TTL", 86_400_000),
             retention_ms=_lifetime(e, "FOLIOT_RETENTION", 30 * 86_400_000),
             prune_interval_ms=interval,
+            swf_credentials=swf_credentials(e.get("FOLIOT_SWF_CREDENTIALS")),
         )

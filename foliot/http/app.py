@@ -301,8 +301,8 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(Internal("internal error; see the server log"))
 
-    from . import admin, apps, bulk, diagnosis, runs, signals, tasks, workflows
+    from . import admin, apps, bulk, diagnosis, runs, signals, swf, tasks, workflows
 
-    for module in (apps, workflows, runs, bulk, signals, tasks, admin, diagnosis):
+    for module in (apps, workflows, runs, bulk, signals, tasks, admin, diagnosis, swf):
         app.register_blueprint(module.blueprint)
     return app

@@ -181,6 +181,10 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("GET", "/admin/actors"): ("Live run actors", None, 200, "admin"),
     ("GET", "/admin/actors/{run_id}"): ("One live actor with its timers", None, 200, "admin"),
     ("GET", "/admin/timers"): ("Timer wheel status", None, 200, "admin"),
+    ("POST", "/"): ("AWS SWF JSON 1.0, SigV4-signed (docs/swf.md); AWS error shapes", None, 200, "none"),
+    ("POST", "/admin/swf/credentials"): ("Mint an SWF access key (secret shown once)", None, 201, "admin"),
+    ("GET", "/admin/swf/credentials"): ("List live SWF access keys", None, 200, "admin"),
+    ("DELETE", "/admin/swf/credentials/{access_key_id}"): ("Revoke an SWF access key", None, 200, "admin"),
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}

@@ -15,6 +15,7 @@ import attrs
 
 from ..workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
+from .swf import SwfRegistryStore
 
 
 @attrs.frozen
@@ -124,7 +125,7 @@ def decode_cursor(cursor: str, arity: int) -> list[Any] | None:
     return parts
 
 
-class Store(Protocol):
+class Store(SwfRegistryStore, Protocol):
     """Durable state. Every method is one transaction; `commit` is the engine's hot path."""
 
     async def migrate(self) -> None: ...

@@ -64,6 +64,7 @@ from .base import (
     timer_rows,
 )
 from .console import OperatorTokenRecord, RunQuery, run_query_sql
+from .swf_postgres import SwfPostgres
 
 T = TypeVar("T")
 log = logging.getLogger("foliot.storage.postgres")
@@ -479,7 +480,7 @@ def _cancelling() -> bool:
 # ---------------------------------------------------------------------------------- the store
 
 
-class PostgresStore:
+class PostgresStore(SwfPostgres):
     """`Store` on PostgreSQL. Create with `open_postgres`."""
 
     def __init__(

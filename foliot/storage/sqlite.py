@@ -43,6 +43,7 @@ from .base import (
     timer_rows,
 )
 from .console import OperatorTokenRecord, RunQuery, run_query_sql
+from .swf_sqlite import SwfSqlite
 
 T = TypeVar("T")
 _BATCH_MAX = 256
@@ -91,7 +92,7 @@ def _translate(exc: sqlite3.Error) -> StorageError:
     return StorageError(str(exc))
 
 
-class SqliteStore:
+class SqliteStore(SwfSqlite):
     """`Store` on one SQLite file (or `:memory:` for tests)."""
 
     def __init__(self, path: str, *, inline: bool = False) -> None:

@@ -377,10 +377,13 @@ async def test_unknown_routes_and_methods_answer_json(api: Api) -> None:
 )
 async def test_double_slashes_never_redirect(api: Api, path: str) -> None:
     r = await api.call("GET", path)
-    assert r.status_code in (200, 404), r.text
+    # httpx reads "//healthz" as an authority and asks for "/", which only serves POST (AWS SWF).
+    assert r.status_code in (200, 404, 405), r.text
     assert r.headers["content-type"].startswith("application/json") and "location" not in r.headers
     if r.status_code == 404:
         assert r.json()["error"]["code"] == "not_found"
+    if r.status_code == 405:
+        assert path == "//healthz" and "POST" in r.headers["allow"]
 
 
 @pytest.mark.parametrize("path", ["/apps/orders/", "/apps/orders/runs/", "/healthz/"])
@@ -516,6 +519,7 @@ class TestNoServerErrors:
             "version": ["1"],
             "token": [token],
             "key_id": ["fk_nope"],
+            "access_key_id": ["FKIANOPE000000000000"],
         }
         statuses: list[int] = []
 
@@ -529,7 +533,9 @@ class TestNoServerErrors:
             assert r.status_code < 500, (
                 f"{method} {path} {query} {headers} {body!r:.300} -> {r.status_code} {r.text}"
             )
-            assert r.headers["content-type"].startswith(("application/json", "text/plain")), r.headers
+            # POST / is AWS SWF: its answers are application/x-amz-json-1.0.
+            json_types = ("application/json", "text/plain", "application/x-amz-json-1.0")
+            assert r.headers["content-type"].startswith(json_types), r.headers
 
         json_h = {"authorization": app, "content-type": "application/json"}
 

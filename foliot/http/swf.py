@@ -1,0 +1,188 @@
+"""The AWS SWF JSON 1.0 face: `POST /` with `X-Amz-Target: SimpleWorkflowService.<Action>`,
+and the admin routes for SWF access keys (`/admin/swf/credentials`).
+
+A request goes: SigV4 (`foliot.swf.sigv4`, the key's secret from `foliot.swf.keys`) → target →
+JSON body → validation against the service model (`foliot.swf.shapes`) → the action. Every
+refusal is an AWS fault (`{"__type", "message"}`, `application/x-amz-json-1.0`), never a
+Foliot error body, so SDKs raise their own exception classes. Routes only translate; the
+registry's logic is in `foliot.swf.registry`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any
+
+from quart import Blueprint, Response, current_app, request
+
+from ..errors import Conflict as ApiConflict
+from ..errors import NotFound, StorageUnavailable
+from ..swf import registry, shapes, sigv4
+from ..swf.errors import (
+    InternalFailure,
+    NotImplementedFault,
+    SerializationException,
+    ServiceUnavailable,
+    SwfFault,
+    UnknownOperationException,
+    UnrecognizedClientException,
+)
+from ..swf.keys import SwfKeys
+from ..swf.registry import Action, Ctx
+from ..workflow.duration import format_timestamp as ts
+from ..workflow.payload import DepthError, loads
+from .app import check_query, engine, json_response, require_admin, settings
+
+log = logging.getLogger("foliot.swf")
+blueprint = Blueprint("swf", __name__)
+
+CONTENT_TYPE = "application/x-amz-json-1.0"
+TARGET_PREFIX = "SimpleWorkflowService."
+BODY_MAX_DEPTH = 64  # SWF payloads (input, result, details) are strings: shapes nest a few levels
+
+# The actions served, by SWF action name. The model's other actions are validated, then answer
+# NotImplemented; the execution actions join this table when they are built.
+ACTIONS: dict[str, Action] = {**registry.ACTIONS}
+
+
+def keys() -> SwfKeys:
+    """This app's key book, made on first use from the engine's store and vault."""
+    found = current_app.config.get("FOLIOT_SWF_KEYS")
+    if found is None:
+        eng = engine()
+        found = SwfKeys(eng.store, eng.vault, eng.clock.now, dict(settings().swf_credentials))
+        current_app.config["FOLIOT_SWF_KEYS"] = found
+    assert isinstance(found, SwfKeys)
+    return found
+
+
+def aws_response(body: dict[str, Any], status: int = 200) -> Response:
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    return Response(
+        text, status=status, content_type=CONTENT_TYPE, headers={"x-amzn-RequestId": str(uuid.uuid4())}
+    )
+
+
+def signed_request(raw_body: bytes) -> sigv4.SignedRequest:
+    scope = request.scope
+    raw_path = scope.get("raw_path") or scope["path"].encode()
+    headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
+    return sigv4.SignedRequest(
+        request.method,
+        raw_path.decode("latin-1"),
+        scope.get("query_string", b"").decode("latin-1"),
+        headers,
+        raw_body,
+    )
+
+
+async def authenticate(raw_body: bytes) -> str:
+    """The SigV4-verified request's region; an AWS fault otherwise."""
+    signed = signed_request(raw_body)
+    auth = sigv4.parse_authorization(request.headers.get("Authorization"))
+    date_text = sigv4.check_request(signed, auth, engine().clock.now())
+    secret = await keys().secret(auth.access_key_id)
+    if secret is None:
+        raise UnrecognizedClientException("The security token included in the request is invalid.")
+    sigv4.verify(signed, auth, secret, date_text)
+    return auth.region
+
+
+def target() -> str:
+    raw = request.headers.get("X-Amz-Target", "")
+    if not raw.startswith(TARGET_PREFIX):
+        raise UnknownOperationException(
+            f"X-Amz-Target must be {TARGET_PREFIX}<Action>, got {raw[:100]!r}"
+            if raw
+            else "Missing X-Amz-Target header: SimpleWorkflowService.<Action>"
+        )
+    action = raw[len(TARGET_PREFIX) :]
+    shapes.input_shape(action)  # an action the model does not know: UnknownOperationException
+    return action
+
+
+def decode(raw_body: bytes) -> Any:
+    if not raw_body.strip():
+        return {}
+    try:
+        return loads(raw_body.decode("utf-8"), BODY_MAX_DEPTH)
+    except DepthError:
+        raise SerializationException(f"The request body nests deeper than {BODY_MAX_DEPTH} levels") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise SerializationException(f"The request body is not valid JSON: {exc}") from None
+
+
+async def handle(raw_body: bytes) -> dict[str, Any]:
+    region = await authenticate(raw_body)
+    action = target()
+    body = decode(raw_body)
+    shapes.validate(action, body)
+    run = ACTIONS.get(action)
+    if run is None:
+        raise NotImplementedFault(
+            f"{action} is not implemented by this Foliot yet; docs/swf.md lists the actions served."
+        )
+    return await run(Ctx(engine().store, engine().clock.now(), region), body)
+
+
+@blueprint.post("/")
+async def swf() -> Response:
+    raw_body = await request.get_data(cache=True, as_text=False)
+    assert isinstance(raw_body, bytes)
+    try:
+        return aws_response(await handle(raw_body))
+    except SwfFault as fault:
+        return aws_response(fault.body(), fault.status)
+    except StorageUnavailable as exc:
+        log.warning("SWF: storage unavailable: %s", exc)
+        down = ServiceUnavailable("Storage is unavailable; nothing was changed. Retry.")
+        return aws_response(down.body(), down.status)
+    except Exception:
+        log.exception("SWF: unhandled error for %s", request.headers.get("X-Amz-Target"))
+        failure = InternalFailure("Internal failure; see the server log.")
+        return aws_response(failure.body(), failure.status)
+
+
+# ---------------------------------------------------------------------- admin: access keys
+
+
+@blueprint.post("/admin/swf/credentials")
+async def mint_credential() -> Response:
+    await require_admin()
+    check_query(set())
+    record, secret = await keys().mint()
+    return json_response(
+        {"accessKeyId": record.access_key_id, "secretAccessKey": secret, "createdAt": ts(record.created_at)},
+        201,
+    )
+
+
+@blueprint.get("/admin/swf/credentials")
+async def list_credentials() -> Response:
+    await require_admin()
+    check_query(set())
+    book = keys()
+    stored = await book.store.list_swf_credentials()
+    out: list[dict[str, Any]] = [
+        {"accessKeyId": key_id, "source": "FOLIOT_SWF_CREDENTIALS", "createdAt": None}
+        for key_id in book.presets
+    ]
+    out += [
+        {"accessKeyId": c.access_key_id, "source": "admin", "createdAt": ts(c.created_at)} for c in stored
+    ]
+    return json_response({"credentials": out})
+
+
+@blueprint.delete("/admin/swf/credentials/<access_key_id>")
+async def revoke_credential(access_key_id: str) -> Response:
+    await require_admin()
+    book = keys()
+    if access_key_id in book.presets:
+        raise ApiConflict(
+            "this key is preset with FOLIOT_SWF_CREDENTIALS; remove it there and restart", code="preset_key"
+        )
+    if not await book.revoke(access_key_id):
+        raise NotFound(f"no live SWF access key {access_key_id!r}")
+    return json_response({"accessKeyId": access_key_id, "revoked": True})

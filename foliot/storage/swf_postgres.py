@@ -1,0 +1,242 @@
+"""`SwfRegistryStore` on PostgreSQL, mixed into `PostgresStore`. Writers run concurrently, so a
+count-then-insert takes a transaction-scoped advisory lock on its region (domains) or domain
+(types) first."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import asyncpg
+
+from .swf import DEPRECATED, Insert, SwfCredential, SwfDomain, SwfType, attrs_tuple, other_status
+
+T = TypeVar("T")
+
+
+class SwfPostgres:
+    if TYPE_CHECKING:  # provided by PostgresStore
+
+        async def _call(
+            self,
+            fn: Callable[[asyncpg.Connection], Awaitable[T]],
+            *,
+            write: bool = False,
+            limit_s: float | None = None,
+        ) -> T:
+            raise NotImplementedError
+
+    async def add_swf_credential(self, credential: SwfCredential) -> None:
+        await self._call(
+            lambda c: c.execute(
+                "INSERT INTO swf_credentials (access_key_id, secret_enc, created_at, revoked_at)"
+                " VALUES ($1, $2, $3, $4)",
+                *attrs_tuple(credential),
+            ),
+            write=True,
+        )
+
+    async def get_swf_credential(self, access_key_id: str) -> SwfCredential | None:
+        row = await self._call(
+            lambda c: c.fetchrow("SELECT * FROM swf_credentials WHERE access_key_id = $1", access_key_id)
+        )
+        return None if row is None else SwfCredential(**dict(row))
+
+    async def list_swf_credentials(self) -> list[SwfCredential]:
+        rows = await self._call(
+            lambda c: c.fetch(
+                "SELECT * FROM swf_credentials WHERE revoked_at IS NULL ORDER BY created_at, access_key_id"
+            )
+        )
+        return [SwfCredential(**dict(r)) for r in rows]
+
+    async def revoke_swf_credential(self, access_key_id: str, now: int) -> bool:
+        status = await self._call(
+            lambda c: c.execute(
+                "UPDATE swf_credentials SET revoked_at = $2 WHERE access_key_id = $1 AND revoked_at IS NULL",
+                access_key_id,
+                now,
+            ),
+            write=True,
+        )
+        return bool(status == "UPDATE 1")
+
+    async def swf_insert_domain(self, domain: SwfDomain, max_domains: int) -> Insert:
+        async def fn(conn: asyncpg.Connection) -> Insert:
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext($1))", f"swf-domains/{domain.region}")
+            if await conn.fetchval(
+                "SELECT 1 FROM swf_domains WHERE region = $1 AND name = $2", domain.region, domain.name
+            ):
+                return Insert.EXISTS
+            count = await conn.fetchval("SELECT COUNT(*) FROM swf_domains WHERE region = $1", domain.region)
+            if count >= max_domains:
+                return Insert.LIMIT
+            await conn.execute(
+                "INSERT INTO swf_domains (region, name, status, description, retention_days, tags,"
+                " created_at, deprecated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                *attrs_tuple(domain),
+            )
+            return Insert.OK
+
+        return await self._call(fn, write=True)
+
+    async def swf_get_domain(self, region: str, name: str) -> SwfDomain | None:
+        row = await self._call(
+            lambda c: c.fetchrow("SELECT * FROM swf_domains WHERE region = $1 AND name = $2", region, name)
+        )
+        return None if row is None else SwfDomain(**dict(row))
+
+    async def swf_list_domains(
+        self, region: str, status: str, after: str | None, reverse: bool, limit: int
+    ) -> list[SwfDomain]:
+        order, cmp = ("DESC", "<") if reverse else ("ASC", ">")
+        sql = "SELECT * FROM swf_domains WHERE region = $1 AND status = $2"
+        args: list[Any] = [region, status]
+        if after is not None:
+            args.append(after)
+            sql += f" AND name {cmp} ${len(args)}"
+        args.append(limit)
+        sql += f" ORDER BY name {order} LIMIT ${len(args)}"
+        rows = await self._call(lambda c: c.fetch(sql, *args))
+        return [SwfDomain(**dict(r)) for r in rows]
+
+    async def swf_set_domain_status(self, region: str, name: str, status: str, now: int) -> bool:
+        result = await self._call(
+            lambda c: c.execute(
+                "UPDATE swf_domains SET status = $3, deprecated_at = $4"
+                " WHERE region = $1 AND name = $2 AND status = $5",
+                region,
+                name,
+                status,
+                now if status == DEPRECATED else None,
+                other_status(status),
+            ),
+            write=True,
+        )
+        return bool(result == "UPDATE 1")
+
+    async def swf_replace_domain_tags(self, region: str, name: str, expected: str, tags: str) -> bool:
+        result = await self._call(
+            lambda c: c.execute(
+                "UPDATE swf_domains SET tags = $4 WHERE region = $1 AND name = $2 AND tags = $3",
+                region,
+                name,
+                expected,
+                tags,
+            ),
+            write=True,
+        )
+        return bool(result == "UPDATE 1")
+
+    async def swf_insert_type(self, type_: SwfType, max_types: int) -> Insert:
+        async def fn(conn: asyncpg.Connection) -> Insert:
+            # A row lock on the domain: a concurrent deprecation waits, and so does a concurrent
+            # registration in the same domain (the count below stays true until commit).
+            status = await conn.fetchval(
+                "SELECT status FROM swf_domains WHERE region = $1 AND name = $2 FOR UPDATE",
+                type_.region,
+                type_.domain,
+            )
+            if status is None:
+                return Insert.NO_DOMAIN
+            if status == DEPRECATED:
+                return Insert.DOMAIN_DEPRECATED
+            key = (type_.region, type_.domain, type_.kind)
+            if await conn.fetchval(
+                "SELECT 1 FROM swf_types WHERE region = $1 AND domain = $2 AND kind = $3 AND name = $4"
+                " AND version = $5",
+                *key,
+                type_.name,
+                type_.version,
+            ):
+                return Insert.EXISTS
+            count = await conn.fetchval(
+                "SELECT COUNT(*) FROM swf_types WHERE region = $1 AND domain = $2 AND kind = $3", *key
+            )
+            if count >= max_types:
+                return Insert.LIMIT
+            await conn.execute(
+                "INSERT INTO swf_types (region, domain, kind, name, version, status, description, config,"
+                " created_at, deprecated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                *attrs_tuple(type_),
+            )
+            return Insert.OK
+
+        return await self._call(fn, write=True)
+
+    async def swf_get_type(
+        self, region: str, domain: str, kind: str, name: str, version: str
+    ) -> SwfType | None:
+        row = await self._call(
+            lambda c: c.fetchrow(
+                "SELECT * FROM swf_types WHERE region = $1 AND domain = $2 AND kind = $3 AND name = $4"
+                " AND version = $5",
+                region,
+                domain,
+                kind,
+                name,
+                version,
+            )
+        )
+        return None if row is None else SwfType(**dict(row))
+
+    async def swf_list_types(
+        self,
+        region: str,
+        domain: str,
+        kind: str,
+        status: str,
+        name: str | None,
+        after: tuple[str, str] | None,
+        reverse: bool,
+        limit: int,
+    ) -> list[SwfType]:
+        order, cmp = ("DESC", "<") if reverse else ("ASC", ">")
+        sql = "SELECT * FROM swf_types WHERE region = $1 AND domain = $2 AND kind = $3 AND status = $4"
+        args: list[Any] = [region, domain, kind, status]
+        if name is not None:
+            args.append(name)
+            sql += f" AND name = ${len(args)}"
+        if after is not None:
+            args.extend(after)
+            sql += f" AND (name, version) {cmp} (${len(args) - 1}, ${len(args)})"
+        args.append(limit)
+        sql += f" ORDER BY name {order}, version {order} LIMIT ${len(args)}"
+        rows = await self._call(lambda c: c.fetch(sql, *args))
+        return [SwfType(**dict(r)) for r in rows]
+
+    async def swf_set_type_status(
+        self, region: str, domain: str, kind: str, name: str, version: str, status: str, now: int
+    ) -> bool:
+        result = await self._call(
+            lambda c: c.execute(
+                "UPDATE swf_types SET status = $6, deprecated_at = $7 WHERE region = $1 AND domain = $2"
+                " AND kind = $3 AND name = $4 AND version = $5 AND status = $8",
+                region,
+                domain,
+                kind,
+                name,
+                version,
+                status,
+                now if status == DEPRECATED else None,
+                other_status(status),
+            ),
+            write=True,
+        )
+        return bool(result == "UPDATE 1")
+
+    async def swf_delete_type(self, region: str, domain: str, kind: str, name: str, version: str) -> bool:
+        result = await self._call(
+            lambda c: c.execute(
+                "DELETE FROM swf_types WHERE region = $1 AND domain = $2 AND kind = $3 AND name = $4"
+                " AND version = $5 AND status = $6",
+                region,
+                domain,
+                kind,
+                name,
+                version,
+                DEPRECATED,
+            ),
+            write=True,
+        )
+        return bool(result == "DELETE 1")

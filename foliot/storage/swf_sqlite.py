@@ -1,0 +1,229 @@
+"""`SwfRegistryStore` on SQLite, mixed into `SqliteStore`. The single writer serialises every
+write, so a count-then-insert inside one job is race-free."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .swf import DEPRECATED, Insert, SwfCredential, SwfDomain, SwfType, attrs_tuple, other_status
+
+T = TypeVar("T")
+
+
+def _domain(row: sqlite3.Row | None) -> SwfDomain | None:
+    return None if row is None else SwfDomain(**dict(row))
+
+
+def _type(row: sqlite3.Row | None) -> SwfType | None:
+    return None if row is None else SwfType(**dict(row))
+
+
+class SwfSqlite:
+    if TYPE_CHECKING:  # provided by SqliteStore
+
+        async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+            raise NotImplementedError
+
+        async def _read(self, fn: Callable[[sqlite3.Connection], T], *, scan: bool = False) -> T:
+            raise NotImplementedError
+
+    async def add_swf_credential(self, credential: SwfCredential) -> None:
+        await self._write(
+            lambda c: c.execute(
+                "INSERT INTO swf_credentials (access_key_id, secret_enc, created_at, revoked_at)"
+                " VALUES (?, ?, ?, ?)",
+                attrs_tuple(credential),
+            )
+        )
+
+    async def get_swf_credential(self, access_key_id: str) -> SwfCredential | None:
+        row = await self._read(
+            lambda c: c.execute(
+                "SELECT * FROM swf_credentials WHERE access_key_id = ?", (access_key_id,)
+            ).fetchone()
+        )
+        return None if row is None else SwfCredential(**dict(row))
+
+    async def list_swf_credentials(self) -> list[SwfCredential]:
+        rows = await self._read(
+            lambda c: c.execute(
+                "SELECT * FROM swf_credentials WHERE revoked_at IS NULL ORDER BY created_at, access_key_id"
+            ).fetchall(),
+            scan=True,
+        )
+        return [SwfCredential(**dict(r)) for r in rows]
+
+    async def revoke_swf_credential(self, access_key_id: str, now: int) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE swf_credentials SET revoked_at = ? WHERE access_key_id = ? AND revoked_at IS NULL",
+                (now, access_key_id),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(fn)
+
+    async def swf_insert_domain(self, domain: SwfDomain, max_domains: int) -> Insert:
+        def fn(conn: sqlite3.Connection) -> Insert:
+            if conn.execute(
+                "SELECT 1 FROM swf_domains WHERE region = ? AND name = ?", (domain.region, domain.name)
+            ).fetchone():
+                return Insert.EXISTS
+            (count,) = conn.execute(
+                "SELECT COUNT(*) FROM swf_domains WHERE region = ?", (domain.region,)
+            ).fetchone()
+            if count >= max_domains:
+                return Insert.LIMIT
+            conn.execute(
+                "INSERT INTO swf_domains (region, name, status, description, retention_days, tags,"
+                " created_at, deprecated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                attrs_tuple(domain),
+            )
+            return Insert.OK
+
+        return await self._write(fn)
+
+    async def swf_get_domain(self, region: str, name: str) -> SwfDomain | None:
+        row = await self._read(
+            lambda c: c.execute(
+                "SELECT * FROM swf_domains WHERE region = ? AND name = ?", (region, name)
+            ).fetchone()
+        )
+        return _domain(row)
+
+    async def swf_list_domains(
+        self, region: str, status: str, after: str | None, reverse: bool, limit: int
+    ) -> list[SwfDomain]:
+        order, cmp = ("DESC", "<") if reverse else ("ASC", ">")
+        sql = "SELECT * FROM swf_domains WHERE region = ? AND status = ?"
+        args: list[Any] = [region, status]
+        if after is not None:
+            sql += f" AND name {cmp} ?"
+            args.append(after)
+        sql += f" ORDER BY name {order} LIMIT ?"
+        args.append(limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
+        return [SwfDomain(**dict(r)) for r in rows]
+
+    async def swf_set_domain_status(self, region: str, name: str, status: str, now: int) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE swf_domains SET status = ?, deprecated_at = ?"
+                " WHERE region = ? AND name = ? AND status = ?",
+                (status, now if status == DEPRECATED else None, region, name, other_status(status)),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(fn)
+
+    async def swf_replace_domain_tags(self, region: str, name: str, expected: str, tags: str) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE swf_domains SET tags = ? WHERE region = ? AND name = ? AND tags = ?",
+                (tags, region, name, expected),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(fn)
+
+    async def swf_insert_type(self, type_: SwfType, max_types: int) -> Insert:
+        def fn(conn: sqlite3.Connection) -> Insert:
+            row = conn.execute(
+                "SELECT status FROM swf_domains WHERE region = ? AND name = ?", (type_.region, type_.domain)
+            ).fetchone()
+            if row is None:
+                return Insert.NO_DOMAIN
+            if row["status"] == DEPRECATED:
+                return Insert.DOMAIN_DEPRECATED
+            key = (type_.region, type_.domain, type_.kind)
+            if conn.execute(
+                "SELECT 1 FROM swf_types WHERE region = ? AND domain = ? AND kind = ? AND name = ?"
+                " AND version = ?",
+                (*key, type_.name, type_.version),
+            ).fetchone():
+                return Insert.EXISTS
+            (count,) = conn.execute(
+                "SELECT COUNT(*) FROM swf_types WHERE region = ? AND domain = ? AND kind = ?", key
+            ).fetchone()
+            if count >= max_types:
+                return Insert.LIMIT
+            conn.execute(
+                "INSERT INTO swf_types (region, domain, kind, name, version, status, description, config,"
+                " created_at, deprecated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                attrs_tuple(type_),
+            )
+            return Insert.OK
+
+        return await self._write(fn)
+
+    async def swf_get_type(
+        self, region: str, domain: str, kind: str, name: str, version: str
+    ) -> SwfType | None:
+        row = await self._read(
+            lambda c: c.execute(
+                "SELECT * FROM swf_types WHERE region = ? AND domain = ? AND kind = ? AND name = ?"
+                " AND version = ?",
+                (region, domain, kind, name, version),
+            ).fetchone()
+        )
+        return _type(row)
+
+    async def swf_list_types(
+        self,
+        region: str,
+        domain: str,
+        kind: str,
+        status: str,
+        name: str | None,
+        after: tuple[str, str] | None,
+        reverse: bool,
+        limit: int,
+    ) -> list[SwfType]:
+        order, cmp = ("DESC", "<") if reverse else ("ASC", ">")
+        sql = "SELECT * FROM swf_types WHERE region = ? AND domain = ? AND kind = ? AND status = ?"
+        args: list[Any] = [region, domain, kind, status]
+        if name is not None:
+            sql += " AND name = ?"
+            args.append(name)
+        if after is not None:
+            sql += f" AND (name, version) {cmp} (?, ?)"
+            args.extend(after)
+        sql += f" ORDER BY name {order}, version {order} LIMIT ?"
+        args.append(limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
+        return [SwfType(**dict(r)) for r in rows]
+
+    async def swf_set_type_status(
+        self, region: str, domain: str, kind: str, name: str, version: str, status: str, now: int
+    ) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE swf_types SET status = ?, deprecated_at = ? WHERE region = ? AND domain = ?"
+                " AND kind = ? AND name = ? AND version = ? AND status = ?",
+                (
+                    status,
+                    now if status == DEPRECATED else None,
+                    region,
+                    domain,
+                    kind,
+                    name,
+                    version,
+                    other_status(status),
+                ),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(fn)
+
+    async def swf_delete_type(self, region: str, domain: str, kind: str, name: str, version: str) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "DELETE FROM swf_types WHERE region = ? AND domain = ? AND kind = ? AND name = ?"
+                " AND version = ? AND status = ?",
+                (region, domain, kind, name, version, DEPRECATED),
+            )
+            return cur.rowcount == 1
+
+        return await self._write(fn)
