@@ -97,6 +97,7 @@ class Run:
     current_step: str | None = None
     attempt: int | None = None
     wait_signal: str | None = None
+    wait_signals: tuple[str, ...] = ()  # a first-of-N wait's names (`wait_signal` is then None)
     wake_at: int | None = None
     deadline: int | None = None
     run_timeout_ms: int | None = None
