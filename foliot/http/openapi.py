@@ -93,6 +93,11 @@ SCHEMAS: dict[str, Any] = {
             "workflow": {**NAME, "type": ["string", "null"]},
             "businessKey": {"type": ["string", "null"]},
             "signalId": {"type": ["string", "null"], "minLength": 1, "maxLength": 255},
+            "startIfMissing": {
+                "type": ["object", "null"],
+                "properties": {"input": ANY, "version": {"type": ["integer", "null"], "minimum": 1}},
+                "additionalProperties": False,
+            },
         },
         ("name",),
     ),
