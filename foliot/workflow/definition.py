@@ -68,6 +68,7 @@ class StepSpec:
     retry: RetrySpec | None = None
     timeout: str | None = None
     queue: str | None = None
+    queue_timeout: str | None = None
     handler: str | None = None
     duration: str | None = None
     until: str | None = None
@@ -90,7 +91,7 @@ class DefinitionSpec:
 
 # Which optional fields each kind of step may carry (camelCase, as the document spells them).
 _ALLOWED: Final = {
-    "task": {"next", "onFailure", "retry", "timeout", "queue", "handler"},
+    "task": {"next", "onFailure", "retry", "timeout", "queue", "queueTimeout", "handler"},
     "sleep": {"next", "duration", "until", "untilPath"},
     "wait": {"next", "signal", "signals", "onSignal", "timeout", "onTimeout"},
     "choice": {"choices", "default"},
@@ -132,6 +133,7 @@ class Step:
     timeout_ms: int | None = None
     retry: Retry | None = None
     queue: str | None = None
+    queue_timeout_ms: int | None = None  # a queued attempt nobody claimed by then fails
     handler: str | None = None
     duration_ms: int | None = None
     until_ms: int | None = None
@@ -351,6 +353,7 @@ def parse_definition(raw: Any) -> Definition:
                 "until_path": "untilPath",
                 "on_timeout": "onTimeout",
                 "on_signal": "onSignal",
+                "queue_timeout": "queueTimeout",
             }.get(attr, attr)
             if getattr(s, attr) is not None and key not in _ALLOWED[s.type]:
                 raise ValidationError(f"{at}.{key}", f"not allowed on a {s.type} step")
@@ -363,6 +366,8 @@ def parse_definition(raw: Any) -> Definition:
             if s.queue is not None and not is_name(s.queue):
                 raise ValidationError(f"{at}.queue", "must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
             timeout = _duration(s.timeout, f"{at}.timeout") or default_timeout or DEFAULT_TIMEOUT_MS
+            if s.queue_timeout is not None and s.queue is None:
+                raise ValidationError(f"{at}.queueTimeout", "needs a queue")
             compiled.append(
                 Step(
                     **common,
@@ -370,6 +375,7 @@ def parse_definition(raw: Any) -> Definition:
                     timeout_ms=timeout,
                     retry=_retry(s.retry, defaults.retry, at),
                     queue=s.queue,
+                    queue_timeout_ms=_duration(s.queue_timeout, f"{at}.queueTimeout"),
                     handler=_handler_path(s.handler, f"{at}.handler") if s.handler is not None else None,
                 )
             )

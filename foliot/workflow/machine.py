@@ -283,6 +283,10 @@ def timeout_failure(message: str = "the attempt passed its deadline") -> Failed:
     return Failed("timeout", message, True)
 
 
+def queue_timeout_failure() -> Failed:
+    return Failed("queue_timeout", "no worker claimed the task within the step's queueTimeout", True)
+
+
 def _json_text(body: bytes) -> str:
     """A handler's body as text, in the encodings `json.loads` itself detects."""
     return body.decode(json.detect_encoding(body))
@@ -450,7 +454,11 @@ class _Tx:
             queue=step.queue,
             deadline=None,
         )
-        self.park("running", attempt=attempt, task=task)
+        timer = None
+        if step.queue_timeout_ms is not None:
+            due = self.ctx.now + step.queue_timeout_ms
+            timer = self.arm("queue_timeout", due, task.token)
+        self.park("running", attempt=attempt, task=task, timer=timer)
         self.tasks.append(self.task_row(task, "open", None))
         self.emit(
             "task_dispatched",
@@ -726,6 +734,13 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
         tx.close_task("timed_out")
         tx.emit("task_timed_out", step.name, task.attempt)
         tx.attempt_failed(step, timeout_failure())
+    elif timer.kind == "queue_timeout":
+        task = run.task
+        assert task is not None
+        tx.close_task("timed_out")
+        tx.effects.append(Abort(task.token))  # off its queue: no poller may take it now
+        tx.emit("task_timed_out", step.name, task.attempt, **{"class": "queue_timeout"})
+        tx.attempt_failed(step, queue_timeout_failure())
     elif timer.kind == "retry":
         tx.start_attempt(step, (run.attempt or 1) + 1)
     elif timer.kind == "sleep":

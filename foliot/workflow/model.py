@@ -50,7 +50,7 @@ class Timer:
     Step-timer keys end in `#<n>`, the run's arming counter (`Run.armings`); documents stored
     before the counter existed hold keys without it and still match their own firings."""
 
-    kind: str  # sleep | wait_timeout | task_deadline | retry
+    kind: str  # sleep | wait_timeout | task_deadline | queue_timeout | retry
     due: int
     key: str
 
