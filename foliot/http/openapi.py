@@ -186,6 +186,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("GET", "/admin/actors"): ("Live run actors", None, 200, "admin"),
     ("GET", "/admin/actors/{run_id}"): ("One live actor with its timers", None, 200, "admin"),
     ("GET", "/admin/timers"): ("Timer wheel status", None, 200, "admin"),
+    ("GET", "/admin/runs/overdue"): ("Open runs pending at a step too long, grouped", None, 200, "admin"),
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
@@ -205,6 +206,7 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "cursor": {"type": "string"},
     },
     ("GET", "/admin/actors"): {"status": _STATUS, "limit": _LIMIT},
+    ("GET", "/admin/runs/overdue"): {"olderThan": DURATION, "limit": _LIMIT},
 }
 
 _PARAM = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")

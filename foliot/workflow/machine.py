@@ -431,7 +431,7 @@ class _Tx:
             return None
         step = self.definition.step(name)
         carried = self.run.carried_error if step.kind == "task" else None
-        self.set(current_step=name, attempt=None, error=None, carried_error=carried)
+        self.set(current_step=name, step_since=self.ctx.now, attempt=None, error=None, carried_error=carried)
         self.emit("step_started", name, kind=step.kind)
         if step.kind == "task":
             self.start_attempt(step, 1)

@@ -108,6 +108,7 @@ class Run:
     carried_error: ErrorInfo | None = None
     buffer: tuple[BufferedSignal, ...] = ()
     armings: int = 0  # step timers armed so far; numbers the next one (Timer.key)
+    step_since: int | None = None  # when the run entered `current_step` (None: stored before)
     paused_from: str | None = None  # while `paused`: the status it returns to at unpause
     held: HeldOutcome | None = None  # while `paused`: a task answer waiting for the unpause
     seq: int = 0  # the last event's sequence number; also the row's write version
