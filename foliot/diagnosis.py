@@ -184,6 +184,13 @@ def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:
             "it waits for an operator: redrive, rewind, skip or cancel",
             True,
         )
+    if run.status == "paused":
+        was = f" (it was {run.paused_from})" if run.paused_from else ""
+        return (
+            f"paused at {step} for {human(now - run.updated_at)} by an operator{was}; "
+            "it dispatches nothing until it is unpaused",
+            True,
+        )
     if run.status == "waiting":
         return _waiting(obs, step)
     if run.status == "sleeping":

@@ -23,6 +23,7 @@ def run_view(run: Run) -> dict[str, Any]:
         "currentStep": run.current_step,
         "attempt": run.attempt if at_task else None,
         "waitSignal": run.wait_signal,
+        "waitSignals": list(run.wait_signals) if run.wait_signals else None,
         "wakeAt": ts(run.wake_at),
         "deadline": ts(run.deadline),
         "createdAt": ts(run.created_at),

@@ -454,6 +454,9 @@ class Engine:
         body: dict[str, Any] = json.loads(found.response)
         return body
 
+    def idempotency_cutoff(self) -> int | None:
+        return self._idempotency_cutoff()
+
     def _idempotency_cutoff(self) -> int | None:
         """Idempotency records created before this have expired (None: they never do)."""
         ttl = self.settings.idempotency_ttl_ms

@@ -8,6 +8,7 @@ from typing import Any
 import attrs
 import trio
 
+from ..storage.base import IdempotencyRecord
 from ..workflow.machine import Message, Reply
 
 
@@ -62,3 +63,5 @@ class Envelope:
     message: ActorMessage
     reply: ReplySlot | None = None
     attempts: int = 0  # redeliveries after a storage failure
+    # An idempotency record to commit with the transition, made from its reply (None: none).
+    idempotency: Callable[[Reply], IdempotencyRecord | None] | None = None

@@ -183,8 +183,17 @@ class RunActor:
         tr = machine.transition(run, definition, msg, self.engine.context())
         if tr.changed:
             try:
+                idem = envelope.idempotency(tr.reply) if envelope.idempotency is not None else None
                 await self.engine.commit(
-                    UnitOfWork(tr.run, run.seq, tr.events, tr.tasks, signal_ids=tr.signal_ids)
+                    UnitOfWork(
+                        tr.run,
+                        run.seq,
+                        tr.events,
+                        tr.tasks,
+                        idem,
+                        signal_ids=tr.signal_ids,
+                        idempotency_expired_before=self.engine.idempotency_cutoff() if idem else None,
+                    )
                 )
             except UniqueViolation as exc:
                 if slot is not None:
@@ -210,6 +219,8 @@ class RunActor:
     def _unique_reply(self, exc: UniqueViolation, run: Run) -> Reply:
         if exc.constraint == SIGNAL_ID_UNIQUE:
             return Ok("duplicate")  # the run took this signalId before; nothing was committed
+        if exc.constraint == "idempotency":
+            return Rejected(409, "idempotency_replay", "a request with this Idempotency-Key committed first")
         if exc.constraint == "business_key":
             return Rejected(
                 409, "business_key_in_use", f"businessKey {run.business_key!r} is used by another open run"

@@ -8,6 +8,7 @@ from quart import Blueprint, Response, current_app, request
 
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..metrics import CONTENT_TYPE
+from ..workflow.duration import DurationError, parse_duration
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.model import STATUSES
 from .app import check_query, engine, json_response, query_int, require_admin
@@ -104,3 +105,33 @@ async def metrics() -> Response:
     eng = engine()
     open_runs = await eng.store.count_open_runs()
     return Response(eng.metrics.exposition(open_runs), content_type=CONTENT_TYPE)
+
+
+@blueprint.get("/admin/runs/overdue")
+async def overdue() -> Response:
+    """Open runs pending at their current step longer than `olderThan`, grouped, largest first."""
+    await require_admin()
+    check_query({"olderThan", "limit"})
+    raw = request.args.get("olderThan", "1h")
+    try:
+        older_than = parse_duration(raw)
+    except DurationError as exc:
+        raise InvalidRequest(str(exc), field="olderThan") from None
+    limit = query_int("limit", 100, 1, 1000)
+    eng = engine()
+    groups = await eng.store.overdue_runs(eng.clock.now() - older_than, limit)
+    return json_response(
+        {
+            "groups": [
+                {
+                    "app": g.app,
+                    "workflow": g.workflow,
+                    "step": g.step,
+                    "status": g.status,
+                    "count": g.count,
+                    "oldestSince": ts(g.oldest_since),
+                }
+                for g in groups
+            ]
+        }
+    )

@@ -93,6 +93,11 @@ SCHEMAS: dict[str, Any] = {
             "workflow": {**NAME, "type": ["string", "null"]},
             "businessKey": {"type": ["string", "null"]},
             "signalId": {"type": ["string", "null"], "minLength": 1, "maxLength": 255},
+            "startIfMissing": {
+                "type": ["object", "null"],
+                "properties": {"input": ANY, "version": {"type": ["integer", "null"], "minimum": 1}},
+                "additionalProperties": False,
+            },
         },
         ("name",),
     ),
@@ -185,6 +190,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("POST", "/admin/swf/credentials"): ("Mint an SWF access key (secret shown once)", None, 201, "admin"),
     ("GET", "/admin/swf/credentials"): ("List live SWF access keys", None, 200, "admin"),
     ("DELETE", "/admin/swf/credentials/{access_key_id}"): ("Revoke an SWF access key", None, 200, "admin"),
+    ("GET", "/admin/runs/overdue"): ("Open runs pending at a step too long, grouped", None, 200, "admin"),
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
@@ -204,6 +210,7 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "cursor": {"type": "string"},
     },
     ("GET", "/admin/actors"): {"status": _STATUS, "limit": _LIMIT},
+    ("GET", "/admin/runs/overdue"): {"olderThan": DURATION, "limit": _LIMIT},
 }
 
 _PARAM = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")

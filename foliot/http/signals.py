@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import attrs
-from quart import Blueprint, Response
+from quart import Blueprint, Response, request
 
+from ..actors.signal_start import SignalStart, signal_with_start
 from ..errors import InvalidRequest, NotFound
 from ..workflow import machine
-from .app import body, check_name, engine, json_response, require_app
-from .runs import admitted, check_payload, rejected_error
+from ..workflow.definition import canonical_json
+from .app import check_name, engine, json_response, parse, raw_json, require_app
+from .runs import MAX_BUSINESS_KEY, MAX_IDEMPOTENCY_KEY, admitted, check_payload, rejected_error
 
 blueprint = Blueprint("signals", __name__)
 
 MAX_SIGNAL_ID = 255
+
+
+@attrs.frozen
+class StartIfMissing:
+    input: Any = None
+    version: int | None = None
 
 
 @attrs.frozen
@@ -25,16 +34,20 @@ class SignalBody:
     workflow: str | None = None
     business_key: str | None = None
     signal_id: str | None = None
+    start_if_missing: StartIfMissing | None = None
 
 
 @blueprint.post("/apps/<app_name>/signals")
 @admitted
 async def signal(app_name: str) -> Response:
     await require_app(app_name)
-    spec = await body(SignalBody)
+    raw = await raw_json()
+    spec = parse(raw, SignalBody)
     check_name(spec.name, "name")
     if spec.signal_id is not None and not 1 <= len(spec.signal_id) <= MAX_SIGNAL_ID:
         raise InvalidRequest(f"must be 1..{MAX_SIGNAL_ID} characters", field="signalId")
+    if spec.start_if_missing is not None:
+        return await _signal_with_start(app_name, spec, raw)
     by_key = spec.workflow is not None or spec.business_key is not None
     if spec.run_id is not None and by_key:
         raise InvalidRequest("name the run by runId or by workflow+businessKey, not both", field="runId")
@@ -57,3 +70,35 @@ async def signal(app_name: str) -> Response:
     if isinstance(reply, machine.Rejected):
         raise rejected_error(reply)
     return json_response({"runId": run_id, "status": reply.value}, 202)
+
+
+async def _signal_with_start(app_name: str, spec: SignalBody, raw: Any) -> Response:
+    """Deliver to the open run with this business key, or start it with the signal in it."""
+    start = spec.start_if_missing
+    assert start is not None
+    if spec.workflow is None or spec.business_key is None or spec.run_id is not None:
+        raise InvalidRequest("needs workflow and businessKey (not runId)", field="startIfMissing")
+    check_payload(spec.payload, "payload")
+    check_name(spec.workflow, "workflow")
+    if not 1 <= len(spec.business_key) <= MAX_BUSINESS_KEY:
+        raise InvalidRequest(f"must be 1..{MAX_BUSINESS_KEY} characters", field="businessKey")
+    if start.version is not None and start.version < 1:
+        raise InvalidRequest("must be 1 or more", field="startIfMissing.version")
+    check_payload(start.input, "startIfMissing.input")
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+        raise InvalidRequest(f"must be 1..{MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
+    answer = await signal_with_start(
+        engine(),
+        SignalStart(
+            app=app_name,
+            workflow=spec.workflow,
+            business_key=spec.business_key,
+            signal=machine.SignalIn(spec.name, spec.payload, spec.signal_id),
+            input=start.input,
+            version=start.version,
+            idempotency_key=key,
+            request_hash="signal-with-start:" + hashlib.sha256(canonical_json(raw).encode()).hexdigest(),
+        ),
+    )
+    return json_response(answer, 202)

@@ -102,6 +102,18 @@ class UnitOfWork:
 
 
 @attrs.frozen
+class OverdueGroup:
+    """Open runs pending at one step longer than a threshold (GET /admin/runs/overdue)."""
+
+    app: str
+    workflow: str
+    step: str | None
+    status: str
+    count: int
+    oldest_since: int
+
+
+@attrs.frozen
 class RunFilter:
     app: str
     workflow: str | None = None
@@ -226,6 +238,11 @@ class Store(SwfRegistryStore, Protocol):
 
     async def revoke_operator_token(self, token_id: str, now: int) -> bool: ...
 
+    async def overdue_runs(self, since_before: int, limit: int) -> list[OverdueGroup]:
+        """Open runs whose current step began before `since_before`, grouped by (app, workflow,
+        step, status), largest group first (then oldest); at most `limit` groups."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -289,6 +306,24 @@ def run_row(run: Run) -> tuple[Any, ...]:
         json_dumps(run_to_dict(run)),
         closed_at(run),
     )
+
+
+def step_columns(run: Run) -> tuple[str | None, int | None]:
+    """The `runs.current_step` and `runs.step_since` columns (NULL once closed): what the
+    overdue view groups and filters by, through a partial index on open runs."""
+    if not run.is_open:
+        return None, None
+    since = run.step_since if run.step_since is not None else run.updated_at
+    return run.current_step, since
+
+
+OVERDUE_SQL: Final = (
+    "SELECT app, workflow, current_step, status, COUNT(*) AS n, MIN(step_since) AS oldest"
+    " FROM runs WHERE is_open = {true} AND step_since < {p1}"
+    " GROUP BY app, workflow, current_step, status"
+    " ORDER BY n DESC, oldest, app, workflow, current_step, status"
+    " LIMIT {p2}"
+)
 
 
 def closed_at(run: Run) -> int | None:

@@ -46,10 +46,12 @@ import trio
 from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
 from ..workflow.model import Event, Run, TaskRow, run_from_dict
 from .base import (
+    OVERDUE_SQL,
     PRUNE_EVENTS_PER_RUN,
     ApiKeyRecord,
     AppRecord,
     IdempotencyRecord,
+    OverdueGroup,
     RunFilter,
     SecretRecord,
     TimerRecord,
@@ -60,6 +62,7 @@ from .base import (
     prune_pick,
     run_row,
     signal_id_rows,
+    step_columns,
     task_rows,
     timer_rows,
 )
@@ -928,6 +931,14 @@ class PostgresStore(SwfPostgres):
         )
         return bool(status == "UPDATE 1")
 
+    async def overdue_runs(self, since_before: int, limit: int) -> list[OverdueGroup]:
+        sql = OVERDUE_SQL.format(true="TRUE", p1="$1", p2="$2")
+        rows = await self._call(lambda c: c.fetch(sql, since_before, limit))
+        return [
+            OverdueGroup(r["app"], r["workflow"], r["current_step"], r["status"], r["n"], r["oldest"])
+            for r in rows
+        ]
+
     async def count_open_runs(self) -> dict[str, int]:
         rows = await self._call(
             lambda c: c.fetch("SELECT status, COUNT(*) AS n FROM runs WHERE is_open GROUP BY status")
@@ -965,16 +976,20 @@ async def _insert_secret(conn: asyncpg.Connection, secret: SecretRecord) -> None
 async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
     run = unit.run
     row = run_row(run)
+    step, since = step_columns(run)
     if unit.expected_seq is None:
         await conn.execute(
             "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
-            " closed_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            " closed_at, current_step, step_since)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             *row,
+            step,
+            since,
         )
     else:
         status = await conn.execute(
-            "UPDATE runs SET status = $2, is_open = $3, seq = $4, doc = $5, closed_at = $7"
-            " WHERE run_id = $1 AND seq = $6",
+            "UPDATE runs SET status = $2, is_open = $3, seq = $4, doc = $5, closed_at = $7,"
+            " current_step = $8, step_since = $9 WHERE run_id = $1 AND seq = $6",
             run.run_id,
             run.status,
             run.is_open,
@@ -982,6 +997,8 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
             row[8],
             unit.expected_seq,
             row[9],
+            step,
+            since,
         )
         if status != "UPDATE 1":
             raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")

@@ -24,11 +24,13 @@ import trio
 from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
 from ..workflow.model import Event, Run, TaskRow, run_from_dict
 from .base import (
+    OVERDUE_SQL,
     PRUNE_EVENTS_PER_RUN,
     SIGNAL_ID_UNIQUE,
     ApiKeyRecord,
     AppRecord,
     IdempotencyRecord,
+    OverdueGroup,
     RunFilter,
     SecretRecord,
     TimerRecord,
@@ -39,6 +41,7 @@ from .base import (
     prune_pick,
     run_row,
     signal_id_rows,
+    step_columns,
     task_rows,
     timer_rows,
 )
@@ -534,6 +537,14 @@ class SqliteStore(SwfSqlite):
 
         return await self._write(fn)
 
+    async def overdue_runs(self, since_before: int, limit: int) -> list[OverdueGroup]:
+        sql = OVERDUE_SQL.format(true="1", p1="?", p2="?")
+        rows = await self._read(lambda c: c.execute(sql, (since_before, limit)).fetchall(), scan=True)
+        return [
+            OverdueGroup(r["app"], r["workflow"], r["current_step"], r["status"], r["n"], r["oldest"])
+            for r in rows
+        ]
+
     async def count_open_runs(self) -> dict[str, int]:
         rows = await self._read(
             lambda c: c.execute(
@@ -570,17 +581,29 @@ def _insert_secret(conn: sqlite3.Connection, secret: SecretRecord) -> None:
 def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
     run = unit.run
     row = run_row(run)
+    step, since = step_columns(run)
     if unit.expected_seq is None:
         conn.execute(
             "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
-            " closed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            row,
+            " closed_at, current_step, step_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*row, step, since),
         )
     else:
         cur = conn.execute(
-            "UPDATE runs SET status = ?, is_open = ?, seq = ?, doc = ?, workflow = ?, closed_at = ?"
-            " WHERE run_id = ? AND seq = ?",
-            (run.status, run.is_open, run.seq, row[8], run.workflow, row[9], run.run_id, unit.expected_seq),
+            "UPDATE runs SET status = ?, is_open = ?, seq = ?, doc = ?, workflow = ?, closed_at = ?,"
+            " current_step = ?, step_since = ? WHERE run_id = ? AND seq = ?",
+            (
+                run.status,
+                run.is_open,
+                run.seq,
+                row[8],
+                run.workflow,
+                row[9],
+                step,
+                since,
+                run.run_id,
+                unit.expected_seq,
+            ),
         )
         if cur.rowcount != 1:
             raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")

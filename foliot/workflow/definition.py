@@ -31,6 +31,8 @@ DEFAULT_BACKOFF: Final = 2.0
 DEFAULT_MAX_INTERVAL_MS: Final = 60_000
 MAX_ATTEMPTS_CAP: Final = 1000
 MAX_HANDLER_PATH: Final = 1024
+MIN_SIGNALS: Final = 2  # a first-of-N wait names 2..20 distinct signals
+MAX_SIGNALS: Final = 20
 # RFC 3986 path characters: unreserved, sub-delims, ':', '@', '/' and %XX escapes. No '?', '#',
 # '\\', spaces, controls or raw non-ASCII.
 _PATH_CHARS: Final = re.compile(r"(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/]|%[0-9A-Fa-f]{2})*")
@@ -66,11 +68,14 @@ class StepSpec:
     retry: RetrySpec | None = None
     timeout: str | None = None
     queue: str | None = None
+    queue_timeout: str | None = None
     handler: str | None = None
     duration: str | None = None
     until: str | None = None
     until_path: str | None = None
     signal: str | None = None
+    signals: tuple[str, ...] | None = None
+    on_signal: dict[str, Any] | None = None
     on_timeout: str | None = None
     choices: tuple[ChoiceSpec, ...] | None = None
     default: str | None = None
@@ -86,9 +91,9 @@ class DefinitionSpec:
 
 # Which optional fields each kind of step may carry (camelCase, as the document spells them).
 _ALLOWED: Final = {
-    "task": {"next", "onFailure", "retry", "timeout", "queue", "handler"},
+    "task": {"next", "onFailure", "retry", "timeout", "queue", "queueTimeout", "handler"},
     "sleep": {"next", "duration", "until", "untilPath"},
-    "wait": {"next", "signal", "timeout", "onTimeout"},
+    "wait": {"next", "signal", "signals", "onSignal", "timeout", "onTimeout"},
     "choice": {"choices", "default"},
 }
 _OPTIONAL_FIELDS: Final = tuple(a.name for a in attrs.fields(StepSpec) if a.name not in ("name", "type"))
@@ -128,11 +133,14 @@ class Step:
     timeout_ms: int | None = None
     retry: Retry | None = None
     queue: str | None = None
+    queue_timeout_ms: int | None = None  # a queued attempt nobody claimed by then fails
     handler: str | None = None
     duration_ms: int | None = None
     until_ms: int | None = None
     until_path: tuple[str, ...] | None = None
     signal: str | None = None
+    signals: tuple[str, ...] = ()  # a first-of-N wait: the first of these to arrive wins
+    on_signal: tuple[tuple[str, str], ...] = ()  # (signal, next step) for a first-of-N wait
     on_timeout: str | None = None
     choices: tuple[Choice, ...] = ()
     default: str | None = None
@@ -140,7 +148,11 @@ class Step:
     @property
     def awaited(self) -> tuple[str, ...]:
         """The signals a wait step waits for (the first to arrive wins)."""
-        return (self.signal,) if self.signal is not None else ()
+        return (self.signal,) if self.signal is not None else self.signals
+
+    def after_signal(self, name: str) -> str:
+        """Where a wait step goes once `name` arrived: its `onSignal` entry, else `next`."""
+        return next((target for signal, target in self.on_signal if signal == name), self.next)
 
     def push_path(self, workflow: str) -> str:
         """Where a push of this task step goes, below the app's handlerBaseUrl."""
@@ -268,6 +280,42 @@ def _handler_path(path: str, field: str) -> str:
         raise ValidationError(field, str(exc)) from None
 
 
+_NAME_RULE: Final = "must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+
+def _wait_signals(s: StepSpec, at: str, target: Any) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """A wait step's `signal`, or its `signals` (2..20 distinct names) and `onSignal` routes."""
+    if s.signal is not None and s.signals is not None:
+        raise ValidationError(f"{at}.signals", "a wait step takes signal or signals, not both")
+    if s.signals is None:
+        if s.signal is None:
+            raise ValidationError(f"{at}.signal", "required field missing (or give signals)")
+        if not is_name(s.signal):
+            raise ValidationError(f"{at}.signal", _NAME_RULE)
+        if s.on_signal is not None:
+            raise ValidationError(f"{at}.onSignal", "needs signals (a wait for one of several signals)")
+        return (), ()
+    if not MIN_SIGNALS <= len(s.signals) <= MAX_SIGNALS:
+        raise ValidationError(f"{at}.signals", f"must name {MIN_SIGNALS}..{MAX_SIGNALS} signals")
+    for j, name in enumerate(s.signals):
+        if not is_name(name):
+            raise ValidationError(f"{at}.signals[{j}]", _NAME_RULE)
+        if name in s.signals[:j]:
+            raise ValidationError(f"{at}.signals[{j}]", f"duplicate signal {name!r}")
+    routes: list[tuple[str, str]] = []
+    for name, step in (s.on_signal or {}).items():
+        if name not in s.signals:
+            raise ValidationError(f"{at}.onSignal.{name}", "not one of the step's signals")
+        if not isinstance(step, str):
+            raise ValidationError(f"{at}.onSignal.{name}", "expected a step name")
+        if step not in SENTINELS and not is_name(step):
+            raise ValidationError(f"{at}.onSignal.{name}", f"unknown step {step!r}")
+        resolved = target(step, f"{at}.onSignal.{name}")
+        assert resolved is not None
+        routes.append((name, resolved))
+    return tuple(s.signals), tuple(routes)
+
+
 def parse_definition(raw: Any) -> Definition:
     """Validate a workflow document and compile it; `ValidationError` names the first problem."""
     spec = structure(raw, DefinitionSpec)
@@ -300,9 +348,13 @@ def parse_definition(raw: Any) -> Definition:
         if s.type not in STEP_KINDS:
             raise ValidationError(f"{at}.type", f"unknown step type {s.type!r}; expected {list(STEP_KINDS)}")
         for attr in _OPTIONAL_FIELDS:
-            key = {"on_failure": "onFailure", "until_path": "untilPath", "on_timeout": "onTimeout"}.get(
-                attr, attr
-            )
+            key = {
+                "on_failure": "onFailure",
+                "until_path": "untilPath",
+                "on_timeout": "onTimeout",
+                "on_signal": "onSignal",
+                "queue_timeout": "queueTimeout",
+            }.get(attr, attr)
             if getattr(s, attr) is not None and key not in _ALLOWED[s.type]:
                 raise ValidationError(f"{at}.{key}", f"not allowed on a {s.type} step")
         following = spec.steps[i + 1].name if i + 1 < len(spec.steps) else END
@@ -314,6 +366,8 @@ def parse_definition(raw: Any) -> Definition:
             if s.queue is not None and not is_name(s.queue):
                 raise ValidationError(f"{at}.queue", "must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
             timeout = _duration(s.timeout, f"{at}.timeout") or default_timeout or DEFAULT_TIMEOUT_MS
+            if s.queue_timeout is not None and s.queue is None:
+                raise ValidationError(f"{at}.queueTimeout", "needs a queue")
             compiled.append(
                 Step(
                     **common,
@@ -321,6 +375,7 @@ def parse_definition(raw: Any) -> Definition:
                     timeout_ms=timeout,
                     retry=_retry(s.retry, defaults.retry, at),
                     queue=s.queue,
+                    queue_timeout_ms=_duration(s.queue_timeout, f"{at}.queueTimeout"),
                     handler=_handler_path(s.handler, f"{at}.handler") if s.handler is not None else None,
                 )
             )
@@ -349,16 +404,15 @@ def parse_definition(raw: Any) -> Definition:
                 )
             )
         elif s.type == "wait":
-            if s.signal is None:
-                raise ValidationError(f"{at}.signal", "required field missing")
-            if not is_name(s.signal):
-                raise ValidationError(f"{at}.signal", "must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+            signals, on_signal = _wait_signals(s, at, target)
             if s.on_timeout is not None and s.timeout is None:
                 raise ValidationError(f"{at}.onTimeout", "needs a timeout")
             compiled.append(
                 Step(
                     **common,
                     signal=s.signal,
+                    signals=signals,
+                    on_signal=on_signal,
                     timeout_ms=_duration(s.timeout, f"{at}.timeout"),
                     on_timeout=target(s.on_timeout, f"{at}.onTimeout"),
                 )

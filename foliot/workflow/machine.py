@@ -283,6 +283,10 @@ def timeout_failure(message: str = "the attempt passed its deadline") -> Failed:
     return Failed("timeout", message, True)
 
 
+def queue_timeout_failure() -> Failed:
+    return Failed("queue_timeout", "no worker claimed the task within the step's queueTimeout", True)
+
+
 def _json_text(body: bytes) -> str:
     """A handler's body as text, in the encodings `json.loads` itself detects."""
     return body.decode(json.detect_encoding(body))
@@ -369,6 +373,7 @@ class _Tx:
         fields: dict[str, Any] = {
             "status": status,
             "wait_signal": None,
+            "wait_signals": (),
             "wake_at": None,
             "timer": None,
             "paused_from": None,
@@ -426,7 +431,7 @@ class _Tx:
             return None
         step = self.definition.step(name)
         carried = self.run.carried_error if step.kind == "task" else None
-        self.set(current_step=name, attempt=None, error=None, carried_error=carried)
+        self.set(current_step=name, step_since=self.ctx.now, attempt=None, error=None, carried_error=carried)
         self.emit("step_started", name, kind=step.kind)
         if step.kind == "task":
             self.start_attempt(step, 1)
@@ -449,7 +454,11 @@ class _Tx:
             queue=step.queue,
             deadline=None,
         )
-        self.park("running", attempt=attempt, task=task)
+        timer = None
+        if step.queue_timeout_ms is not None:
+            due = self.ctx.now + step.queue_timeout_ms
+            timer = self.arm("queue_timeout", due, task.token)
+        self.park("running", attempt=attempt, task=task, timer=timer)
         self.tasks.append(self.task_row(task, "open", None))
         self.emit(
             "task_dispatched",
@@ -487,9 +496,9 @@ class _Tx:
         return None
 
     def enter_wait(self, step: Step) -> str | None:
-        assert step.signal is not None
+        awaited = step.awaited
         for i, buffered in enumerate(self.run.buffer):
-            if buffered.name == step.signal:
+            if buffered.name in awaited:
                 self.set(buffer=self.run.buffer[:i] + self.run.buffer[i + 1 :])
                 return self.consume_signal(step, buffered)
         timer = None
@@ -497,14 +506,17 @@ class _Tx:
         if step.timeout_ms is not None:
             wake_at = self.ctx.now + step.timeout_ms
             timer = self.arm("wait_timeout", wake_at, f"{self.run.generation}:{step.name}")
-        self.park("waiting", wait_signal=step.signal, wake_at=wake_at, timer=timer)
+        self.park("waiting", wait_signal=step.signal, wait_signals=step.signals, wake_at=wake_at, timer=timer)
         return None
 
     def consume_signal(self, step: Step, signal: BufferedSignal) -> str:
-        self.set(state={**self.run.state, step.name: signal.payload})
+        """The wait is over: `state[step]` is the payload (for a first-of-N wait,
+        `{signal, payload}`), and the run goes on at `next` (or the signal's `onSignal`)."""
+        output = signal.payload if not step.signals else {"signal": signal.name, "payload": signal.payload}
+        self.set(state={**self.run.state, step.name: output})
         self.emit("signal_consumed", step.name, name=signal.name, signalId=signal.signal_id)
         self.emit("step_completed", step.name)
-        return step.next
+        return step.after_signal(signal.name)
 
     def evaluate_choice(self, step: Step) -> str | None:
         scope = self.scope()
@@ -722,6 +734,13 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
         tx.close_task("timed_out")
         tx.emit("task_timed_out", step.name, task.attempt)
         tx.attempt_failed(step, timeout_failure())
+    elif timer.kind == "queue_timeout":
+        task = run.task
+        assert task is not None
+        tx.close_task("timed_out")
+        tx.effects.append(Abort(task.token))  # off its queue: no poller may take it now
+        tx.emit("task_timed_out", step.name, task.attempt, **{"class": "queue_timeout"})
+        tx.attempt_failed(step, queue_timeout_failure())
     elif timer.kind == "retry":
         tx.start_attempt(step, (run.attempt or 1) + 1)
     elif timer.kind == "sleep":
@@ -733,7 +752,8 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
         if step.on_timeout is not None:
             tx.enter(step.on_timeout)
         else:
-            tx.fail_run(step.name, "wait_timeout", f"signal {step.signal!r} did not arrive in time")
+            names = step.signal if step.signal is not None else list(step.signals)
+            tx.fail_run(step.name, "wait_timeout", f"signal {names!r} did not arrive in time")
     return None
 
 
@@ -746,7 +766,7 @@ def _on_signal(tx: _Tx, msg: SignalIn) -> Reply | None:
         return Ok("duplicate")  # still buffered; ids already consumed are caught by the store
     if run.status in TERMINAL_STATUSES:
         return Rejected(409, "run_closed", f"run {run.run_id} is {run.status}")
-    waiting = run.status == "waiting" and run.wait_signal == msg.name
+    waiting = run.status == "waiting" and (run.wait_signal == msg.name or msg.name in run.wait_signals)
     if not waiting and (refusal := _buffer_refusal(run, msg, tx.ctx)) is not None:
         return refusal
     if msg.signal_id is not None:

@@ -50,7 +50,7 @@ class Timer:
     Step-timer keys end in `#<n>`, the run's arming counter (`Run.armings`); documents stored
     before the counter existed hold keys without it and still match their own firings."""
 
-    kind: str  # sleep | wait_timeout | task_deadline | retry
+    kind: str  # sleep | wait_timeout | task_deadline | queue_timeout | retry
     due: int
     key: str
 
@@ -97,6 +97,7 @@ class Run:
     current_step: str | None = None
     attempt: int | None = None
     wait_signal: str | None = None
+    wait_signals: tuple[str, ...] = ()  # a first-of-N wait's names (`wait_signal` is then None)
     wake_at: int | None = None
     deadline: int | None = None
     run_timeout_ms: int | None = None
@@ -107,6 +108,7 @@ class Run:
     carried_error: ErrorInfo | None = None
     buffer: tuple[BufferedSignal, ...] = ()
     armings: int = 0  # step timers armed so far; numbers the next one (Timer.key)
+    step_since: int | None = None  # when the run entered `current_step` (None: stored before)
     paused_from: str | None = None  # while `paused`: the status it returns to at unpause
     held: HeldOutcome | None = None  # while `paused`: a task answer waiting for the unpause
     seq: int = 0  # the last event's sequence number; also the row's write version

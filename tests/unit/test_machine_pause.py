@@ -317,3 +317,13 @@ def test_failed_outcome_keeps_class_and_retryability() -> None:
     k.answer(Failed("other", "no", True))
     k.send(Unpause())
     assert k.run.status == "failed" and k.run.error is not None and k.run.error.cls == "other"
+
+
+def test_the_diagnosis_of_a_paused_run_says_so() -> None:
+    from foliot.diagnosis import Observation, diagnose
+
+    k = _kit_in("paused")
+    k.now += 41 * 60_000
+    found = diagnose(Observation(k.run, k.now))
+    assert found.summary.startswith("paused at `t` for 41 min") and "(it was running)" in found.summary
+    assert found.attention

@@ -1,0 +1,171 @@
+"""Signal-with-start: deliver a signal to the open run with a business key, or start that run
+with the signal already in it, atomically.
+
+The unique index on open runs' business keys decides who starts: a caller whose start loses
+the race delivers to the winner instead, so any number of concurrent calls make one run. A
+start and its signal are one unit of work (the run row, `run_started`, the first step and
+`signal_received` commit together); a delivery to an existing run goes through its actor like
+any signal. With an `Idempotency-Key`, the answer is stored in the same unit of work as the
+change it reports, so a retry replays it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from ..errors import ApiError, Conflict, NotFound, Unavailable, UniqueViolation
+from ..storage.base import IdempotencyRecord, UnitOfWork, json_dumps
+from ..workflow import machine
+from ..workflow.model import Run
+from .messages import Envelope, ReplySlot
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+# A start that loses the business-key race delivers to the winner; the winner may close before
+# the delivery lands (then a new run is started). More rounds than this is a pathological churn.
+_ROUNDS: Final = 8
+
+
+@attrs.frozen
+class SignalStart:
+    app: str
+    workflow: str
+    business_key: str
+    signal: machine.SignalIn
+    input: Any = None
+    version: int | None = None
+    idempotency_key: str | None = None
+    request_hash: str = ""
+
+
+def _error(reply: machine.Rejected) -> ApiError:
+    error = ApiError(reply.message, code=reply.code)
+    error.status = reply.status
+    return error
+
+
+async def signal_with_start(engine: Engine, req: SignalStart) -> dict[str, Any]:
+    """`{runId, status, started}`: the signal's status (`delivered`, `buffered`, `duplicate`)."""
+    if not engine.ready:
+        raise Unavailable("the engine is starting; retry shortly")
+    replayed = await _replay(engine, req)
+    if replayed is not None:
+        return replayed
+    for _ in range(_ROUNDS):
+        run = await engine.store.find_open_run(req.app, req.workflow, req.business_key)
+        if run is not None:
+            answer = await _deliver(engine, req, run)
+        else:
+            answer = await _start(engine, req)
+        if answer is not None:
+            return answer
+    raise Conflict(
+        f"the run with businessKey {req.business_key!r} kept closing and starting; retry",
+        code="conflict",
+    )
+
+
+async def _replay(engine: Engine, req: SignalStart) -> dict[str, Any] | None:
+    if req.idempotency_key is None:
+        return None
+    return await engine._replay(req.app, req.idempotency_key, req.request_hash)
+
+
+def _record(engine: Engine, req: SignalStart, run_id: str, body: dict[str, Any]) -> IdempotencyRecord | None:
+    if req.idempotency_key is None:
+        return None
+    return IdempotencyRecord(
+        req.app, req.idempotency_key, req.request_hash, run_id, json_dumps(body), engine.clock.now()
+    )
+
+
+async def _deliver(engine: Engine, req: SignalStart, run: Run) -> dict[str, Any] | None:
+    """Signal the open run through its actor; None when it closed meanwhile."""
+
+    def record(reply: machine.Reply) -> IdempotencyRecord | None:
+        if not isinstance(reply, machine.Ok):
+            return None
+        return _record(engine, req, run.run_id, _body(run.run_id, reply.value, False))
+
+    slot = ReplySlot()
+    await engine.supervisor.ask(run.run_id, Envelope(req.signal, slot, idempotency=record), run)
+    reply = await slot.wait()
+    if isinstance(reply, machine.Rejected):
+        if reply.code == "run_closed" or (reply.code == "not_found" and reply.status == 404):
+            return None  # it closed (or was pruned) since we found it: start a new one
+        if reply.code == "idempotency_replay":
+            replayed = await _replay(engine, req)
+            if replayed is not None:
+                return replayed
+        raise _error(reply)
+    return _body(run.run_id, reply.value, False)
+
+
+async def _start(engine: Engine, req: SignalStart) -> dict[str, Any] | None:
+    """Start the run with the signal in it; None when another caller's run took the key first."""
+    version = req.version
+    if version is None:
+        latest = await engine.latest_workflow(req.app, req.workflow)
+        version = latest.version if latest is not None else None
+    definition = (
+        await engine.maybe_definition(req.app, req.workflow, version) if version is not None else None
+    )
+    if definition is None:
+        which = f"version {version} of " if version is not None else ""
+        raise NotFound(f"{which}workflow {req.workflow!r} not found")
+    assert version is not None
+    ctx = engine.context()
+    run_id = "run_" + secrets.token_hex(12)
+    started = machine.start(
+        run_id=run_id,
+        app=req.app,
+        definition=definition,
+        version=version,
+        input=req.input,
+        business_key=req.business_key,
+        run_timeout_ms=None,
+        trace_id=secrets.token_hex(16),
+        ctx=ctx,
+    )
+    signalled = machine.transition(started.run, definition, req.signal, ctx)
+    if isinstance(signalled.reply, machine.Rejected):
+        raise _error(signalled.reply)  # nothing stored: the signal itself is refused
+    body = _body(run_id, signalled.reply.value, True)
+    both = attrs.evolve(
+        signalled,
+        events=started.events + signalled.events,
+        effects=started.effects + signalled.effects,
+        tasks=started.tasks + signalled.tasks,
+    )
+    unit = UnitOfWork(
+        both.run,
+        None,
+        both.events,
+        both.tasks,
+        _record(engine, req, run_id, body),
+        signal_ids=both.signal_ids,
+        idempotency_expired_before=engine.idempotency_cutoff(),
+    )
+
+    async def commit_and_perform() -> None:
+        await engine.commit(unit)
+        engine.supervisor.adopt(both.run).perform(both)
+
+    try:
+        await engine.outlive_caller(commit_and_perform)
+    except UniqueViolation as exc:
+        replayed = await _replay(engine, req)
+        if replayed is not None:
+            return replayed
+        if exc.constraint == "business_key":
+            return None  # another caller's run holds the key now: deliver to it
+        raise Conflict(str(exc)) from exc
+    return body
+
+
+def _body(run_id: str, status: Any, started: bool) -> dict[str, Any]:
+    return {"runId": run_id, "status": status, "started": started}
