@@ -81,7 +81,7 @@ def render(document: dict[str, Any], marks: Marks = Marks()) -> str:
     for name in order:
         i = row[name]
         x, y = LEFT, TOP + i * (BOX_H + GAP)
-        classes = ["node", "sentinel" if name in SENTINELS else f"kind-{kinds.get(name, '')}"]
+        classes = ["node", "sentinel" if name in SENTINELS else f"kind-{escape(kinds.get(name, ''))}"]
         if name in marks.visited:
             classes.append("visited")
         if name in marks.failed:
