@@ -516,6 +516,7 @@ class TestNoServerErrors:
             "version": ["1"],
             "token": [token],
             "key_id": ["fk_nope"],
+            "token_id": ["op_nope"],
         }
         statuses: list[int] = []
 
