@@ -39,6 +39,13 @@ class RunQuery:
     created_to: int | None = None  # exclusive, ms
 
 
+def run_count_sql(q: RunQuery, cap: int, *, postgres: bool) -> tuple[str, list[Any]]:
+    """`SELECT COUNT(*)` of the runs `q` selects, counting no further than `cap`."""
+    sql, params = run_query_sql(q, cap, None, postgres=postgres)
+    inner = sql.replace("SELECT doc FROM runs", "SELECT 1 FROM runs", 1)
+    return f"SELECT COUNT(*) FROM ({inner}) AS matched", params
+
+
 def run_query_sql(
     q: RunQuery, limit: int, after: tuple[int, str] | None, *, postgres: bool
 ) -> tuple[str, list[Any]]:

@@ -42,7 +42,7 @@ from .base import (
     task_rows,
     timer_rows,
 )
-from .console import OperatorTokenRecord, RunQuery, run_query_sql
+from .console import OperatorTokenRecord, RunQuery, run_count_sql, run_query_sql
 
 T = TypeVar("T")
 _BATCH_MAX = 256
@@ -498,6 +498,11 @@ class SqliteStore:
         sql, params = run_query_sql(q, limit, after, postgres=False)
         rows = await self._read(lambda c: c.execute(sql, params).fetchall(), scan=True)
         return [_run(r["doc"]) for r in rows]
+
+    async def count_runs(self, q: RunQuery, cap: int) -> int:
+        sql, params = run_count_sql(q, cap, postgres=False)
+        row = await self._read(lambda c: c.execute(sql, params).fetchone(), scan=True)
+        return int(row[0])
 
     async def add_operator_token(self, token: OperatorTokenRecord) -> None:
         await self._write(

@@ -93,6 +93,8 @@ async def test_query_runs_filters_and_keyset_pages(store: Store) -> None:
     ]
     for q, pred in cases:
         assert await all_pages(q, 2) == expect(pred), q
+        assert await store.count_runs(q, 1000) == len(expect(pred)), q
+    assert await store.count_runs(RunQuery("app"), 7) == 7  # stops at the cap
 
 
 async def test_timers_for_run_and_count(store: Store) -> None:
