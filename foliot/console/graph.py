@@ -101,10 +101,13 @@ def render(document: dict[str, Any], marks: Marks = Marks()) -> str:
                 f'<line class="edge" x1="{LEFT + BOX_W / 2}" y1="{y0}" x2="{LEFT + BOX_W / 2}" '
                 f'y2="{y0 + GAP - 2}" marker-end="url(#arrow)"/>'
             )
+    from_source: dict[str, int] = {}
     for lane, e in enumerate(lanes):
         if e.source not in row or e.target not in row:
             continue
-        ys = TOP + row[e.source] * (BOX_H + GAP) + BOX_H / 2 - 6
+        nth = from_source.get(e.source, 0)  # the n-th lane leaving this box: its own height
+        from_source[e.source] = nth + 1
+        ys = TOP + row[e.source] * (BOX_H + GAP) + 8 + 9 * min(nth, 3)
         yt = TOP + row[e.target] * (BOX_H + GAP) + BOX_H / 2 + 6
         xr = LEFT + BOX_W
         xl = xr + 20 + LANE * lane
@@ -113,6 +116,6 @@ def render(document: dict[str, Any], marks: Marks = Marks()) -> str:
             f'marker-end="url(#arrow)"/>'
         )
         if e.label:
-            parts.append(f'<text class="edge-label" x="{xl + 3}" y="{ys - 3}">{escape(e.label)}</text>')
+            parts.append(f'<text class="edge-label" x="{xl + 3}" y="{ys + 3}">{escape(e.label)}</text>')
     parts.append("</svg>")
     return "".join(parts)

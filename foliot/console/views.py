@@ -472,8 +472,8 @@ async def _run_page(
         failed.add(run.error.step)
     if run.status == "completed":
         visited.add("$end")
-    elif run.status == "failed" and run.error is not None and run.error.cls == "failed_by_definition":
-        visited.add("$fail")
+    elif run.error is not None and run.error.cls in ("failed_by_definition", "stuck_by_definition"):
+        visited.add("$fail" if run.error.cls == "failed_by_definition" else "$stuck")
     svg = (
         graph.render(document, graph.Marks(run.current_step, frozenset(visited), frozenset(failed)))
         if document

@@ -378,8 +378,10 @@ class SqliteStore:
                 clauses.append(f"{column} = ?")
                 params.append(value)
         if after is not None:
-            clauses.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
-            params.extend([after[0], after[0], after[1]])  # type: ignore[list-item]
+            # Row-value form: SQLite walks the index from the cursor (the OR form read every row
+            # before it; see storage/console.py).
+            clauses.append("(created_at, run_id) < (?, ?)")
+            params.extend([after[0], after[1]])  # type: ignore[list-item]
         sql = (
             f"SELECT doc FROM runs WHERE {' AND '.join(clauses)}"
             " ORDER BY created_at DESC, run_id DESC LIMIT ?"

@@ -28,7 +28,17 @@ STUCK = {
         {
             "name": "check",
             "type": "choice",
-            "choices": [{"when": {"path": "state.fix", "op": "exists", "value": True}, "next": "ship"}],
+            "choices": [
+                {
+                    "when": {
+                        "any": [
+                            {"path": "input.fix", "op": "exists", "value": True},
+                            {"path": "state.fix", "op": "exists", "value": True},
+                        ]
+                    },
+                    "next": "ship",
+                }
+            ],
             "default": "$stuck",
         },
         {"name": "ship", "type": "task", "next": "$end"},
@@ -70,11 +80,9 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
     shots.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (a local folder, once)
     await api.register(STUCK)
     await api.register(WAITER)
-    for _ in range(3):
-        done = await api.start("fulfil")
-        await api.call(
-            "PATCH", f"/apps/orders/runs/{done['runId']}/state", {"set": {"fix": 1}, "reason": "seed"}
-        )
+    for i in range(3):
+        done = await api.start("fulfil", {"fix": i})
+        await api.until(done["runId"], "completed")
     stuck = await api.start("fulfil", {"orderId": 7}, businessKey="order-7")
     await api.until(stuck["runId"], "stuck")
     for i in range(5):
