@@ -184,6 +184,15 @@ def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:
             "it waits for an operator: redrive, rewind, skip or cancel",
             True,
         )
+    if run.status == "paused":
+        text = f"paused at {step} for {human(now - run.updated_at)}"
+        if run.paused_from:
+            text += f" (it was {run.paused_from})"
+        if run.held is not None:
+            facts.append(
+                Fact("answer_held", "a task answer arrived during the pause; it is applied at unpause")
+            )
+        return text + "; an operator paused it: unpause it to continue", True
     if run.status == "waiting":
         return _waiting(obs, step)
     if run.status == "sleeping":

@@ -25,6 +25,7 @@ from werkzeug.datastructures import MultiDict
 from .. import credentials
 from ..diagnosis import diagnose, human
 from ..errors import ApiError, Forbidden, InvalidRequest, NotFound, Unauthorized
+from ..http import bulk as bulk_api
 from ..http.app import engine, operator_caller
 from ..http.diagnosis import observe
 from ..http.runs import MAX_REASON, check_payload, rejected_error
@@ -51,6 +52,7 @@ STATUS_ORDER: Final = (
     "waiting",
     "sleeping",
     "stuck",
+    "paused",
     "completed",
     "failed",
     "cancelled",
@@ -320,8 +322,8 @@ async def overview() -> Response:
 # ---------------------------------------------------------------------- runs
 
 
-def _timestamp_arg(name: str) -> int | None:
-    raw = request.args.get(name)
+def _timestamp_arg(args: MultiDict[str, str], name: str) -> int | None:
+    raw = args.get(name)
     if not raw:
         return None
     try:
@@ -335,7 +337,11 @@ def _timestamp_arg(name: str) -> int | None:
 
 def run_query_from_args() -> RunQuery:
     """The runs filter from the query string; 400 naming the field on anything malformed."""
-    args = request.args
+    return run_query_from(request.args)
+
+
+def run_query_from(args: MultiDict[str, str]) -> RunQuery:
+    """The runs filter from a query string or a form."""
     app = (args.get("app") or "").strip()
     if not is_name(app):
         raise InvalidRequest("choose an app", field="app")
@@ -364,8 +370,8 @@ def run_query_from_args() -> RunQuery:
         status=status,
         business_key=business_key,
         error_class=error_class,
-        created_from=_timestamp_arg("from"),
-        created_to=_timestamp_arg("to"),
+        created_from=_timestamp_arg(args, "from"),
+        created_to=_timestamp_arg(args, "to"),
     )
 
 
@@ -417,12 +423,8 @@ async def runs() -> Response:
         next_url=next_url,
         filters=filters,
         statuses=STATUS_ORDER,
-        bulk=_bulk_available(),
+        bulk=await bulk_offer(query, filters),
     )
-
-
-def _bulk_available() -> bool:
-    return False
 
 
 # ---------------------------------------------------------------------- one run
@@ -514,6 +516,8 @@ ACTIONS: Final = {
     "rewind": {"reason", "confirm", "toStep", "version"},
     "skip": {"reason", "confirm", "output"},
     "state": {"reason", "confirm", "set", "unset"},
+    "pause": {"reason", "confirm"},
+    "unpause": {"reason", "confirm"},
 }
 
 
@@ -541,6 +545,10 @@ def intervention(action: str, form: MultiDict[str, str]) -> machine.Message:
         return machine.Cancel(reason)
     if action == "redrive":
         return machine.Redrive(reason)
+    if action == "pause":
+        return machine.Pause(reason)
+    if action == "unpause":
+        return machine.Unpause(reason)
     if action == "rewind":
         to_step = form.get("toStep") or ""
         if not is_name(to_step):
@@ -781,3 +789,76 @@ async def revoke_token(token_id: str) -> Response:
     if len(token_id) > 64 or not await engine().store.revoke_operator_token(token_id, engine().clock.now()):
         raise NotFound(f"operator token {token_id!r} not found (or already revoked)")
     return see_other("/console/tokens", 303)
+
+
+# ---------------------------------------------------------------------- bulk (foliot/http/bulk.py)
+
+BULK_COUNT_CAP: Final = 10_000
+BULK_PAGE: Final = 1000  # runs examined per bulk call
+BULK_CALLS_PER_POST: Final = 10  # then the page offers "Continue" with the cursor
+BULK_FIELDS: Final = ("app", "workflow", "status", "version", "businessKey")
+
+
+async def bulk_offer(query: RunQuery, filters: dict[str, str]) -> dict[str, Any]:
+    """What the runs page offers for bulk cancel and redrive under this filter."""
+    unsupported = [name for name in ("errorClass", "from", "to") if filters.get(name)]
+    if query.workflow is None:
+        return {"ok": False, "why": "Bulk cancel and redrive act on one workflow: filter by workflow first."}
+    if unsupported:
+        return {
+            "ok": False,
+            "why": "Bulk interventions select by workflow, status, version and businessKey; "
+            f"clear {', '.join(unsupported)} first.",
+        }
+    count = await engine().store.count_runs(query, BULK_COUNT_CAP + 1)
+    fields = {k: filters[k] for k in BULK_FIELDS if filters.get(k)}
+    return {"ok": True, "count": count, "cap": BULK_COUNT_CAP, "fields": fields}
+
+
+@blueprint.post("/runs/bulk/<verb>")
+@page(role="operator")
+async def bulk_action(verb: str) -> Response:
+    if verb not in bulk_api.VERBS:
+        raise NotFound(f"no bulk {verb!r}")
+    form = await request.form
+    _form_fields(form, {*BULK_FIELDS, "reason", "confirm", "cursor"})
+    query = run_query_from(form)
+    if query.workflow is None:
+        raise InvalidRequest("bulk interventions act on one workflow", field="workflow")
+    if await engine().app_record(query.app) is None:
+        raise NotFound(f"app {query.app!r} not found")
+    fields = {k: form[k] for k in BULK_FIELDS if form.get(k)}
+    back = "/console/runs?" + urlencode(fields)
+    context: dict[str, Any] = {
+        "verb": verb,
+        "fields": fields,
+        "back": back,
+        "page_cap": BULK_PAGE * BULK_CALLS_PER_POST,
+    }
+    if form.get("confirm") != "yes":
+        count = await engine().store.count_runs(query, BULK_COUNT_CAP + 1)
+        return await render("bulk_confirm.html", count=count, cap=BULK_COUNT_CAP, result=None, **context)
+    reason = (form.get("reason") or "").strip() or None
+    spec = bulk_api.BulkBody(
+        workflow=query.workflow,
+        status=query.status,
+        version=query.version,
+        business_key=query.business_key,
+        reason=reason,
+        limit=BULK_PAGE,
+        cursor=form.get("cursor") or None,
+    )
+    done_word = bulk_api.VERBS[verb][1]
+    totals = {"examined": 0, "done": 0, "skipped": 0, "cursor": None}
+    for _ in range(BULK_CALLS_PER_POST):
+        answer = await bulk_api.apply_bulk(query.app, verb, spec)
+        totals["examined"] += answer["matched"]
+        totals["done"] += answer[done_word]
+        totals["skipped"] += answer["skipped"]
+        totals["cursor"] = answer["cursor"]
+        if answer["cursor"] is None:
+            break
+        spec = attrs.evolve(spec, cursor=answer["cursor"])
+    return await render(
+        "bulk_confirm.html", count=0, cap=BULK_COUNT_CAP, result=totals, done_word=done_word, **context
+    )

@@ -393,3 +393,50 @@ async def test_hostile_text_is_escaped(api: Api, where: str) -> None:
         assert page.status_code == 200
         assert evil not in page.text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in pages[0].text
+
+
+async def statuses(api: Api, run_ids: list[str]) -> set[str]:
+    return {(await api.run(r))["status"] for r in run_ids}
+
+
+async def test_bulk_cancel_shows_the_count_asks_and_cancels_exactly_those(api: Api) -> None:
+    await api.register(WAITER)
+    await api.register({**WAITER, "name": "other"})
+    targets = [(await api.start("w"))["runId"] for _ in range(50)]
+    others = [(await api.start("other"))["runId"] for _ in range(3)]
+    for run_id in [*targets, *others]:
+        await api.until(run_id, "waiting")
+    async with browser(api) as c, browser(api) as viewer:
+        await login(api, ADMIN, c)
+        await login(api, await operator_token(api, "viewer"), viewer)
+        listing = await c.get("/console/runs", params={"app": "orders", "workflow": "w", "status": "waiting"})
+        assert "50 run(s) match this filter." in listing.text
+        unfiltered = await c.get("/console/runs", params={"app": "orders"})
+        assert "filter by workflow first" in unfiltered.text
+        csrf = await csrf_of(c, "/console/runs?app=orders&workflow=w")
+        fields = {"app": "orders", "workflow": "w", "status": "waiting"}
+        ask = await c.post("/console/runs/bulk/cancel", data={"csrf": csrf, **fields})
+        assert ask.status_code == 200 and "<strong>50</strong> run(s) of app" in ask.text
+        assert await statuses(api, targets) == {"waiting"}  # asking changed nothing
+        v_csrf = await csrf_of(viewer, "/console/runs?app=orders&workflow=w")
+        refused = await viewer.post(
+            "/console/runs/bulk/cancel", data={"csrf": v_csrf, "confirm": "yes", **fields}
+        )
+        assert refused.status_code == 403
+        forged = await c.post("/console/runs/bulk/cancel", data={"csrf": v_csrf, "confirm": "yes", **fields})
+        assert forged.status_code == 403
+        bad = await c.post(
+            "/console/runs/bulk/cancel", data={"csrf": csrf, "confirm": "yes", "app": "orders"}
+        )
+        assert bad.status_code == 400  # no workflow
+        assert await statuses(api, targets) == {"waiting"}
+        done = await c.post(
+            "/console/runs/bulk/cancel",
+            data={"csrf": csrf, "confirm": "yes", "reason": "bulk test", **fields},
+        )
+        assert done.status_code == 200, done.text
+        assert "50 run(s) examined: 50 cancelled, 0 skipped" in done.text
+        again = await c.post("/console/runs/bulk/cancel", data={"csrf": csrf, "confirm": "yes", **fields})
+        assert "0 run(s) examined" in again.text  # none is waiting any more
+    assert await statuses(api, targets) == {"cancelled"}
+    assert await statuses(api, others) == {"waiting"}

@@ -85,8 +85,11 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
         await api.until(done["runId"], "completed")
     stuck = await api.start("fulfil", {"orderId": 7}, businessKey="order-7")
     await api.until(stuck["runId"], "stuck")
-    for i in range(5):
-        await api.start("await-payment", {"orderId": i}, businessKey=f"pay-{i}")
+    waiting = [
+        (await api.start("await-payment", {"orderId": i}, businessKey=f"pay-{i}"))["runId"] for i in range(50)
+    ]
+    for waiter in waiting:
+        await api.until(waiter, "waiting")
     base = str(api.client.base_url)
     run_id = stuck["runId"]
 
@@ -127,6 +130,21 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
             find("form[action$='/rewind'] input[name=confirm]").click()
             find("form[action$='/rewind'] button").click()
             seen["after_rewind"] = find("p.msg").text
+            # bulk-cancel the 50 runs waiting for a payment: the count, a confirmation, the result
+            driver.get(f"{base}/console/runs?app=orders")
+            find("input[name=workflow]").send_keys("await-payment")
+            Select(find("select[name=status]")).select_by_visible_text("waiting")
+            find("form.filters button").click()
+            seen["bulk_offer"] = driver.find_element(
+                By.XPATH, "//h2[text()='Bulk interventions']/following-sibling::p"
+            ).text
+            find("form[action='/console/runs/bulk/cancel'] button").click()
+            seen["bulk_ask"] = find("main p").text
+            driver.save_screenshot(str(shots / "bulk-confirm.png"))
+            find("input[name=reason]").send_keys("orders withdrawn")
+            find("input[name=confirm]").click()
+            find("form[action='/console/runs/bulk/cancel'] button").click()
+            seen["bulk_done"] = find("p.msg").text
             return seen
         finally:
             driver.quit()
@@ -137,6 +155,12 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
     assert seen["why"].startswith("Why is it not moving? stuck at `check` for ")
     assert "no_choice_matched" in seen["why"] or "stuck_by_definition" in seen["why"]
     assert seen["after_edit"] == "state: done" and seen["after_rewind"] == "rewind: done"
+    assert seen["bulk_offer"] == "50 run(s) match this filter."
+    assert seen["bulk_ask"].startswith("50 run(s) of app orders match")
+    assert (
+        seen["bulk_done"] == "50 run(s) examined: 50 cancelled, 0 skipped (their status does not allow it)."
+    )
+    assert {(await api.run(w))["status"] for w in waiting} == {"cancelled"}
     done = await api.until(run_id, "completed")
     assert done["state"]["fix"] is True and done["generation"] == 2
 
@@ -166,6 +190,7 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
     assert sorted(p.name for p in shots.glob("*.png")) == sorted(  # noqa: ASYNC240
         f"{n}.png"
         for n in (
+            "bulk-confirm",
             "login",
             "overview",
             "runs",
