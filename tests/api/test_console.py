@@ -141,6 +141,11 @@ async def test_every_page_renders_for_runs_in_each_status(api: Api) -> None:
     r = await api.call("POST", f"/apps/orders/runs/{cancelled['runId']}/cancel", {})
     assert r.status_code == 200
     ids["cancelled"] = cancelled["runId"]
+    paused = await api.start("all", {"k": "wait"})
+    await api.until(paused["runId"], "waiting")
+    r = await api.call("POST", f"/apps/orders/runs/{paused['runId']}/pause", {})
+    assert r.status_code == 200 and r.json()["status"] == "paused"
+    ids["paused"] = paused["runId"]
     timed = await api.start("all", {"k": "wait"}, runTimeout="50ms")
     await api.until(timed["runId"], "timed_out")
     ids["timed_out"] = timed["runId"]
