@@ -16,6 +16,7 @@ from pathlib import Path
 from cryptography.fernet import Fernet, InvalidToken
 
 KEY_PREFIX = "fk_"
+OPERATOR_PREFIX = "fo_"
 SECRET_PREFIX = "whsec_"
 
 
@@ -37,6 +38,22 @@ def split_api_key(key: str) -> tuple[str, str] | None:
     if not sep or not key_id or not secret:
         return None
     return key_id, secret
+
+
+def new_operator_token() -> tuple[str, str, str]:
+    """(token_id, full token to show once, hash to store). The token is `fo_<tokenId>.<secret>`."""
+    token_id = new_id("op_")
+    secret = secrets.token_urlsafe(32)
+    return token_id, f"{OPERATOR_PREFIX}{token_id}.{secret}", hash_secret(secret)
+
+
+def split_operator_token(token: str) -> tuple[str, str] | None:
+    if not token.startswith(OPERATOR_PREFIX):
+        return None
+    token_id, sep, secret = token[len(OPERATOR_PREFIX) :].partition(".")
+    if not sep or not token_id or not secret or len(token_id) > 64:
+        return None
+    return token_id, secret
 
 
 def hash_secret(secret: str) -> str:

@@ -185,12 +185,14 @@ def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:
             True,
         )
     if run.status == "paused":
-        was = f" (it was {run.paused_from})" if run.paused_from else ""
-        return (
-            f"paused at {step} for {human(now - run.updated_at)} by an operator{was}; "
-            "it dispatches nothing until it is unpaused",
-            True,
-        )
+        text = f"paused at {step} for {human(now - run.updated_at)}"
+        if run.paused_from:
+            text += f" (it was {run.paused_from})"
+        if run.held is not None:
+            facts.append(
+                Fact("answer_held", "a task answer arrived during the pause; it is applied at unpause")
+            )
+        return text + "; an operator paused it: unpause it to continue", True
     if run.status == "waiting":
         return _waiting(obs, step)
     if run.status == "sleeping":

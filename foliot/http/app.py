@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import re
 from typing import Any, TypeVar
 
 import attrs
@@ -76,6 +77,13 @@ class Caller:
     admin: bool
     app: str | None = None
     key_id: str | None = None
+    role: str | None = None  # an operator token's role (viewer | operator | admin), else None
+
+
+# The calls an `operator` token may make besides reads: the interventions, one run or in bulk.
+_INTERVENTION = re.compile(
+    r"^/apps/[^/]+/runs(?:/[^/]+)?/(?:cancel|redrive|rewind|skip|state|pause|unpause)$"
+)
 
 
 @attrs.frozen
@@ -128,7 +136,32 @@ async def authenticate() -> Caller:
             and credentials.matches(secret, record.secret_hash)
         ):
             return Caller(admin=False, app=record.app, key_id=key_id)
+    operator = await operator_caller(token)
+    if operator is not None:
+        return operator
     raise Unauthorized("invalid or revoked key")
+
+
+async def operator_caller(token: str) -> Caller | None:
+    """The caller an operator token stands for (None: not a live operator token)."""
+    parts = credentials.split_operator_token(token)
+    if parts is None:
+        return None
+    token_id, secret = parts
+    record = await engine().store.get_operator_token(token_id)
+    if record is None or record.revoked_at is not None or not credentials.matches(secret, record.secret_hash):
+        return None
+    return Caller(admin=record.role == "admin", key_id=token_id, role=record.role)
+
+
+def check_operator_scope(caller: Caller, method: str, path: str) -> None:
+    """A `viewer` token only reads; an `operator` token also intervenes; 403 otherwise."""
+    if caller.role not in ("viewer", "operator") or method in ("GET", "HEAD"):
+        return
+    if caller.role == "viewer":
+        raise Forbidden("a viewer token can only read")
+    if not _INTERVENTION.match(path):
+        raise Forbidden("an operator token can read and intervene on runs; this call needs an app key")
 
 
 async def require_admin() -> Caller:
@@ -141,7 +174,9 @@ async def require_admin() -> Caller:
 async def require_app(app: str) -> Caller:
     """Admin, or a key of this very app; the app must exist."""
     caller = await authenticate()
-    if not caller.admin:
+    if caller.role in ("viewer", "operator"):
+        check_operator_scope(caller, request.method, request.path)
+    elif not caller.admin:
         if caller.app != app:
             raise Forbidden(f"this key does not belong to app {app!r}")
         return caller  # a live key's app exists (the key row references it)
@@ -237,7 +272,9 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
         has_body = bool(length) or "chunked" in request.headers.get("Transfer-Encoding", "").lower()
         content_type = request.headers.get("Content-Type")
         # No Content-Type at all is taken as JSON (docs/decisions.md); any other type is refused.
-        if has_body and content_type is not None and not is_json_media_type(content_type):
+        # The console's pages post HTML forms (foliot/console/); everything else speaks JSON.
+        form_ok = request.path.startswith("/console/")
+        if has_body and content_type is not None and not is_json_media_type(content_type) and not form_ok:
             return error_response(
                 UnsupportedMediaType("request bodies are JSON: send Content-Type: application/json")
             )
@@ -301,8 +338,9 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(Internal("internal error; see the server log"))
 
-    from . import admin, apps, bulk, diagnosis, runs, signals, swf, tasks, workflows
+    from ..console import views as console
+    from . import admin, apps, bulk, diagnosis, operators, runs, signals, swf, tasks, workflows
 
-    for module in (apps, workflows, runs, bulk, signals, tasks, admin, diagnosis, swf):
+    for module in (apps, workflows, runs, bulk, signals, tasks, admin, diagnosis, operators, console, swf):
         app.register_blueprint(module.blueprint)
     return app

@@ -90,6 +90,12 @@ def selection(app: str, spec: BulkBody) -> Selection:
 async def bulk(app_name: str, verb: str) -> Response:
     await require_app(app_name)
     spec = await body(BulkBody)
+    return json_response(await apply_bulk(app_name, verb, spec))
+
+
+async def apply_bulk(app_name: str, verb: str, spec: BulkBody) -> dict[str, Any]:
+    """One page of a bulk intervention (the caller checked who may do it); the answer's body.
+    The console's bulk forms call this too (foliot/console/views.py)."""
     chosen = selection(app_name, spec)
     make, done_field = VERBS[verb]
     eng = engine()
@@ -118,7 +124,7 @@ async def bulk(app_name: str, verb: str) -> Response:
         "skipped": counts["skipped"],
         "cursor": cursor,
     }
-    return json_response(answer)
+    return answer
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:

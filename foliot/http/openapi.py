@@ -110,6 +110,13 @@ SCHEMAS: dict[str, Any] = {
         },
         ("queue",),
     ),
+    "OperatorToken": _obj(
+        {
+            "role": {"type": "string", "enum": ["viewer", "operator", "admin"]},
+            "name": {**NAME, "type": ["string", "null"]},
+        },
+        ("role",),
+    ),
     "Complete": _obj(
         {
             "output": ANY,
@@ -191,6 +198,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("GET", "/admin/swf/credentials"): ("List live SWF access keys", None, 200, "admin"),
     ("DELETE", "/admin/swf/credentials/{access_key_id}"): ("Revoke an SWF access key", None, 200, "admin"),
     ("GET", "/admin/runs/overdue"): ("Open runs pending at a step too long, grouped", None, 200, "admin"),
+    ("POST", "/admin/operator-tokens"): (
+        "Create an operator token (shown once)",
+        "OperatorToken",
+        201,
+        "admin",
+    ),
+    ("GET", "/admin/operator-tokens"): ("List live operator tokens", None, 200, "admin"),
+    ("DELETE", "/admin/operator-tokens/{token_id}"): ("Revoke an operator token", None, 200, "admin"),
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
@@ -219,8 +234,8 @@ _PARAM = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 def routes(app: Quart) -> set[tuple[str, str]]:
     found = set()
     for rule in app.url_map.iter_rules():
-        if rule.endpoint == "static":
-            continue
+        if rule.endpoint == "static" or rule.rule.startswith("/console"):
+            continue  # the console's HTML pages are documented in docs/console.md
         path = _PARAM.sub(r"{\1}", rule.rule)
         for method in rule.methods or ():
             if method not in ("HEAD", "OPTIONS"):

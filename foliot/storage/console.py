@@ -39,6 +39,13 @@ class RunQuery:
     created_to: int | None = None  # exclusive, ms
 
 
+def run_count_sql(q: RunQuery, cap: int, *, postgres: bool) -> tuple[str, list[Any]]:
+    """`SELECT COUNT(*)` of the runs `q` selects, counting no further than `cap`."""
+    sql, params = run_query_sql(q, cap, None, postgres=postgres)
+    inner = sql.replace("SELECT doc FROM runs", "SELECT 1 FROM runs", 1)
+    return f"SELECT COUNT(*) FROM ({inner}) AS matched", params
+
+
 def run_query_sql(
     q: RunQuery, limit: int, after: tuple[int, str] | None, *, postgres: bool
 ) -> tuple[str, list[Any]]:
@@ -64,13 +71,10 @@ def run_query_sql(
         doc_class = "(doc::jsonb #>> '{error,cls}')" if postgres else "json_extract(doc, '$.error.cls')"
         clauses.append(f"{doc_class} = {mark(q.error_class)}")
     if after is not None:
-        if postgres:
-            clauses.append(f"(created_at, run_id) < ({mark(after[0])}, {mark(after[1])})")
-        else:
-            at = mark(after[0])
-            clauses.append(
-                f"(created_at < {at} OR (created_at = {mark(after[0])} AND run_id < {mark(after[1])}))"
-            )
+        # A row-value comparison, not `created_at < ? OR (created_at = ? AND run_id < ?)`: SQLite
+        # walks the index from the cursor only for this form (the OR form read every row before
+        # the cursor: 383 ms instead of 0.2 ms halfway down a million runs).
+        clauses.append(f"(created_at, run_id) < ({mark(after[0])}, {mark(after[1])})")
     sql = (
         f"SELECT doc FROM runs WHERE {' AND '.join(clauses)}"
         f" ORDER BY created_at DESC, run_id DESC LIMIT {mark(limit)}"

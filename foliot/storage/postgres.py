@@ -66,7 +66,7 @@ from .base import (
     task_rows,
     timer_rows,
 )
-from .console import OperatorTokenRecord, RunQuery, run_query_sql
+from .console import OperatorTokenRecord, RunQuery, run_count_sql, run_query_sql
 from .swf_postgres import SwfPostgres
 
 T = TypeVar("T")
@@ -895,6 +895,11 @@ class PostgresStore(SwfPostgres):
         sql, params = run_query_sql(q, limit, after, postgres=True)
         rows = await self._call(lambda c: c.fetch(sql, *params))
         return [_run(r["doc"]) for r in rows]
+
+    async def count_runs(self, q: RunQuery, cap: int) -> int:
+        sql, params = run_count_sql(q, cap, postgres=True)
+        n = await self._call(lambda c: c.fetchval(sql, *params))
+        return int(n)
 
     async def add_operator_token(self, token: OperatorTokenRecord) -> None:
         await self._call(

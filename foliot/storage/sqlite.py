@@ -45,7 +45,7 @@ from .base import (
     task_rows,
     timer_rows,
 )
-from .console import OperatorTokenRecord, RunQuery, run_query_sql
+from .console import OperatorTokenRecord, RunQuery, run_count_sql, run_query_sql
 from .swf_sqlite import SwfSqlite
 
 T = TypeVar("T")
@@ -382,8 +382,10 @@ class SqliteStore(SwfSqlite):
                 clauses.append(f"{column} = ?")
                 params.append(value)
         if after is not None:
-            clauses.append("(created_at < ? OR (created_at = ? AND run_id < ?))")
-            params.extend([after[0], after[0], after[1]])  # type: ignore[list-item]
+            # Row-value form: SQLite walks the index from the cursor (the OR form read every row
+            # before it; see storage/console.py).
+            clauses.append("(created_at, run_id) < (?, ?)")
+            params.extend([after[0], after[1]])  # type: ignore[list-item]
         sql = (
             f"SELECT doc FROM runs WHERE {' AND '.join(clauses)}"
             " ORDER BY created_at DESC, run_id DESC LIMIT ?"
@@ -502,6 +504,11 @@ class SqliteStore(SwfSqlite):
         sql, params = run_query_sql(q, limit, after, postgres=False)
         rows = await self._read(lambda c: c.execute(sql, params).fetchall(), scan=True)
         return [_run(r["doc"]) for r in rows]
+
+    async def count_runs(self, q: RunQuery, cap: int) -> int:
+        sql, params = run_count_sql(q, cap, postgres=False)
+        row = await self._read(lambda c: c.execute(sql, params).fetchone(), scan=True)
+        return int(row[0])
 
     async def add_operator_token(self, token: OperatorTokenRecord) -> None:
         await self._write(

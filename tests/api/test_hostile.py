@@ -520,6 +520,7 @@ class TestNoServerErrors:
             "token": [token],
             "key_id": ["fk_nope"],
             "access_key_id": ["FKIANOPE000000000000"],
+            "token_id": ["op_nope"],
         }
         statuses: list[int] = []
 

@@ -266,3 +266,12 @@ def test_running_without_task_or_timer() -> None:
         diagnose(Observation(run(status="sleeping"), NOW)).summary
         == "sleeping at `ship` with no wake-up time"
     )
+
+
+def test_a_paused_run_waits_for_its_unpause() -> None:
+    r = run(status="paused", paused_from="waiting", current_step="pay")
+    d = diagnose(Observation(r, NOW))
+    assert d.summary == (
+        "paused at `pay` for 41 min (it was waiting); an operator paused it: unpause it to continue"
+    )
+    assert d.attention

@@ -1,0 +1,1 @@
+"""The operator console: server-rendered pages under `/console` (docs/console.md)."""

@@ -1,0 +1,121 @@
+"""A workflow drawn as SVG, server-side, from its definition document (pure; no I/O).
+
+Steps stand in a column in definition order, the sentinels they reach below them. An edge to
+the next box is a short arrow; every other edge (a jump, a loop back, `onFailure`,
+`onTimeout`, a choice) runs in its own lane to the right, labelled. Marks: the current step,
+the steps the run passed through, the steps that failed.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any, Final
+
+import attrs
+
+from ..workflow.definition import SENTINELS
+
+BOX_W: Final = 230
+BOX_H: Final = 38
+GAP: Final = 26
+LEFT: Final = 12
+TOP: Final = 12
+LANE: Final = 16
+
+
+@attrs.frozen
+class Edge:
+    source: str
+    target: str
+    label: str  # "" for the plain `next`
+    kind: str  # next | failure | timeout | choice | default
+
+
+@attrs.frozen
+class Marks:
+    current: str | None = None
+    visited: frozenset[str] = frozenset()
+    failed: frozenset[str] = frozenset()
+
+
+def edges(document: dict[str, Any]) -> list[Edge]:
+    """Every transition a definition allows, in step order."""
+    steps = document.get("steps") or []
+    names = [s["name"] for s in steps]
+    out: list[Edge] = []
+    for i, step in enumerate(steps):
+        name = step["name"]
+        following = names[i + 1] if i + 1 < len(names) else "$end"
+        kind = step.get("type")
+        if kind == "choice":
+            for n, choice in enumerate(step.get("choices") or []):
+                out.append(Edge(name, choice["next"], f"when #{n + 1}", "choice"))
+            if step.get("default"):
+                out.append(Edge(name, step["default"], "default", "default"))
+            continue
+        out.append(Edge(name, step.get("next") or following, "", "next"))
+        if step.get("onFailure"):
+            out.append(Edge(name, step["onFailure"], "on failure", "failure"))
+        if step.get("onTimeout"):
+            out.append(Edge(name, step["onTimeout"], "on timeout", "timeout"))
+    return out
+
+
+def render(document: dict[str, Any], marks: Marks = Marks()) -> str:
+    """The SVG text (every name escaped)."""
+    steps = document.get("steps") or []
+    all_edges = edges(document)
+    order = [s["name"] for s in steps]
+    order += [s for s in ("$end", "$fail", "$stuck") if any(e.target == s for e in all_edges)]
+    kinds = {s["name"]: s.get("type", "") for s in steps}
+    row = {name: i for i, name in enumerate(order)}
+    lanes = [e for e in all_edges if not (e.kind == "next" and row.get(e.target) == row[e.source] + 1)]
+    width = LEFT + BOX_W + 40 + LANE * len(lanes) + 90
+    height = TOP + len(order) * (BOX_H + GAP)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="workflow graph">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+        'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>',
+    ]
+    for name in order:
+        i = row[name]
+        x, y = LEFT, TOP + i * (BOX_H + GAP)
+        classes = ["node", "sentinel" if name in SENTINELS else f"kind-{escape(kinds.get(name, ''))}"]
+        if name in marks.visited:
+            classes.append("visited")
+        if name in marks.failed:
+            classes.append("failed")
+        if name == marks.current:
+            classes.append("current")
+        label = escape(name) if name in SENTINELS else f"{escape(name)} · {escape(kinds.get(name, ''))}"
+        parts.append(
+            f'<g class="{" ".join(classes)}" data-step="{escape(name)}"><title>{escape(name)}</title>'
+            f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6"/>'
+            f'<text x="{x + 10}" y="{y + BOX_H / 2 + 5}">{label}</text></g>'
+        )
+    for e in all_edges:
+        if e not in lanes and e.source in row and e.target in row:
+            y0 = TOP + row[e.source] * (BOX_H + GAP) + BOX_H
+            parts.append(
+                f'<line class="edge" x1="{LEFT + BOX_W / 2}" y1="{y0}" x2="{LEFT + BOX_W / 2}" '
+                f'y2="{y0 + GAP - 2}" marker-end="url(#arrow)"/>'
+            )
+    from_source: dict[str, int] = {}
+    for lane, e in enumerate(lanes):
+        if e.source not in row or e.target not in row:
+            continue
+        nth = from_source.get(e.source, 0)  # the n-th lane leaving this box: its own height
+        from_source[e.source] = nth + 1
+        ys = TOP + row[e.source] * (BOX_H + GAP) + 8 + 9 * min(nth, 3)
+        yt = TOP + row[e.target] * (BOX_H + GAP) + BOX_H / 2 + 6
+        xr = LEFT + BOX_W
+        xl = xr + 20 + LANE * lane
+        parts.append(
+            f'<path class="edge edge-{e.kind}" d="M {xr} {ys} H {xl} V {yt} H {xr + 2}" fill="none" '
+            f'marker-end="url(#arrow)"/>'
+        )
+        if e.label:
+            parts.append(f'<text class="edge-label" x="{xl + 3}" y="{ys + 3}">{escape(e.label)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)

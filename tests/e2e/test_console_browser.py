@@ -1,0 +1,205 @@
+"""The console in a real browser: headless Chromium (Debian's `chromium` + `chromium-driver`)
+driven by Selenium against a live server.
+
+Signs in, finds a stuck run by filter, reads its "why" line, fixes its state and rewinds it,
+sees it complete; saves a screenshot of each page (to `$FOLIOT_SCREENSHOTS`, else the test's
+temporary folder; `docs/console/*.png` were made this way). `.ci/run` installs Chromium and
+sets `FOLIOT_REQUIRE_BROWSER=1`, so there a missing browser fails the test instead of skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from ..conftest import ADMIN, Api
+
+pytestmark = pytest.mark.e2e
+
+STUCK = {
+    "name": "fulfil",
+    "steps": [
+        {
+            "name": "check",
+            "type": "choice",
+            "choices": [
+                {
+                    "when": {
+                        "any": [
+                            {"path": "input.fix", "op": "exists", "value": True},
+                            {"path": "state.fix", "op": "exists", "value": True},
+                        ]
+                    },
+                    "next": "ship",
+                }
+            ],
+            "default": "$stuck",
+        },
+        {"name": "ship", "type": "task", "next": "$end"},
+    ],
+}
+WAITER = {"name": "await-payment", "steps": [{"name": "pay", "type": "wait", "signal": "paid"}]}
+
+
+def _driver() -> Any:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if chromium is None or chromedriver is None:
+        if os.environ.get("FOLIOT_REQUIRE_BROWSER") == "1":
+            pytest.fail("chromium and chromium-driver are required (FOLIOT_REQUIRE_BROWSER=1)")
+        pytest.skip("chromium / chromium-driver not installed (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1360,1000",
+    ):
+        options.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'foliot.db'}"  # one store: the browser is the point here
+
+
+async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tmp_path: Path) -> None:
+    shots = Path(os.environ.get("FOLIOT_SCREENSHOTS") or tmp_path / "shots")
+    shots.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (a local folder, once)
+    await api.register(STUCK)
+    await api.register(WAITER)
+    for i in range(3):
+        done = await api.start("fulfil", {"fix": i})
+        await api.until(done["runId"], "completed")
+    stuck = await api.start("fulfil", {"orderId": 7}, businessKey="order-7")
+    await api.until(stuck["runId"], "stuck")
+    waiting = [
+        (await api.start("await-payment", {"orderId": i}, businessKey=f"pay-{i}"))["runId"] for i in range(50)
+    ]
+    for waiter in waiting:
+        await api.until(waiter, "waiting")
+    base = str(api.client.base_url)
+    run_id = stuck["runId"]
+
+    def browse() -> dict[str, Any]:
+        from selenium.webdriver.common.by import By
+        from selenium.webdriver.support.ui import Select
+
+        seen: dict[str, Any] = {}
+        driver = _driver()
+        try:
+            find: Callable[[str], Any] = lambda css: driver.find_element(By.CSS_SELECTOR, css)  # noqa: E731
+            driver.get(f"{base}/console/")
+            assert "/console/login" in driver.current_url  # sent to sign in
+            driver.save_screenshot(str(shots / "login.png"))
+            find("input[name=token]").send_keys(ADMIN)
+            find("form[action='/console/login'] button").click()
+            assert driver.current_url.endswith("/console/")
+            driver.save_screenshot(str(shots / "overview.png"))
+            seen["overview"] = driver.page_source
+            cookie = driver.get_cookie("foliot_console")
+            seen["cookie"] = cookie
+            driver.get(f"{base}/console/runs?app=orders")
+            Select(find("select[name=status]")).select_by_visible_text("stuck")
+            find("form.filters button").click()
+            driver.save_screenshot(str(shots / "runs.png"))
+            links = driver.find_elements(By.CSS_SELECTOR, "table a code")
+            seen["found"] = [link.text for link in links]
+            links[0].click()
+            seen["why"] = find("#why").text
+            driver.save_screenshot(str(shots / "run-stuck.png"))
+            find("form[action$='/state'] textarea[name=set]").send_keys('{"fix": true}')
+            find("form[action$='/state'] input[name=reason]").send_keys("stock found")
+            find("form[action$='/state'] input[name=confirm]").click()
+            find("form[action$='/state'] button").click()
+            seen["after_edit"] = find("p.msg").text
+            Select(find("form[action$='/rewind'] select[name=toStep]")).select_by_visible_text("check")
+            find("form[action$='/rewind'] input[name=reason]").send_keys("retry the route")
+            find("form[action$='/rewind'] input[name=confirm]").click()
+            find("form[action$='/rewind'] button").click()
+            seen["after_rewind"] = find("p.msg").text
+            # bulk-cancel the 50 runs waiting for a payment: the count, a confirmation, the result
+            driver.get(f"{base}/console/runs?app=orders")
+            find("input[name=workflow]").send_keys("await-payment")
+            Select(find("select[name=status]")).select_by_visible_text("waiting")
+            find("form.filters button").click()
+            seen["bulk_offer"] = driver.find_element(
+                By.XPATH, "//h2[text()='Bulk interventions']/following-sibling::p"
+            ).text
+            find("form[action='/console/runs/bulk/cancel'] button").click()
+            seen["bulk_ask"] = find("main p").text
+            driver.save_screenshot(str(shots / "bulk-confirm.png"))
+            find("input[name=reason]").send_keys("orders withdrawn")
+            find("input[name=confirm]").click()
+            find("form[action='/console/runs/bulk/cancel'] button").click()
+            seen["bulk_done"] = find("p.msg").text
+            return seen
+        finally:
+            driver.quit()
+
+    seen = await trio.to_thread.run_sync(browse)
+    assert seen["cookie"]["httpOnly"] is True and seen["cookie"]["sameSite"] == "Strict"
+    assert seen["found"] == [run_id]
+    assert seen["why"].startswith("Why is it not moving? stuck at `check` for ")
+    assert "no_choice_matched" in seen["why"] or "stuck_by_definition" in seen["why"]
+    assert seen["after_edit"] == "state: done" and seen["after_rewind"] == "rewind: done"
+    assert seen["bulk_offer"] == "50 run(s) match this filter."
+    assert seen["bulk_ask"].startswith("50 run(s) of app orders match")
+    assert (
+        seen["bulk_done"] == "50 run(s) examined: 50 cancelled, 0 skipped (their status does not allow it)."
+    )
+    assert {(await api.run(w))["status"] for w in waiting} == {"cancelled"}
+    done = await api.until(run_id, "completed")
+    assert done["state"]["fix"] is True and done["generation"] == 2
+
+    def more_shots() -> None:
+        driver = _driver()
+        try:
+            driver.get(f"{base}/console/login")
+            from selenium.webdriver.common.by import By
+
+            driver.find_element(By.CSS_SELECTOR, "input[name=token]").send_keys(ADMIN)
+            driver.find_element(By.CSS_SELECTOR, "form[action='/console/login'] button").click()
+            for name, path in (
+                ("run-completed", f"/console/apps/orders/runs/{run_id}"),
+                ("actors", "/console/actors"),
+                ("timers", "/console/timers"),
+                ("queues", "/console/queues"),
+                ("workflows", "/console/workflows?app=orders"),
+                ("workflow", "/console/apps/orders/workflows/fulfil"),
+            ):
+                driver.get(base + path)
+                assert "<h1>" in driver.page_source, path
+                driver.save_screenshot(str(shots / f"{name}.png"))
+        finally:
+            driver.quit()
+
+    await trio.to_thread.run_sync(more_shots)
+    assert sorted(p.name for p in shots.glob("*.png")) == sorted(  # noqa: ASYNC240
+        f"{n}.png"
+        for n in (
+            "bulk-confirm",
+            "login",
+            "overview",
+            "runs",
+            "run-stuck",
+            "run-completed",
+            "actors",
+            "timers",
+            "queues",
+            "workflows",
+            "workflow",
+        )
+    )
