@@ -181,6 +181,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("GET", "/admin/actors"): ("Live run actors", None, 200, "admin"),
     ("GET", "/admin/actors/{run_id}"): ("One live actor with its timers", None, 200, "admin"),
     ("GET", "/admin/timers"): ("Timer wheel status", None, 200, "admin"),
+    ("GET", "/admin/queues"): ("Pull queues on this node: tasks waiting, pollers parked", None, 200, "admin"),
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
