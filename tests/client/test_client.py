@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import trio
-
 from foliot_client import AsyncClient, Client, RetryPolicy, errors
 from foliot_client.models import App, AppCreated
 
@@ -89,7 +88,9 @@ async def test_runs_signals_tasks_and_history(api: Api) -> None:
 
 
 async def test_interventions_and_typed_errors(api: Api) -> None:
-    api.handler.route("reserve", lambda body, h: answer_json({"error": {"class": "boom", "retryable": False}}, 500))
+    api.handler.route(
+        "reserve", lambda body, h: answer_json({"error": {"class": "boom", "retryable": False}}, 500)
+    )
     async with client(api) as c:
         await c.register_workflow(FLOW)
         await c.register_workflow(WAIT)
