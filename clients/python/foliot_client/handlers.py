@@ -168,6 +168,8 @@ class TaskRouter:
             return error_answer(401, "bad_signature", str(exc), False)
         try:
             data = json.loads(raw)
+            if not isinstance(data, dict):
+                raise TypeError("the body is not a JSON object")
             task = Task.from_json(data)
         except (ValueError, KeyError, TypeError) as exc:
             return error_answer(400, "invalid_task", f"not a Foliot task: {exc}", False)
