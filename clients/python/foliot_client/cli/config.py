@@ -54,7 +54,7 @@ def resolve(
 ) -> Target:
     """Each setting from the first of: flag, `FOLIOT_URL`/`FOLIOT_TOKEN`/`FOLIOT_APP`, the
     profile (`--profile`, `FOLIOT_PROFILE`, else `default` when the file has one)."""
-    name = profile or env.get("FOLIOT_PROFILE")
+    name = profile or env.get("FOLIOT_PROFILE") or None
     if name is not None and name not in profiles:
         raise ConfigError(f"no profile {name!r} (known: {', '.join(sorted(profiles)) or 'none'})")
     chosen: Mapping[str, Any] = profiles.get(name or "default", {})
