@@ -27,10 +27,9 @@ CLIENT_SRC = ROOT / "clients" / "python"
 ORDER = {
     "name": "order-fulfilment",
     "steps": [
-        {"name": "reserve", "type": "task", "onFailure": "release"},
-        {"name": "pick", "type": "task", "queue": "warehouse", "onFailure": "release"},
-        {"name": "ship", "type": "task", "next": "$end"},
-        {"name": "release", "type": "task", "next": "$fail"},
+        {"name": "reserve", "type": "task"},
+        {"name": "pick", "type": "task", "queue": "warehouse"},
+        {"name": "ship", "type": "task"},
     ],
 }
 
@@ -79,7 +78,7 @@ async def test_the_examples_run_the_order_workflow(
         assert done["state"]["reserve"] == {"reservationId": "R-7"}
         assert done["state"]["pick"] == {"picked": 2, "attempt": 1}
         assert done["state"]["ship"] == {"shipped": "R-7"}
-        assert failed["status"] == "failed" and "release" in failed["state"]
+        assert failed["status"] == "failed" and failed["error"]["class"] == "nothing_to_pick"
         worker.send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await worker.wait() == 0, (tmp_path / "worker.log").read_text()
@@ -88,6 +87,12 @@ async def test_the_examples_run_the_order_workflow(
             worker.kill()
             await worker.wait()
         log.close()
+
+
+def test_the_readme_shows_the_shipped_examples() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for name in ("worker.py", "fastapi_handler.py"):
+        assert f"```python\n{(ROOT / 'examples' / name).read_text()}```" in readme, name
 
 
 BLOCKER = """
