@@ -83,7 +83,6 @@ class WorkerStats:
     released: int = 0  # given back at shutdown
     heartbeats: int = 0
     outage_retries: int = 0
-    seen_keys: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -229,7 +228,6 @@ class Worker:
 
     def _take(self, tg: anyio.abc.TaskGroup, task: Task) -> None:
         self.stats.received += 1
-        self.stats.seen_keys.append(task.idempotency_key)
         held = _Held(task, TaskContext(task), anyio.CancelScope())
         self._held[task.task_token] = held
         tg.start_soon(self._execute, held)
