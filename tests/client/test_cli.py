@@ -211,3 +211,30 @@ async def test_engine_foliot_command_delegates_operator_commands(
     code = await trio.to_thread.run_sync(lambda: engine_main(["runs", "show", "run_nope"]))
     assert code == 3 and capsys.readouterr().err.startswith("error: 404 not_found")
     assert await trio.to_thread.run_sync(lambda: cli_main(["nope"])) == 2
+
+
+async def test_why_pause_unpause_and_bulk(api: Api, run_cli: Cli) -> None:
+    await api.register({"name": "q", "steps": [{"name": "pick", "type": "task", "queue": "warehouse"}]})
+    run = await api.start("q")
+    await api.until(run["runId"], "running")
+    why = await run_cli.json("why", run["runId"])
+    assert why["runId"] == run["runId"] and "warehouse" in why["summary"]
+    text = (await run_cli("why", run["runId"])).stdout
+    lines = text.splitlines()  # the summary names durations, which move between the two calls
+    assert lines[0].startswith("needs attention: queued on `warehouse`") and why["attention"] is True
+    assert len(lines) == 1 + len(why["facts"]) and "  - 1 task(s) wait on `warehouse`" in lines
+    await run_cli("why", "run_nope", code=3)
+
+    paused = await run_cli.json("runs", "pause", run["runId"], "--reason", "hold")
+    assert paused["status"] == "paused"
+    assert "now running" in (await run_cli("runs", "unpause", run["runId"])).stdout
+    others = [(await api.start("q"))["runId"] for _ in range(3)]
+    for run_id in others:
+        await api.until(run_id, "running")
+    done = await run_cli.json(
+        "runs", "bulk", "cancel", "--workflow", "q", "--page-size", "2", "--reason", "x"
+    )
+    assert (done["acted"], done["matched"], done["skipped"]) == (4, 4, 0) and done["pages"] >= 2
+    again = (await run_cli("runs", "bulk", "cancel", "--workflow", "q")).stdout
+    assert "cancelled 0 of 4 matching runs (4 skipped)" in again
+    await run_cli("runs", "bulk", "explode", "--workflow", "q", code=2)

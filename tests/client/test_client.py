@@ -270,3 +270,38 @@ async def test_the_blocking_client(api: Api) -> None:
             return [e.type for e in c.iter_events(run_id, page_size=2)]
 
     assert (await in_thread(history))[-1] == "run_completed"
+
+
+async def test_pause_unpause_bulk_and_diagnosis(api: Api) -> None:
+    from foliot_client import BulkSelection
+
+    async with client(api) as c:
+        await c.register_workflow(WAIT)
+        one = await c.start_run("wait")
+        await api.until(one.run_id, "waiting")
+        paused = await c.pause_run(one.run_id, reason="hold")
+        assert paused.status == "paused"
+        with pytest.raises(errors.InvalidStatus):
+            await c.pause_run(one.run_id)
+        held = await c.send_signal("go", run_id=one.run_id)
+        assert held.status == "buffered"  # a paused run advances on nothing
+        assert (await c.unpause_run(one.run_id)).status in ("running", "completed")
+        await api.until(one.run_id, "completed")
+
+        why = await c.diagnose_run(one.run_id)
+        assert why.summary and isinstance(why.attention, bool)
+        assert all({"code", "text"} <= set(fact) for fact in why.facts)
+
+        runs = [(await c.start_run("wait")).run_id for _ in range(5)]
+        for run_id in runs:
+            await api.until(run_id, "waiting")
+        pages = [
+            p async for p in c.bulk("pause", BulkSelection("wait", status="waiting", limit=2, reason="r"))
+        ]
+        assert len(pages) >= 3 and pages[-1].cursor is None
+        assert sum(p.acted for p in pages) == 5 and sum(p.skipped for p in pages) == 0
+        assert {(await c.get_run(r)).status for r in runs} == {"paused"}
+        page = await c.bulk_page("cancel", BulkSelection("wait", limit=1000))
+        assert (page.acted, page.cursor) == (5, None)
+        with pytest.raises(ValueError):
+            await c.bulk_page("explode", BulkSelection("wait"))

@@ -3,7 +3,7 @@
 (`pip install 'foliot-client[cli]'`)."""
 
 from . import errors
-from ._base import Actor, Call, Diagnosis, RetryPolicy, should_retry
+from ._base import Actor, BulkPage, BulkSelection, Call, Diagnosis, RetryPolicy, should_retry
 from .client import AsyncClient, Client
 from .handlers import HttpAnswer, IdempotencyStore, MemoryIdempotencyStore, TaskRouter
 from .models import (
@@ -35,6 +35,8 @@ __all__ = [
     "App",
     "AppCreated",
     "AsyncClient",
+    "BulkPage",
+    "BulkSelection",
     "Call",
     "Client",
     "CompleteResult",

@@ -157,8 +157,52 @@ class Diagnosis:
     """Why a run is (not) moving, as the server explains it (`GET …/runs/{id}/diagnosis`)."""
 
     summary: str
-    facts: list[Any]
+    attention: bool  # the run will not move without someone acting
+    facts: list[dict[str, Any]]  # [{code, text}]
     raw: dict[str, Any] = field(repr=False, compare=False)
+
+
+BULK_ACTIONS = ("pause", "unpause", "cancel", "redrive")
+_BULK_COUNT = {"pause": "paused", "unpause": "unpaused", "cancel": "cancelled", "redrive": "redriven"}
+
+
+@dataclass(frozen=True)
+class BulkSelection:
+    """Which runs a bulk intervention examines (`workflow` required) and acts on."""
+
+    workflow: str
+    status: str | None = None
+    business_key: str | None = None
+    step: str | None = None
+    version: int | None = None
+    reason: str | None = None
+    limit: int | None = None  # runs examined per page, 1..1000
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workflow": self.workflow,
+            **_clean({"status": self.status, "businessKey": self.business_key, "step": self.step,
+                      "version": self.version, "reason": self.reason, "limit": self.limit}),
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class BulkPage:
+    """One page of a bulk intervention: `acted` is the verb's count (`paused`, `cancelled`, ...);
+    `cursor` is None after the last page."""
+
+    matched: int
+    acted: int
+    skipped: int
+    cursor: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+
+def _bulk_page(action: str) -> Callable[[int, Any], BulkPage]:
+    def parse(_: int, d: Any) -> BulkPage:
+        return BulkPage(int(d["matched"]), int(d[_BULK_COUNT[action]]), int(d["skipped"]), d.get("cursor"), d)
+
+    return parse
 
 
 def _app_created_or_view(status: int, d: Any) -> AppCreated | App:
@@ -314,6 +358,21 @@ class BaseClient:
     def b_cancel_run(self, run_id: str, reason: str | None, app: str | None) -> Call[Run]:
         return self._intervene(run_id, "cancel", _clean({"reason": reason}), app)
 
+    def b_pause_run(self, run_id: str, reason: str | None, app: str | None) -> Call[Run]:
+        return self._intervene(run_id, "pause", _clean({"reason": reason}), app)
+
+    def b_unpause_run(self, run_id: str, reason: str | None, app: str | None) -> Call[Run]:
+        return self._intervene(run_id, "unpause", _clean({"reason": reason}), app)
+
+    def b_bulk(
+        self, action: str, selection: BulkSelection, cursor: str | None, app: str | None
+    ) -> Call[BulkPage]:
+        if action not in BULK_ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(BULK_ACTIONS)}")
+        body = {**selection.to_json(), **_clean({"cursor": cursor})}
+        # The server skips runs a retried page already handled: safe to repeat.
+        return Call("POST", f"{self._app(app)}/runs/{action}", _bulk_page(action), json=body, safe=True)
+
     def b_redrive_run(self, run_id: str, reason: str | None, app: str | None) -> Call[Run]:
         return self._intervene(run_id, "redrive", _clean({"reason": reason}), app)
 
@@ -348,7 +407,9 @@ class BaseClient:
         return Call(
             "GET",
             f"{self._app(app)}/runs/{_q(run_id)}/diagnosis",
-            lambda _, d: Diagnosis(str(d.get("summary", "")), list(d.get("facts") or []), d),
+            lambda _, d: Diagnosis(
+                str(d.get("summary", "")), bool(d.get("attention")), list(d.get("facts") or []), d
+            ),
             safe=True,
         )
 

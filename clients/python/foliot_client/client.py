@@ -19,6 +19,8 @@ from ._base import (
     UNSET,
     Actor,
     BaseClient,
+    BulkPage,
+    BulkSelection,
     Call,
     Diagnosis,
     RetryPolicy,
@@ -213,6 +215,29 @@ class Client(BaseClient):
 
     def redrive_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
         return self.send(self.b_redrive_run(run_id, reason, app))
+
+    def pause_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        """Hold a run: it dispatches nothing and advances on nothing until `unpause_run`."""
+        return self.send(self.b_pause_run(run_id, reason, app))
+
+    def unpause_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return self.send(self.b_unpause_run(run_id, reason, app))
+
+    def bulk_page(
+        self, action: str, selection: BulkSelection, *, cursor: str | None = None, app: str | None = None
+    ) -> BulkPage:
+        """One page of `POST /runs/{pause|unpause|cancel|redrive}`."""
+        return self.send(self.b_bulk(action, selection, cursor, app))
+
+    def bulk(self, action: str, selection: BulkSelection, *, app: str | None = None) -> Iterator[BulkPage]:
+        """Every page of a bulk intervention, following `cursor` to the end."""
+        cursor = None
+        while True:
+            page = self.bulk_page(action, selection, cursor=cursor, app=app)
+            yield page
+            if page.cursor is None:
+                return
+            cursor = page.cursor
 
     def rewind_run(
         self,
@@ -461,6 +486,28 @@ class AsyncClient(BaseClient):
 
     async def redrive_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
         return await self.send(self.b_redrive_run(run_id, reason, app))
+
+    async def pause_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return await self.send(self.b_pause_run(run_id, reason, app))
+
+    async def unpause_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return await self.send(self.b_unpause_run(run_id, reason, app))
+
+    async def bulk_page(
+        self, action: str, selection: BulkSelection, *, cursor: str | None = None, app: str | None = None
+    ) -> BulkPage:
+        return await self.send(self.b_bulk(action, selection, cursor, app))
+
+    async def bulk(
+        self, action: str, selection: BulkSelection, *, app: str | None = None
+    ) -> AsyncIterator[BulkPage]:
+        cursor = None
+        while True:
+            page = await self.bulk_page(action, selection, cursor=cursor, app=app)
+            yield page
+            if page.cursor is None:
+                return
+            cursor = page.cursor
 
     async def rewind_run(
         self,

@@ -11,7 +11,7 @@
         ├── Forbidden             403
         ├── NotFound              404
         ├── Conflict              409 conflict and the specific codes below
-        │   ├── InvalidStatus, TaskClosed, BusinessKeyInUse (`run_id`), RunClosed,
+        │   ├── InvalidStatus, TaskClosed, BusinessKeyInUse (`run_id`), RunClosed, RunPaused,
         │   ├── IdempotencyKeyReused, SignalBufferFull, TaskNotClaimed
         ├── PayloadTooLarge       413 payload_too_large, signal_buffer_too_large
         ├── Overloaded            429/503 overloaded (`retry_after`, `reason`): nothing changed
@@ -126,6 +126,10 @@ class RunClosed(Conflict):
     pass
 
 
+class RunPaused(Conflict):
+    pass
+
+
 class IdempotencyKeyReused(Conflict):
     pass
 
@@ -183,6 +187,7 @@ BY_CODE: dict[str, type[ApiError]] = {
     "task_not_claimed": TaskNotClaimed,
     "business_key_in_use": BusinessKeyInUse,
     "run_closed": RunClosed,
+    "run_paused": RunPaused,
     "idempotency_key_reused": IdempotencyKeyReused,
     "signal_buffer_full": SignalBufferFull,
     "payload_too_large": PayloadTooLarge,

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 import yaml
 
-from .._base import UNSET, Call, _raw
+from .._base import BULK_ACTIONS, UNSET, BulkSelection, Call, _raw
 from ..client import Client
 from ..errors import FoliotError
 from .config import ConfigError, config_path, load_profiles, resolve
@@ -273,6 +273,61 @@ def runs_redrive(s: Session, run_id: str, reason: str | None) -> None:
     _intervention(s, s.client.b_redrive_run(run_id, reason, s.need_app()), "redrove")
 
 
+@runs.command("pause")
+@click.argument("run_id")
+@click.option("--reason")
+@click.pass_obj
+def runs_pause(s: Session, run_id: str, reason: str | None) -> None:
+    """Hold a run: it dispatches nothing and advances on nothing until unpaused."""
+    _intervention(s, s.client.b_pause_run(run_id, reason, s.need_app()), "paused")
+
+
+@runs.command("unpause")
+@click.argument("run_id")
+@click.option("--reason")
+@click.pass_obj
+def runs_unpause(s: Session, run_id: str, reason: str | None) -> None:
+    """Let a paused run go on from where it was held."""
+    _intervention(s, s.client.b_unpause_run(run_id, reason, s.need_app()), "unpaused")
+
+
+@runs.command("bulk")
+@click.argument("action", type=click.Choice(BULK_ACTIONS))
+@click.option("--workflow", required=True)
+@click.option("--status")
+@click.option("--business-key")
+@click.option("--step", help="only runs at this step")
+@click.option("--version", type=int, help="only runs pinned to this version")
+@click.option("--reason")
+@click.option("--page-size", type=int, default=100, show_default=True, help="runs examined per call")
+@click.pass_obj
+def runs_bulk(
+    s: Session,
+    action: str,
+    workflow: str,
+    status: str | None,
+    business_key: str | None,
+    step: str | None,
+    version: int | None,
+    reason: str | None,
+    page_size: int,
+) -> None:
+    """Pause, unpause, cancel or redrive every run the filter selects (all pages)."""
+    selection = BulkSelection(workflow, status, business_key, step, version, reason, page_size)
+    totals = {"matched": 0, "acted": 0, "skipped": 0, "pages": 0}
+    cursor = None
+    while True:
+        page = s.call(s.client.b_bulk(action, selection, cursor, s.need_app()))
+        totals = {"matched": totals["matched"] + page.matched, "acted": totals["acted"] + page.acted,
+                  "skipped": totals["skipped"] + page.skipped, "pages": totals["pages"] + 1}  # fmt: skip
+        cursor = page.cursor
+        if cursor is None:
+            break
+    verb = {"pause": "paused", "unpause": "unpaused", "cancel": "cancelled", "redrive": "redriven"}[action]
+    line = f"{verb} {totals['acted']} of {totals['matched']} matching runs ({totals['skipped']} skipped)"
+    s.out.text(line, {"action": action, **totals})
+
+
 @runs.command("rewind")
 @click.argument("run_id")
 @click.option("--to", "to_step", required=True, help="the step to continue at")
@@ -506,7 +561,8 @@ def why(s: Session, run_id: str) -> None:
     if s.out.as_json:
         s.out.json(document)
         return
-    click.echo(document.get("summary", ""))
+    flag = "needs attention: " if document.get("attention") else ""
+    click.echo(f"{flag}{document.get('summary', '')}")
     for fact in document.get("facts") or []:
         click.echo(f"  - {_fact(fact)}")
 
