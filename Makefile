@@ -6,10 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: serve test test-fast lint bench migrate clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e './clients/python[cli]' -e '.[dev]'
 	touch $(STAMP)
 
 serve: $(STAMP)
@@ -25,9 +25,9 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not e2e"
 
 lint: $(STAMP)
-	$(BIN)/ruff check foliot tests bench examples
-	$(BIN)/ruff format --check foliot
-	$(BIN)/mypy foliot
+	$(BIN)/ruff check foliot tests bench examples clients/python
+	$(BIN)/ruff format --check foliot clients/python
+	$(BIN)/mypy foliot clients/python/foliot_client
 
 # Quick versions of every benchmark (bench/README.md); figures only, nothing asserted.
 # wrk is installed when missing (root); without it the scripts use their Python client.

@@ -1,4 +1,5 @@
-"""`foliot serve` and `foliot migrate`."""
+"""`foliot serve` and `foliot migrate`; every other command is the operator CLI of the
+`foliot-client[cli]` distribution (`foliot runs list`, `foliot why RUN_ID`, ...)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import faulthandler
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -13,9 +15,19 @@ import trio
 from . import logs
 from .config import Settings
 
+ENGINE_COMMANDS = ("serve", "migrate")
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="foliot", description="A durable workflow engine.")
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in and args_in[0] not in ENGINE_COMMANDS and args_in[0] not in ("-h", "--help"):
+        return _operator(args_in)
+    parser = argparse.ArgumentParser(
+        prog="foliot",
+        description="A durable workflow engine.",
+        epilog="Operator commands (runs, workflows, apps, actors, timers, queues, why) come with "
+        "foliot-client[cli]: `foliot runs --help`.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="serve the HTTP API (FOLIOT_HOST, FOLIOT_PORT, FOLIOT_DATABASE_URL)")
     sub.add_parser("migrate", help="apply storage migrations and exit")
@@ -38,6 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def _operator(argv: list[str]) -> int:
+    """Hand an operator command to `foliot_client.cli` (installed with `foliot-client[cli]`)."""
+    try:
+        from foliot_client.cli import main as operator_main
+    except ImportError:
+        print(
+            f"foliot: {argv[0]!r} is an operator command: pip install 'foliot-client[cli]' "
+            "(clients/python) for it; the engine itself has serve and migrate",
+            file=sys.stderr,
+        )
+        return 2
+    return operator_main(argv, prog_name="foliot")
 
 
 def _run(fn: Callable[[Settings], Awaitable[None]], settings: Settings) -> None:

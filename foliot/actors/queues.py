@@ -127,6 +127,15 @@ class Queues:
     def depth(self, app: str, queue: str) -> int:
         return len(self._pending.get((app, queue), ()))
 
+    def describe(self) -> list[dict[str, object]]:
+        """Each queue with offers waiting or pollers parked: `{app, queue, depth, waitingPollers}`."""
+        keys = sorted(set(self._pending) | set(self._lots))
+        return [
+            {"app": app, "queue": queue, "depth": self.depth(app, queue),
+             "waitingPollers": len(self._lots.get((app, queue), ()))}
+            for app, queue in keys
+        ]  # fmt: skip
+
     def waiting_pollers(self) -> int:
         return sum(len(lot) for lot in self._lots.values())
 

@@ -99,6 +99,13 @@ async def timers() -> Response:
     )
 
 
+@blueprint.get("/admin/queues")
+async def queues() -> Response:
+    await require_admin()
+    check_query(set())
+    return json_response({"queues": engine().queues.describe()})
+
+
 @blueprint.get("/metrics")
 async def metrics() -> Response:
     await require_admin()

@@ -206,6 +206,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ),
     ("GET", "/admin/operator-tokens"): ("List live operator tokens", None, 200, "admin"),
     ("DELETE", "/admin/operator-tokens/{token_id}"): ("Revoke an operator token", None, 200, "admin"),
+    ("GET", "/admin/queues"): ("Pull queues on this node: tasks waiting, pollers parked", None, 200, "admin"),
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}

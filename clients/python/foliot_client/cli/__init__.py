@@ -1,0 +1,594 @@
+"""The operator CLI: `foliot runs|workflows|apps|actors|timers|queues|why …`.
+
+Installed as `foliot-cli` by `pip install 'foliot-client[cli]'`; the engine's `foliot` command
+hands every command other than `serve` and `migrate` to it. Talks HTTP only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+import yaml
+
+from .._base import BULK_ACTIONS, UNSET, BulkSelection, Call, _raw
+from ..client import Client
+from ..errors import FoliotError
+from .config import ConfigError, config_path, load_profiles, resolve
+from .render import USAGE, Output, exit_code, one_line
+
+T = TypeVar("T")
+
+RUN_COLUMNS = ("runId", "workflow", "version", "status", "currentStep", "businessKey", "updatedAt")
+RUN_FIELDS = (
+    "runId", "app", "workflow", "version", "status", "businessKey", "currentStep", "attempt",
+    "generation", "waitSignal", "wakeAt", "deadline", "createdAt", "updatedAt", "closedAt",
+    "error", "input", "state",
+)  # fmt: skip
+
+
+class Session:
+    """What every command needs: a client for the resolved server, the app, the output."""
+
+    def __init__(self, url: str, token: str | None, app: str | None, out: Output, timeout: float) -> None:
+        self.url = url
+        self.token = token
+        self.app = app
+        self.out = out
+        self.timeout = timeout
+        self._client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        if self.token is None:
+            fail("no token: pass --token, set FOLIOT_TOKEN, or add token to a profile")
+        if self._client is None:
+            self._client = Client(self.url, self.token, app=self.app, timeout=self.timeout)
+        return self._client
+
+    def need_app(self, app: str | None = None) -> str:
+        name = app or self.app
+        if not name:
+            fail("no app: pass --app, set FOLIOT_APP, or add app to a profile")
+        return name
+
+    def raw(self, call: Call[Any]) -> Any:
+        """Send a call and return the server's JSON document as it is."""
+        return self.call(dataclasses.replace(call, parse=_raw))
+
+    def call(self, call: Call[T]) -> T:
+        try:
+            return self.client.send(call)
+        except FoliotError as exc:
+            click.echo(one_line(exc), err=True)
+            raise SystemExit(exit_code(exc)) from None
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    raise SystemExit(USAGE)
+
+
+def parse_json(text: str | None, what: str) -> Any:
+    """A JSON value from an option: literal JSON, `@file` (JSON or YAML), or `-` for stdin."""
+    if text is None:
+        return UNSET
+    try:
+        if text == "-":
+            return yaml.safe_load(sys.stdin.read())
+        if text.startswith("@"):
+            return yaml.safe_load(Path(text[1:]).read_text())
+        return json.loads(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        fail(f"{what}: not JSON ({exc})")
+
+
+def read_definition(path: str) -> dict[str, Any]:
+    """A workflow definition from a `.yaml`/`.yml`/`.json` file (YAML is a superset of JSON)."""
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        fail(f"{path}: {exc}")
+    if not isinstance(document, dict):
+        fail(f"{path}: a workflow definition is a mapping")
+    return document
+
+
+pass_session = click.make_pass_decorator(Session)
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="The engine's `foliot` also has `serve` and `migrate`. Exit codes: 0 ok, 1 refused, "
+    "2 usage, 3 not found, 4 conflict, 5 server unreachable or failing.",
+)
+@click.option("--url", help="Foliot's base URL [FOLIOT_URL; default http://127.0.0.1:8080]")
+@click.option("--token", help="admin token or app key [FOLIOT_TOKEN]")
+@click.option("--app", help="the app [FOLIOT_APP]")
+@click.option("--profile", help="a [profiles.NAME] of the config file [FOLIOT_PROFILE]")
+@click.option("--json", "as_json", is_flag=True, help="print JSON documents instead of tables")
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="seconds per HTTP call")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    url: str | None,
+    token: str | None,
+    app: str | None,
+    profile: str | None,
+    as_json: bool,
+    timeout: float,
+) -> None:
+    """Operate a Foliot server over its HTTP API."""
+    env = dict(os.environ)
+    try:
+        target = resolve(
+            url=url, token=token, app=app, profile=profile, profiles=load_profiles(config_path(env)), env=env
+        )
+    except ConfigError as exc:
+        fail(str(exc))
+    session = Session(target.url, target.token, target.app, Output(as_json), timeout)
+    ctx.obj = session
+    ctx.call_on_close(session.close)
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+@cli.group()
+def runs() -> None:
+    """List, inspect, start, signal and intervene on runs."""
+
+
+@runs.command("list")
+@click.option("--workflow")
+@click.option("--status")
+@click.option("--business-key")
+@click.option("--limit", type=int, default=20, show_default=True, help="runs to show (newest first)")
+@click.pass_obj
+def runs_list(
+    s: Session, workflow: str | None, status: str | None, business_key: str | None, limit: int
+) -> None:
+    """Runs, newest first (follows pages up to --limit)."""
+    rows: list[dict[str, Any]] = []
+    cursor = None
+    while len(rows) < limit:
+        call = s.client.b_list_runs(
+            workflow, status, business_key, min(limit - len(rows), 1000), cursor, s.need_app()
+        )
+        page = s.raw(call)
+        rows.extend(page["runs"])
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            break
+    s.out.table(rows, RUN_COLUMNS, {"runs": rows, "nextCursor": cursor})
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.pass_obj
+def runs_show(s: Session, run_id: str) -> None:
+    """One run document."""
+    s.out.record(s.raw(s.client.b_get_run(run_id, s.need_app())), RUN_FIELDS)
+
+
+@runs.command("events")
+@click.argument("run_id")
+@click.option("--after", type=int, help="only events after this seq")
+@click.option("--limit", type=int, default=1000, show_default=True)
+@click.pass_obj
+def runs_events(s: Session, run_id: str, after: int | None, limit: int) -> None:
+    """The run's history, oldest first."""
+    rows: list[dict[str, Any]] = []
+    while len(rows) < limit:
+        page = s.raw(s.client.b_list_events(run_id, after, min(limit - len(rows), 1000), s.need_app()))
+        rows.extend(page["events"])
+        if page.get("nextCursor") is None or not page["events"]:
+            break
+        after = page["events"][-1]["seq"]
+    s.out.table(rows, ("seq", "at", "generation", "type", "step", "attempt", "data"), {"events": rows})
+
+
+@runs.command("start")
+@click.argument("workflow")
+@click.option("--input", "input_", help="JSON, @file.json|yaml, or - for stdin")
+@click.option("--version", type=int)
+@click.option("--business-key")
+@click.option("--run-timeout", help="e.g. 14d")
+@click.option("--idempotency-key", help="default: a fresh one (safe retries)")
+@click.pass_obj
+def runs_start(
+    s: Session,
+    workflow: str,
+    input_: str | None,
+    version: int | None,
+    business_key: str | None,
+    run_timeout: str | None,
+    idempotency_key: str | None,
+) -> None:
+    """Start a run of WORKFLOW."""
+    value = parse_json(input_, "--input")
+    call = s.client.b_start_run(
+        workflow, value, version, business_key, run_timeout, idempotency_key, s.need_app()
+    )
+    s.out.record(s.raw(call), RUN_FIELDS)
+
+
+@runs.command("signal")
+@click.argument("name")
+@click.option("--run", "run_id", help="the run's id (or name it with --workflow and --business-key)")
+@click.option("--workflow")
+@click.option("--business-key")
+@click.option("--payload", help="JSON, @file.json|yaml, or - for stdin")
+@click.option("--signal-id", help="deduplication id (default: a fresh one)")
+@click.pass_obj
+def runs_signal(
+    s: Session,
+    name: str,
+    run_id: str | None,
+    workflow: str | None,
+    business_key: str | None,
+    payload: str | None,
+    signal_id: str | None,
+) -> None:
+    """Send signal NAME to a run."""
+    if run_id is None and (workflow is None or business_key is None):
+        fail("name the run with --run, or with --workflow and --business-key")
+    value = parse_json(payload, "--payload")
+    call = s.client.b_send_signal(name, value, run_id, workflow, business_key, signal_id, s.need_app())
+    document = s.raw(call)
+    s.out.text(f"{document['status']}: signal {name!r} to run {document['runId']}", document)
+
+
+def _intervention(s: Session, call: Call[Any], verb: str) -> None:
+    run = s.raw(call)
+    s.out.text(f"{verb} run {run['runId']}: now {run['status']} at {run.get('currentStep') or '-'}", run)
+
+
+@runs.command("cancel")
+@click.argument("run_id")
+@click.option("--reason")
+@click.pass_obj
+def runs_cancel(s: Session, run_id: str, reason: str | None) -> None:
+    """Cancel an open run (permanently)."""
+    _intervention(s, s.client.b_cancel_run(run_id, reason, s.need_app()), "cancelled")
+
+
+@runs.command("redrive")
+@click.argument("run_id")
+@click.option("--reason")
+@click.pass_obj
+def runs_redrive(s: Session, run_id: str, reason: str | None) -> None:
+    """Re-run the failed step of a failed, stuck or timed-out run."""
+    _intervention(s, s.client.b_redrive_run(run_id, reason, s.need_app()), "redrove")
+
+
+@runs.command("pause")
+@click.argument("run_id")
+@click.option("--reason")
+@click.pass_obj
+def runs_pause(s: Session, run_id: str, reason: str | None) -> None:
+    """Hold a run: it dispatches nothing and advances on nothing until unpaused."""
+    _intervention(s, s.client.b_pause_run(run_id, reason, s.need_app()), "paused")
+
+
+@runs.command("unpause")
+@click.argument("run_id")
+@click.option("--reason")
+@click.pass_obj
+def runs_unpause(s: Session, run_id: str, reason: str | None) -> None:
+    """Let a paused run go on from where it was held."""
+    _intervention(s, s.client.b_unpause_run(run_id, reason, s.need_app()), "unpaused")
+
+
+@runs.command("bulk")
+@click.argument("action", type=click.Choice(BULK_ACTIONS))
+@click.option("--workflow", required=True)
+@click.option("--status")
+@click.option("--business-key")
+@click.option("--step", help="only runs at this step")
+@click.option("--version", type=int, help="only runs pinned to this version")
+@click.option("--reason")
+@click.option("--page-size", type=int, default=100, show_default=True, help="runs examined per call")
+@click.pass_obj
+def runs_bulk(
+    s: Session,
+    action: str,
+    workflow: str,
+    status: str | None,
+    business_key: str | None,
+    step: str | None,
+    version: int | None,
+    reason: str | None,
+    page_size: int,
+) -> None:
+    """Pause, unpause, cancel or redrive every run the filter selects (all pages)."""
+    selection = BulkSelection(workflow, status, business_key, step, version, reason, page_size)
+    totals = {"matched": 0, "acted": 0, "skipped": 0, "pages": 0}
+    cursor = None
+    while True:
+        page = s.call(s.client.b_bulk(action, selection, cursor, s.need_app()))
+        totals = {"matched": totals["matched"] + page.matched, "acted": totals["acted"] + page.acted,
+                  "skipped": totals["skipped"] + page.skipped, "pages": totals["pages"] + 1}  # fmt: skip
+        cursor = page.cursor
+        if cursor is None:
+            break
+    verb = {"pause": "paused", "unpause": "unpaused", "cancel": "cancelled", "redrive": "redriven"}[action]
+    line = f"{verb} {totals['acted']} of {totals['matched']} matching runs ({totals['skipped']} skipped)"
+    s.out.text(line, {"action": action, **totals})
+
+
+@runs.command("rewind")
+@click.argument("run_id")
+@click.option("--to", "to_step", required=True, help="the step to continue at")
+@click.option("--version", type=int, help="move the run to this workflow version")
+@click.option("--reason")
+@click.pass_obj
+def runs_rewind(s: Session, run_id: str, to_step: str, version: int | None, reason: str | None) -> None:
+    """Continue a run at an earlier (or any) step."""
+    _intervention(s, s.client.b_rewind_run(run_id, to_step, version, reason, s.need_app()), "rewound")
+
+
+@runs.command("skip")
+@click.argument("run_id")
+@click.option("--output", help="the step's output: JSON, @file, or -")
+@click.option("--reason")
+@click.pass_obj
+def runs_skip(s: Session, run_id: str, output: str | None, reason: str | None) -> None:
+    """Mark the current step done with OUTPUT and continue."""
+    value = parse_json(output, "--output")
+    _intervention(s, s.client.b_skip_step(run_id, value, reason, s.need_app()), "skipped a step of")
+
+
+@runs.command("edit-state")
+@click.argument("run_id")
+@click.option("--set", "sets", multiple=True, metavar="KEY=JSON", help="set a top-level state key")
+@click.option("--unset", "unsets", multiple=True, metavar="KEY", help="remove a top-level state key")
+@click.option("--reason", required=True, help="recorded in the history (values never are)")
+@click.pass_obj
+def runs_edit_state(s: Session, run_id: str, sets: Sequence[str], unsets: Sequence[str], reason: str) -> None:
+    """Edit top-level keys of a run's state."""
+    changes: dict[str, Any] = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--set {item!r}: expected KEY=JSON")
+        changes[key] = parse_json(value, f"--set {key}")
+    if not changes and not unsets:
+        fail("nothing to edit: give --set and/or --unset")
+    call = s.client.b_edit_state(run_id, changes or None, list(unsets) or None, reason, s.need_app())
+    _intervention(s, call, "edited the state of")
+
+
+# --- workflows --------------------------------------------------------------------------------
+
+
+@cli.group()
+def workflows() -> None:
+    """Register and read workflow definitions."""
+
+
+@workflows.command("push")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.pass_obj
+def workflows_push(s: Session, files: Sequence[str]) -> None:
+    """Register each FILE (YAML or JSON) as a new version (unchanged ones keep theirs)."""
+    rows = []
+    for path in files:
+        ref = s.call(s.client.b_register_workflow(read_definition(path), s.need_app()))
+        rows.append({"file": path, "name": ref.name, "version": ref.version, "created": ref.created})
+    s.out.table(rows, ("file", "name", "version", "created"), {"workflows": rows})
+
+
+@workflows.command("list")
+@click.pass_obj
+def workflows_list(s: Session) -> None:
+    """Each workflow's latest version."""
+    rows: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = s.raw(s.client.b_list_workflows(1000, cursor, s.need_app()))
+        rows.extend(page["workflows"])
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            break
+    s.out.table(rows, ("name", "version", "createdAt"), {"workflows": rows})
+
+
+@workflows.command("show")
+@click.argument("name")
+@click.option("--version", type=int, help="default: the latest")
+@click.pass_obj
+def workflows_show(s: Session, name: str, version: int | None) -> None:
+    """A version's definition (YAML; JSON with --json)."""
+    document = s.raw(s.client.b_get_workflow(name, version, s.need_app()))
+    if s.out.as_json:
+        s.out.json(document)
+    else:
+        click.echo(f"# {document['name']} version {document['version']} ({document.get('createdAt')})")
+        click.echo(yaml.safe_dump(document["definition"], sort_keys=False, allow_unicode=True), nl=False)
+
+
+def _canonical(definition: Any) -> list[str]:
+    return json.dumps(definition, indent=2, sort_keys=True, ensure_ascii=False).splitlines(keepends=True)
+
+
+@workflows.command("diff")
+@click.argument("name")
+@click.argument("old", required=False, type=int)
+@click.argument("new", required=False, type=int)
+@click.option("--file", "path", type=click.Path(dir_okay=False), help="compare this file with the latest")
+@click.pass_obj
+def workflows_diff(s: Session, name: str, old: int | None, new: int | None, path: str | None) -> None:
+    """Unified diff of two versions (default: the latest and the one before), or of --file
+    against the latest. Exit code 0 either way; empty output when they are the same."""
+    app = s.need_app()
+    latest = s.call(s.client.b_get_workflow(name, None, app))
+    if path is not None:
+        before, after = latest.definition, read_definition(path)
+        labels = (f"{name} v{latest.version}", path)
+    else:
+        new_version = new if new is not None else latest.version
+        old_version = old if old is not None else new_version - 1
+        if old_version < 1:
+            fail(f"{name} has only version {latest.version}: nothing to compare")
+        before = s.call(s.client.b_get_workflow(name, old_version, app)).definition
+        after = s.call(s.client.b_get_workflow(name, new_version, app)).definition
+        labels = (f"{name} v{old_version}", f"{name} v{new_version}")
+    lines = list(difflib.unified_diff(_canonical(before), _canonical(after), *labels))
+    if s.out.as_json:
+        s.out.json({"from": labels[0], "to": labels[1], "same": not lines, "diff": "".join(lines)})
+    else:
+        click.echo("".join(lines), nl=False)
+
+
+# --- apps (admin) -----------------------------------------------------------------------------
+
+
+@cli.group()
+def apps() -> None:
+    """Create apps, mint and revoke keys, rotate signing secrets (admin token)."""
+
+
+@apps.command("create")
+@click.argument("app")
+@click.option("--handler-base-url", required=True)
+@click.option("--description")
+@click.pass_obj
+def apps_create(s: Session, app: str, handler_base_url: str, description: str | None) -> None:
+    """Create APP (or update its handler URL); a new app's key and secret are shown once."""
+    s.out.record(s.raw(s.client.b_put_app(app, handler_base_url, description)))
+
+
+@apps.command("show")
+@click.argument("app", required=False)
+@click.pass_obj
+def apps_show(s: Session, app: str | None) -> None:
+    """An app, its key ids and signing-secret ids (never their values)."""
+    s.out.record(s.raw(s.client.b_get_app(s.need_app(app))))
+
+
+@apps.group("keys")
+def apps_keys() -> None:
+    """API keys of an app."""
+
+
+@apps_keys.command("create")
+@click.argument("app", required=False)
+@click.pass_obj
+def apps_keys_create(s: Session, app: str | None) -> None:
+    """Mint an API key (shown once)."""
+    s.out.record(s.raw(s.client.b_create_api_key(s.need_app(app))))
+
+
+@apps_keys.command("revoke")
+@click.argument("key_id")
+@click.option("--app", "app")
+@click.pass_obj
+def apps_keys_revoke(s: Session, key_id: str, app: str | None) -> None:
+    """Revoke an API key by its id."""
+    document = s.raw(s.client.b_revoke_api_key(key_id, s.need_app(app)))
+    s.out.text(f"revoked key {key_id}", document)
+
+
+@apps.command("rotate-secret")
+@click.argument("app", required=False)
+@click.option(
+    "--grace", "grace_seconds", type=int, help="seconds the old secret keeps signing (default 86400)"
+)
+@click.pass_obj
+def apps_rotate_secret(s: Session, app: str | None, grace_seconds: int | None) -> None:
+    """Rotate the signing secret (the new one is shown once)."""
+    s.out.record(s.raw(s.client.b_rotate_signing_secret(grace_seconds, s.need_app(app))))
+
+
+# --- operators (admin) ------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("run_id", required=False)
+@click.option("--status")
+@click.option("--limit", type=int, default=100, show_default=True)
+@click.pass_obj
+def actors(s: Session, run_id: str | None, status: str | None, limit: int) -> None:
+    """Live run actors on the node (one actor with its timers when RUN_ID is given)."""
+    if run_id is not None:
+        s.out.record(s.raw(s.client.b_get_actor(run_id)))
+        return
+    document = s.raw(s.client.b_list_actors(status, limit))
+    rows = [
+        {**a, "inflight": (a["inflight"] or {}).get("step"), "queue": (a["inflight"] or {}).get("queue")}
+        for a in document["actors"]
+    ]
+    s.out.table(
+        rows,
+        ("runId", "app", "workflow", "status", "currentStep", "mailboxDepth", "inflight", "queue"),
+        document,
+    )
+
+
+@cli.command()
+@click.pass_obj
+def timers(s: Session) -> None:
+    """The timer wheel: timers in memory, next due, lag."""
+    s.out.record(s.raw(s.client.b_timers()))
+
+
+@cli.command()
+@click.pass_obj
+def queues(s: Session) -> None:
+    """Pull queues with tasks waiting or workers polling."""
+    document = s.raw(s.client.b_queues())
+    s.out.table(document["queues"], ("app", "queue", "depth", "waitingPollers"), document)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.pass_obj
+def why(s: Session, run_id: str) -> None:
+    """Why is this run (not) moving: the server's diagnosis, as the console shows it."""
+    document = s.raw(s.client.b_diagnosis(run_id, s.need_app()))
+    if s.out.as_json:
+        s.out.json(document)
+        return
+    flag = "needs attention: " if document.get("attention") else ""
+    click.echo(f"{flag}{document.get('summary', '')}")
+    for fact in document.get("facts") or []:
+        click.echo(f"  - {_fact(fact)}")
+
+
+def _fact(fact: Any) -> str:
+    if isinstance(fact, dict):
+        text = fact.get("text") or fact.get("message") or fact.get("summary")
+        if isinstance(text, str):
+            return text
+        return ", ".join(f"{k}: {v}" for k, v in fact.items())
+    return str(fact)
+
+
+def main(argv: Sequence[str] | None = None, prog_name: str = "foliot-cli") -> int:
+    """Run the CLI; returns the exit code (see `render`)."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name=prog_name, standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else USAGE
+    return 0
+
+
+__all__: list[str] = ["cli", "main"]

@@ -1,0 +1,597 @@
+"""`Client` (blocking) and `AsyncClient` (asyncio or Trio, through httpx/anyio): thin senders
+over `BaseClient`, which builds every call and holds the retry rules."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+
+from . import errors
+from ._base import (
+    DEFAULT_RETRY,
+    NO_BODY,
+    UNSET,
+    Actor,
+    BaseClient,
+    BulkPage,
+    BulkSelection,
+    Call,
+    Diagnosis,
+    RetryPolicy,
+    complete_body,
+    fail_body,
+    read_answer,
+    should_retry,
+    transport_error,
+)
+from .models import (
+    App,
+    AppCreated,
+    CompleteResult,
+    Event,
+    Heartbeat,
+    NewApiKey,
+    NewSigningSecret,
+    Page,
+    Run,
+    SignalResult,
+    Task,
+    Workflow,
+    WorkflowRef,
+)
+
+T = TypeVar("T")
+
+
+def _request_kwargs(client: BaseClient, call: Call[Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"headers": {**client._headers(), **call.headers}}
+    if call.json is not NO_BODY:
+        kwargs["json"] = call.json
+    if call.params:
+        kwargs["params"] = dict(call.params)
+    kwargs["timeout"] = call.timeout if call.timeout is not None else client.timeout
+    return kwargs
+
+
+class Client(BaseClient):
+    """A blocking client. `Client(url, token, app="orders")`; use it as a context manager or
+    call `close()`. Every method raises a `foliot_client.errors.FoliotError` subclass."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        app: str | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        super().__init__(base_url, token, app=app, retry=retry, timeout=timeout)
+        self._http = httpx.Client(base_url=self.base_url, transport=transport, follow_redirects=False)
+        self._sleep = sleep
+        self._rand = rand
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: tuple[type[BaseException], BaseException, TracebackType] | Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def send(self, call: Call[T]) -> T:
+        """Send one call, retrying as the call's safety and `self.retry` allow."""
+        attempt = 1
+        while True:
+            try:
+                try:
+                    response = self._http.request(call.method, call.path, **_request_kwargs(self, call))
+                except httpx.TransportError as exc:
+                    raise transport_error(exc) from exc
+                return read_answer(call, response)
+            except errors.FoliotError as exc:
+                if attempt >= self.retry.max_attempts or not should_retry(exc, call.safe):
+                    raise
+                self._sleep(self.retry.delay(attempt, exc, self._rand))
+                attempt += 1
+
+    # apps (admin token)
+    def put_app(self, app: str, handler_base_url: str, *, description: str | None = None) -> AppCreated | App:
+        """Create (`AppCreated`, with the key and secret shown once) or update (`App`) an app."""
+        return self.send(self.b_put_app(app, handler_base_url, description))
+
+    def get_app(self, *, app: str | None = None) -> App:
+        return self.send(self.b_get_app(app))
+
+    def create_api_key(self, *, app: str | None = None) -> NewApiKey:
+        return self.send(self.b_create_api_key(app))
+
+    def revoke_api_key(self, key_id: str, *, app: str | None = None) -> None:
+        self.send(self.b_revoke_api_key(key_id, app))
+
+    def rotate_signing_secret(
+        self, *, grace_seconds: int | None = None, app: str | None = None
+    ) -> NewSigningSecret:
+        return self.send(self.b_rotate_signing_secret(grace_seconds, app))
+
+    # workflows
+    def register_workflow(self, definition: Mapping[str, Any], *, app: str | None = None) -> WorkflowRef:
+        return self.send(self.b_register_workflow(definition, app))
+
+    def list_workflows(
+        self, *, limit: int | None = None, cursor: str | None = None, app: str | None = None
+    ) -> Page[Workflow]:
+        return self.send(self.b_list_workflows(limit, cursor, app))
+
+    def iter_workflows(self, *, page_size: int | None = None, app: str | None = None) -> Iterator[Workflow]:
+        cursor = None
+        while True:
+            page = self.list_workflows(limit=page_size, cursor=cursor, app=app)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def get_workflow(self, name: str, *, version: int | None = None, app: str | None = None) -> Workflow:
+        return self.send(self.b_get_workflow(name, version, app))
+
+    # runs
+    def start_run(
+        self,
+        workflow: str,
+        input: Any = UNSET,
+        *,
+        version: int | None = None,
+        business_key: str | None = None,
+        run_timeout: str | None = None,
+        idempotency_key: str | None = None,
+        app: str | None = None,
+    ) -> Run:
+        """Start a run; an `Idempotency-Key` is generated unless given, so retries are safe."""
+        call = self.b_start_run(workflow, input, version, business_key, run_timeout, idempotency_key, app)
+        return self.send(call)
+
+    def get_run(self, run_id: str, *, app: str | None = None) -> Run:
+        return self.send(self.b_get_run(run_id, app))
+
+    def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        business_key: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        app: str | None = None,
+    ) -> Page[Run]:
+        return self.send(self.b_list_runs(workflow, status, business_key, limit, cursor, app))
+
+    def iter_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        business_key: str | None = None,
+        page_size: int | None = None,
+        app: str | None = None,
+    ) -> Iterator[Run]:
+        """Every matching run, newest first, following `nextCursor` page by page."""
+        cursor = None
+        while True:
+            page = self.send(self.b_list_runs(workflow, status, business_key, page_size, cursor, app))
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def list_events(
+        self, run_id: str, *, after: int | None = None, limit: int | None = None, app: str | None = None
+    ) -> Page[Event]:
+        return self.send(self.b_list_events(run_id, after, limit, app))
+
+    def iter_events(
+        self, run_id: str, *, after: int | None = None, page_size: int | None = None, app: str | None = None
+    ) -> Iterator[Event]:
+        """The run's history, oldest first."""
+        while True:
+            page = self.send(self.b_list_events(run_id, after, page_size, app))
+            yield from page.items
+            if page.next_cursor is None or not page.items:
+                return
+            after = page.items[-1].seq
+
+    def cancel_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return self.send(self.b_cancel_run(run_id, reason, app))
+
+    def redrive_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return self.send(self.b_redrive_run(run_id, reason, app))
+
+    def pause_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        """Hold a run: it dispatches nothing and advances on nothing until `unpause_run`."""
+        return self.send(self.b_pause_run(run_id, reason, app))
+
+    def unpause_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return self.send(self.b_unpause_run(run_id, reason, app))
+
+    def bulk_page(
+        self, action: str, selection: BulkSelection, *, cursor: str | None = None, app: str | None = None
+    ) -> BulkPage:
+        """One page of `POST /runs/{pause|unpause|cancel|redrive}`."""
+        return self.send(self.b_bulk(action, selection, cursor, app))
+
+    def bulk(self, action: str, selection: BulkSelection, *, app: str | None = None) -> Iterator[BulkPage]:
+        """Every page of a bulk intervention, following `cursor` to the end."""
+        cursor = None
+        while True:
+            page = self.bulk_page(action, selection, cursor=cursor, app=app)
+            yield page
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+
+    def rewind_run(
+        self,
+        run_id: str,
+        to_step: str,
+        *,
+        version: int | None = None,
+        reason: str | None = None,
+        app: str | None = None,
+    ) -> Run:
+        return self.send(self.b_rewind_run(run_id, to_step, version, reason, app))
+
+    def skip_step(
+        self, run_id: str, *, output: Any = UNSET, reason: str | None = None, app: str | None = None
+    ) -> Run:
+        return self.send(self.b_skip_step(run_id, output, reason, app))
+
+    def edit_state(
+        self,
+        run_id: str,
+        *,
+        reason: str,
+        set: Mapping[str, Any] | None = None,
+        unset: list[str] | None = None,
+        app: str | None = None,
+    ) -> Run:
+        return self.send(self.b_edit_state(run_id, set, unset, reason, app))
+
+    def diagnose_run(self, run_id: str, *, app: str | None = None) -> Diagnosis:
+        return self.send(self.b_diagnosis(run_id, app))
+
+    # signals
+    def send_signal(
+        self,
+        name: str,
+        payload: Any = UNSET,
+        *,
+        run_id: str | None = None,
+        workflow: str | None = None,
+        business_key: str | None = None,
+        signal_id: str | None = None,
+        app: str | None = None,
+    ) -> SignalResult:
+        """Signal a run named by `run_id` or `workflow` + `business_key`. A `signal_id` is
+        generated unless given, so a retried signal is a `duplicate`, never delivered twice."""
+        return self.send(self.b_send_signal(name, payload, run_id, workflow, business_key, signal_id, app))
+
+    # tasks
+    def poll_tasks(
+        self,
+        queue: str,
+        *,
+        wait_seconds: float = 30,
+        max_tasks: int = 1,
+        worker_id: str | None = None,
+        app: str | None = None,
+    ) -> list[Task]:
+        return self.send(self.b_poll_tasks(queue, wait_seconds, max_tasks, worker_id, app))
+
+    def complete_task(
+        self, token: str, output: Any = None, *, next: str | None = None, app: str | None = None
+    ) -> CompleteResult:
+        return self.send(self.b_complete_task(token, complete_body(output, next), app))
+
+    def fail_task(
+        self,
+        token: str,
+        error_class: str,
+        message: str = "",
+        *,
+        retryable: bool = True,
+        app: str | None = None,
+    ) -> CompleteResult:
+        return self.send(self.b_complete_task(token, fail_body(error_class, message, retryable), app))
+
+    def heartbeat_task(self, token: str, *, app: str | None = None) -> Heartbeat:
+        return self.send(self.b_heartbeat_task(token, app))
+
+    # operators (admin token)
+    def list_actors(self, *, status: str | None = None, limit: int | None = None) -> list[Actor]:
+        return self.send(self.b_list_actors(status, limit))
+
+    def get_actor(self, run_id: str) -> dict[str, Any]:
+        return self.send(self.b_get_actor(run_id))
+
+    def timers(self) -> dict[str, Any]:
+        return self.send(self.b_timers())
+
+    def queues(self) -> list[dict[str, Any]]:
+        return self.send(self.b_queues())
+
+
+class AsyncClient(BaseClient):
+    """The same operations as `Client`, awaitable; runs on asyncio or Trio."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        app: str | None = None,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        super().__init__(base_url, token, app=app, retry=retry, timeout=timeout)
+        self._http = httpx.AsyncClient(base_url=self.base_url, transport=transport, follow_redirects=False)
+        self._rand = rand
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def send(self, call: Call[T]) -> T:
+        attempt = 1
+        while True:
+            try:
+                try:
+                    response = await self._http.request(call.method, call.path, **_request_kwargs(self, call))
+                except httpx.TransportError as exc:
+                    raise transport_error(exc) from exc
+                return read_answer(call, response)
+            except errors.FoliotError as exc:
+                if attempt >= self.retry.max_attempts or not should_retry(exc, call.safe):
+                    raise
+                await anyio.sleep(self.retry.delay(attempt, exc, self._rand))
+                attempt += 1
+
+    async def put_app(
+        self, app: str, handler_base_url: str, *, description: str | None = None
+    ) -> AppCreated | App:
+        return await self.send(self.b_put_app(app, handler_base_url, description))
+
+    async def get_app(self, *, app: str | None = None) -> App:
+        return await self.send(self.b_get_app(app))
+
+    async def create_api_key(self, *, app: str | None = None) -> NewApiKey:
+        return await self.send(self.b_create_api_key(app))
+
+    async def revoke_api_key(self, key_id: str, *, app: str | None = None) -> None:
+        await self.send(self.b_revoke_api_key(key_id, app))
+
+    async def rotate_signing_secret(
+        self, *, grace_seconds: int | None = None, app: str | None = None
+    ) -> NewSigningSecret:
+        return await self.send(self.b_rotate_signing_secret(grace_seconds, app))
+
+    async def register_workflow(
+        self, definition: Mapping[str, Any], *, app: str | None = None
+    ) -> WorkflowRef:
+        return await self.send(self.b_register_workflow(definition, app))
+
+    async def list_workflows(
+        self, *, limit: int | None = None, cursor: str | None = None, app: str | None = None
+    ) -> Page[Workflow]:
+        return await self.send(self.b_list_workflows(limit, cursor, app))
+
+    async def iter_workflows(
+        self, *, page_size: int | None = None, app: str | None = None
+    ) -> AsyncIterator[Workflow]:
+        cursor = None
+        while True:
+            page = await self.list_workflows(limit=page_size, cursor=cursor, app=app)
+            for item in page.items:
+                yield item
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def get_workflow(
+        self, name: str, *, version: int | None = None, app: str | None = None
+    ) -> Workflow:
+        return await self.send(self.b_get_workflow(name, version, app))
+
+    async def start_run(
+        self,
+        workflow: str,
+        input: Any = UNSET,
+        *,
+        version: int | None = None,
+        business_key: str | None = None,
+        run_timeout: str | None = None,
+        idempotency_key: str | None = None,
+        app: str | None = None,
+    ) -> Run:
+        call = self.b_start_run(workflow, input, version, business_key, run_timeout, idempotency_key, app)
+        return await self.send(call)
+
+    async def get_run(self, run_id: str, *, app: str | None = None) -> Run:
+        return await self.send(self.b_get_run(run_id, app))
+
+    async def list_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        business_key: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        app: str | None = None,
+    ) -> Page[Run]:
+        return await self.send(self.b_list_runs(workflow, status, business_key, limit, cursor, app))
+
+    async def iter_runs(
+        self,
+        *,
+        workflow: str | None = None,
+        status: str | None = None,
+        business_key: str | None = None,
+        page_size: int | None = None,
+        app: str | None = None,
+    ) -> AsyncIterator[Run]:
+        cursor = None
+        while True:
+            page = await self.send(self.b_list_runs(workflow, status, business_key, page_size, cursor, app))
+            for item in page.items:
+                yield item
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def list_events(
+        self, run_id: str, *, after: int | None = None, limit: int | None = None, app: str | None = None
+    ) -> Page[Event]:
+        return await self.send(self.b_list_events(run_id, after, limit, app))
+
+    async def iter_events(
+        self, run_id: str, *, after: int | None = None, page_size: int | None = None, app: str | None = None
+    ) -> AsyncIterator[Event]:
+        while True:
+            page = await self.send(self.b_list_events(run_id, after, page_size, app))
+            for item in page.items:
+                yield item
+            if page.next_cursor is None or not page.items:
+                return
+            after = page.items[-1].seq
+
+    async def cancel_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return await self.send(self.b_cancel_run(run_id, reason, app))
+
+    async def redrive_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return await self.send(self.b_redrive_run(run_id, reason, app))
+
+    async def pause_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return await self.send(self.b_pause_run(run_id, reason, app))
+
+    async def unpause_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
+        return await self.send(self.b_unpause_run(run_id, reason, app))
+
+    async def bulk_page(
+        self, action: str, selection: BulkSelection, *, cursor: str | None = None, app: str | None = None
+    ) -> BulkPage:
+        return await self.send(self.b_bulk(action, selection, cursor, app))
+
+    async def bulk(
+        self, action: str, selection: BulkSelection, *, app: str | None = None
+    ) -> AsyncIterator[BulkPage]:
+        cursor = None
+        while True:
+            page = await self.bulk_page(action, selection, cursor=cursor, app=app)
+            yield page
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+
+    async def rewind_run(
+        self,
+        run_id: str,
+        to_step: str,
+        *,
+        version: int | None = None,
+        reason: str | None = None,
+        app: str | None = None,
+    ) -> Run:
+        return await self.send(self.b_rewind_run(run_id, to_step, version, reason, app))
+
+    async def skip_step(
+        self, run_id: str, *, output: Any = UNSET, reason: str | None = None, app: str | None = None
+    ) -> Run:
+        return await self.send(self.b_skip_step(run_id, output, reason, app))
+
+    async def edit_state(
+        self,
+        run_id: str,
+        *,
+        reason: str,
+        set: Mapping[str, Any] | None = None,
+        unset: list[str] | None = None,
+        app: str | None = None,
+    ) -> Run:
+        return await self.send(self.b_edit_state(run_id, set, unset, reason, app))
+
+    async def diagnose_run(self, run_id: str, *, app: str | None = None) -> Diagnosis:
+        return await self.send(self.b_diagnosis(run_id, app))
+
+    async def send_signal(
+        self,
+        name: str,
+        payload: Any = UNSET,
+        *,
+        run_id: str | None = None,
+        workflow: str | None = None,
+        business_key: str | None = None,
+        signal_id: str | None = None,
+        app: str | None = None,
+    ) -> SignalResult:
+        return await self.send(
+            self.b_send_signal(name, payload, run_id, workflow, business_key, signal_id, app)
+        )
+
+    async def poll_tasks(
+        self,
+        queue: str,
+        *,
+        wait_seconds: float = 30,
+        max_tasks: int = 1,
+        worker_id: str | None = None,
+        app: str | None = None,
+    ) -> list[Task]:
+        return await self.send(self.b_poll_tasks(queue, wait_seconds, max_tasks, worker_id, app))
+
+    async def complete_task(
+        self, token: str, output: Any = None, *, next: str | None = None, app: str | None = None
+    ) -> CompleteResult:
+        return await self.send(self.b_complete_task(token, complete_body(output, next), app))
+
+    async def fail_task(
+        self,
+        token: str,
+        error_class: str,
+        message: str = "",
+        *,
+        retryable: bool = True,
+        app: str | None = None,
+    ) -> CompleteResult:
+        return await self.send(self.b_complete_task(token, fail_body(error_class, message, retryable), app))
+
+    async def heartbeat_task(self, token: str, *, app: str | None = None) -> Heartbeat:
+        return await self.send(self.b_heartbeat_task(token, app))
+
+    async def list_actors(self, *, status: str | None = None, limit: int | None = None) -> list[Actor]:
+        return await self.send(self.b_list_actors(status, limit))
+
+    async def get_actor(self, run_id: str) -> dict[str, Any]:
+        return await self.send(self.b_get_actor(run_id))
+
+    async def timers(self) -> dict[str, Any]:
+        return await self.send(self.b_timers())
+
+    async def queues(self) -> list[dict[str, Any]]:
+        return await self.send(self.b_queues())

@@ -1,0 +1,240 @@
+"""The operator CLI through `click.testing` against a live Foliot (both stores): every command,
+tables and `--json` parsed back, profiles, exit codes and one-line errors; and the engine's
+`foliot` delegating to it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from click.testing import CliRunner, Result
+from foliot_client.cli import cli
+from foliot_client.cli import main as cli_main
+
+from foliot.cli import main as engine_main
+
+from ..conftest import ADMIN, Api
+from ..helpers import answer_json
+
+FLOW_YAML = """\
+name: flow
+steps:
+  - name: reserve
+    type: task
+    retry: {maxAttempts: 1}
+  - name: pay
+    type: wait
+    signal: paid
+  - name: ship
+    type: task
+"""
+
+
+class Cli:
+    def __init__(self, api: Api, tmp: Path) -> None:
+        self.env = {
+            "FOLIOT_URL": api.running.url,
+            "FOLIOT_TOKEN": api.key,
+            "FOLIOT_APP": api.app,
+            "FOLIOT_CONFIG": str(tmp / "none.toml"),
+            "FOLIOT_PROFILE": "",
+            "COLUMNS": "200",
+        }
+
+    async def __call__(self, *args: str, env: dict[str, str] | None = None, code: int = 0) -> Result:
+        runner = CliRunner()
+        merged = {**self.env, **(env or {})}
+        result = await trio.to_thread.run_sync(lambda: runner.invoke(cli, list(args), env=merged))
+        assert result.exit_code == code, (args, result.exit_code, result.output, result.stderr)
+        return result
+
+    async def json(self, *args: str, **kw: Any) -> Any:
+        return json.loads((await self("--json", *args, **kw)).stdout)
+
+
+@pytest.fixture
+def run_cli(api: Api, tmp_path: Path) -> Cli:
+    return Cli(api, tmp_path)
+
+
+async def test_workflows_push_list_show_diff(api: Api, run_cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "flow.yaml"
+    path.write_text(FLOW_YAML)
+    pushed = await run_cli.json("workflows", "push", str(path))
+    assert pushed["workflows"] == [{"file": str(path), "name": "flow", "version": 1, "created": True}]
+    table = (await run_cli("workflows", "push", str(path))).stdout
+    assert "flow" in table and "False" in table  # unchanged: same version
+    (tmp_path / "flow.json").write_text(json.dumps({**_flow(), "runTimeout": "1d"}))
+    assert (await run_cli.json("workflows", "push", str(tmp_path / "flow.json")))["workflows"][0][
+        "version"
+    ] == 2
+
+    listed = await run_cli.json("workflows", "list")
+    assert [(w["name"], w["version"]) for w in listed["workflows"]] == [("flow", 2)]
+    shown = await run_cli.json("workflows", "show", "flow", "--version", "1")
+    assert shown["definition"]["steps"][1]["signal"] == "paid"
+    assert "signal: paid" in (await run_cli("workflows", "show", "flow")).stdout
+    diff = (await run_cli("workflows", "diff", "flow")).stdout
+    assert '+  "runTimeout": "1d",' in diff and "--- flow v1" in diff
+    same = await run_cli.json("workflows", "diff", "flow", "--file", str(tmp_path / "flow.json"))
+    assert same["same"] is True
+    assert (await run_cli("workflows", "diff", "flow", "1", "1")).stdout == ""
+
+
+def _flow() -> dict[str, Any]:
+    import yaml
+
+    return dict(yaml.safe_load(FLOW_YAML))
+
+
+async def test_runs_from_start_to_every_intervention(api: Api, run_cli: Cli) -> None:
+    api.handler.route("reserve", lambda body, h: answer_json({"ok": 1}))
+    await api.register(_flow())
+    run = await run_cli.json("runs", "start", "flow", "--input", '{"orderId": 7}', "--business-key", "o-7")
+    run_id = run["runId"]
+    assert run["input"] == {"orderId": 7}
+    await api.until(run_id, "waiting")
+    shown = await run_cli.json("runs", "show", run_id)
+    assert shown["status"] == "waiting" and shown["state"] == {"reserve": {"ok": 1}}
+    assert run_id in (await run_cli("runs", "show", run_id)).stdout
+    listed = await run_cli.json("runs", "list", "--status", "waiting")
+    assert [r["runId"] for r in listed["runs"]] == [run_id]
+    assert run_id in (await run_cli("runs", "list")).stdout
+
+    sent = await run_cli.json(
+        "runs", "signal", "paid", "--workflow", "flow", "--business-key", "o-7", "--payload", "[1]"
+    )
+    assert sent == {"runId": run_id, "status": "delivered"}
+    await api.until(run_id, "completed")
+    events = await run_cli.json("runs", "events", run_id)
+    assert events["events"][0]["type"] == "run_started" and events["events"][-1]["type"] == "run_completed"
+    assert "signal_received" in (await run_cli("runs", "events", run_id)).stdout
+
+    rewound = await run_cli.json("runs", "rewind", run_id, "--to", "pay", "--reason", "again")
+    assert rewound["currentStep"] == "pay" and rewound["status"] == "waiting"
+    edited = await run_cli.json(
+        "runs", "edit-state", run_id, "--set", 'note="vip"', "--unset", "ship", "--reason", "ops"
+    )
+    assert edited["state"]["note"] == "vip" and "ship" not in edited["state"]
+    skipped = await run_cli("runs", "skip", run_id, "--output", '{"by": "phone"}')
+    assert "skipped a step of run" in skipped.stdout
+    await api.until(run_id, "completed")
+    result = await run_cli("runs", "cancel", run_id, code=4)
+    assert result.stderr.startswith("error: 409 invalid_status") and result.stderr.count("\n") == 1
+
+    api.handler.route(
+        "reserve", lambda body, h: answer_json({"error": {"class": "x", "retryable": False}}, 500)
+    )
+    second = await run_cli.json("runs", "start", "flow")
+    await api.until(second["runId"], "failed")
+    api.handler.route("reserve", lambda body, h: answer_json({"ok": 2}))
+    redriven = await run_cli.json("runs", "redrive", second["runId"], "--reason", "fixed")
+    assert redriven["generation"] == 2
+    await api.until(second["runId"], "waiting")
+    cancelled = await run_cli("runs", "cancel", second["runId"], "--reason", "no")
+    assert "now cancelled" in cancelled.stdout
+
+
+async def test_errors_exit_codes_and_usage(api: Api, run_cli: Cli) -> None:
+    missing = await run_cli("runs", "show", "run_nope", code=3)
+    assert missing.stderr.startswith("error: 404 not_found") and missing.stdout == ""
+    await run_cli("runs", "start", "flow", code=3)  # no such workflow yet
+    await api.register(_flow())
+    bad = await run_cli("runs", "start", "flow", "--run-timeout", "1.5s", code=1)
+    assert "400 invalid_request [runTimeout]" in bad.stderr
+    await run_cli("runs", "start", "flow", "--input", "{not json", code=2)
+    await run_cli("runs", "signal", "paid", code=2)
+    await run_cli("runs", "list", env={"FOLIOT_TOKEN": "fk_x.y"}, code=1)
+    unreachable = await run_cli("runs", "list", env={"FOLIOT_URL": "http://127.0.0.1:9"}, code=5)
+    assert unreachable.stderr.startswith("error: cannot reach the server")
+    await run_cli("runs", "list", env={"FOLIOT_APP": ""}, code=2)
+    await run_cli("runs", "list", "--profile", "nope", code=2)
+
+
+async def test_profiles_file(api: Api, run_cli: Cli, tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[profiles.default]\nurl = "http://127.0.0.1:9"\n\n'
+        f'[profiles.local]\nurl = "{api.running.url}"\ntoken = "{api.key}"\napp = "{api.app}"\n'
+    )
+    env = {"FOLIOT_CONFIG": str(config), "FOLIOT_URL": "", "FOLIOT_TOKEN": "", "FOLIOT_APP": ""}
+    assert (await run_cli.json("--profile", "local", "runs", "list", env=env))["runs"] == []
+    assert (await run_cli.json("runs", "list", env={**env, "FOLIOT_PROFILE": "local"}))["runs"] == []
+    await run_cli("runs", "list", env=env, code=2)  # default profile has no token
+
+
+async def test_apps_actors_timers_queues_as_admin(api: Api, run_cli: Cli) -> None:
+    admin = {"FOLIOT_TOKEN": ADMIN}
+    created = await run_cli.json(
+        "apps", "create", "billing", "--handler-base-url", "http://127.0.0.1:1", env=admin
+    )
+    assert created["apiKey"].startswith("fk_") and created["signingSecret"]
+    key = await run_cli.json("apps", "keys", "create", "billing", env=admin)
+    rotated = await run_cli.json("apps", "rotate-secret", "billing", "--grace", "60", env=admin)
+    view = await run_cli.json("apps", "show", "billing", env=admin)
+    assert {k["keyId"] for k in view["apiKeys"]} == {created["keyId"], key["keyId"]}
+    assert rotated["secretId"] in {s["secretId"] for s in view["signingSecrets"]}
+    revoked = await run_cli.json("apps", "keys", "revoke", key["keyId"], "--app", "billing", env=admin)
+    assert revoked["revoked"] is True
+    assert "billing" in (await run_cli("apps", "show", env={**admin, "FOLIOT_APP": "billing"})).stdout
+    await run_cli("apps", "show", "billing", code=1)  # an app key may not read another app
+
+    await api.register({"name": "q", "steps": [{"name": "pick", "type": "task", "queue": "warehouse"}]})
+    run = await api.start("q")
+    await api.until(run["runId"], "running")
+    actors = await run_cli.json("actors", env=admin)
+    assert run["runId"] in {a["runId"] for a in actors["actors"]}
+    assert "warehouse" in (await run_cli("actors", env=admin)).stdout
+    one = await run_cli.json("actors", run["runId"], env=admin)
+    assert one["inflight"]["queue"] == "warehouse"
+    assert "count" in await run_cli.json("timers", env=admin)
+    with trio.fail_after(10):
+        while not (queues := (await run_cli.json("queues", env=admin))["queues"]):
+            await trio.sleep(0.01)
+    assert queues == [{"app": api.app, "queue": "warehouse", "depth": 1, "waitingPollers": 0}]
+    assert "warehouse" in (await run_cli("queues", env=admin)).stdout
+    await run_cli("timers", code=1)  # an app key is no admin
+
+
+async def test_engine_foliot_command_delegates_operator_commands(
+    api: Api, run_cli: Cli, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await api.register(_flow())
+    for name, value in run_cli.env.items():
+        monkeypatch.setenv(name, value)
+    code = await trio.to_thread.run_sync(lambda: engine_main(["--json", "workflows", "list"]))
+    assert code == 0
+    assert json.loads(capsys.readouterr().out)["workflows"][0]["name"] == "flow"
+    code = await trio.to_thread.run_sync(lambda: engine_main(["runs", "show", "run_nope"]))
+    assert code == 3 and capsys.readouterr().err.startswith("error: 404 not_found")
+    assert await trio.to_thread.run_sync(lambda: cli_main(["nope"])) == 2
+
+
+async def test_why_pause_unpause_and_bulk(api: Api, run_cli: Cli) -> None:
+    await api.register({"name": "q", "steps": [{"name": "pick", "type": "task", "queue": "warehouse"}]})
+    run = await api.start("q")
+    await api.until(run["runId"], "running")
+    why = await run_cli.json("why", run["runId"])
+    assert why["runId"] == run["runId"] and "warehouse" in why["summary"]
+    text = (await run_cli("why", run["runId"])).stdout
+    lines = text.splitlines()  # the summary names durations, which move between the two calls
+    assert lines[0].startswith("needs attention: queued on `warehouse`") and why["attention"] is True
+    assert len(lines) == 1 + len(why["facts"]) and "  - 1 task(s) wait on `warehouse`" in lines
+    await run_cli("why", "run_nope", code=3)
+
+    paused = await run_cli.json("runs", "pause", run["runId"], "--reason", "hold")
+    assert paused["status"] == "paused"
+    assert "now running" in (await run_cli("runs", "unpause", run["runId"])).stdout
+    others = [(await api.start("q"))["runId"] for _ in range(3)]
+    for run_id in others:
+        await api.until(run_id, "running")
+    done = await run_cli.json(
+        "runs", "bulk", "cancel", "--workflow", "q", "--page-size", "2", "--reason", "x"
+    )
+    assert (done["acted"], done["matched"], done["skipped"]) == (4, 4, 0) and done["pages"] >= 2
+    again = (await run_cli("runs", "bulk", "cancel", "--workflow", "q")).stdout
+    assert "cancelled 0 of 4 matching runs (4 skipped)" in again
+    await run_cli("runs", "bulk", "explode", "--workflow", "q", code=2)
