@@ -238,3 +238,13 @@ async def test_why_pause_unpause_and_bulk(api: Api, run_cli: Cli) -> None:
     again = (await run_cli("runs", "bulk", "cancel", "--workflow", "q")).stdout
     assert "cancelled 0 of 4 matching runs (4 skipped)" in again
     await run_cli("runs", "bulk", "explode", "--workflow", "q", code=2)
+
+
+async def test_signal_with_start_from_the_cli(api: Api, run_cli: Cli) -> None:
+    await api.register({"name": "cart", "steps": [{"name": "w", "type": "wait", "signal": "add"}]})
+    args = ("runs", "signal", "add", "--workflow", "cart", "--business-key", "c-1", "--start-if-missing")
+    started = await run_cli.json(*args, "--input", '{"u": 7}', "--payload", "1")
+    assert started["started"] is True
+    assert (await api.until(started["runId"], "completed"))["input"] == {"u": 7}
+    await run_cli("runs", "signal", "add", "--run", started["runId"], "--start-if-missing", code=2)
+    await run_cli("runs", "signal", "add", "--run", started["runId"], "--input", "1", code=2)

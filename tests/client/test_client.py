@@ -305,3 +305,31 @@ async def test_pause_unpause_bulk_and_diagnosis(api: Api) -> None:
         assert (page.acted, page.cursor) == (5, None)
         with pytest.raises(ValueError):
             await c.bulk_page("explode", BulkSelection("wait"))
+
+
+async def test_signal_with_start_and_waits_for_several_signals(api: Api) -> None:
+    cart = {"name": "cart", "steps": [{"name": "w", "type": "wait", "signals": ["add", "close"]}]}
+    async with client(api) as c:
+        await c.register_workflow(cart)
+        first = await c.signal_with_start(
+            "add", {"sku": 1}, workflow="cart", business_key="c-1", input={"u": 7}
+        )
+        assert first.started is True
+        run = await c.get_run(first.run_id)
+        assert run.input == {"u": 7} and run.business_key == "c-1"
+        await api.until(first.run_id, "completed")
+        assert (await c.get_run(first.run_id)).state["w"] == {"signal": "add", "payload": {"sku": 1}}
+
+        other = await c.start_run("cart", business_key="c-2")
+        waiting = await api.until(other.run_id, "waiting")
+        assert (await c.get_run(other.run_id)).wait_signals == ["add", "close"] == waiting["waitSignals"]
+        to_open = await c.signal_with_start(
+            "close", workflow="cart", business_key="c-2", idempotency_key="k-9"
+        )
+        assert (to_open.run_id, to_open.started) == (other.run_id, False)
+        again = {"workflow": "cart", "business_key": "c-2", "idempotency_key": "k-9"}
+        replay = await c.signal_with_start("close", **again, signal_id=to_open.signal_id)  # a retry
+        assert (replay.run_id, replay.status) == (to_open.run_id, to_open.status)
+        with pytest.raises(errors.IdempotencyKeyReused):  # the same key for another signal
+            await c.signal_with_start("add", **again)
+        assert len((await c.list_runs(workflow="cart")).items) == 2

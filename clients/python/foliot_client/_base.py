@@ -439,6 +439,36 @@ class BaseClient:
             safe=True,
         )
 
+    def b_signal_with_start(
+        self,
+        name: str,
+        workflow: str,
+        business_key: str,
+        payload: Any,
+        input: Any,
+        version: int | None,
+        signal_id: str | None,
+        idempotency_key: str | None,
+        app: str | None,
+    ) -> Call[SignalResult]:
+        sid = signal_id or f"fc-{uuid.uuid4()}"
+        start: dict[str, Any] = _clean({"version": version})
+        if input is not UNSET:
+            start["input"] = input
+        body: dict[str, Any] = {"name": name, "workflow": workflow, "businessKey": business_key,
+                                "signalId": sid, "startIfMissing": start}  # fmt: skip
+        if payload is not UNSET:
+            body["payload"] = payload
+        key = idempotency_key or f"fc-{uuid.uuid4()}"
+        return Call(
+            "POST",
+            f"{self._app(app)}/signals",
+            lambda _, d: SignalResult(d["runId"], d["status"], sid, bool(d.get("started"))),
+            json=body,
+            headers={"Idempotency-Key": key},
+            safe=True,
+        )
+
     # --- tasks --------------------------------------------------------------------------------
 
     def b_poll_tasks(

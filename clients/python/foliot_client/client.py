@@ -285,6 +285,26 @@ class Client(BaseClient):
         generated unless given, so a retried signal is a `duplicate`, never delivered twice."""
         return self.send(self.b_send_signal(name, payload, run_id, workflow, business_key, signal_id, app))
 
+    def signal_with_start(
+        self,
+        name: str,
+        payload: Any = UNSET,
+        *,
+        workflow: str,
+        business_key: str,
+        input: Any = UNSET,
+        version: int | None = None,
+        signal_id: str | None = None,
+        idempotency_key: str | None = None,
+        app: str | None = None,
+    ) -> SignalResult:
+        """Signal the open run with this business key, or start it (with `input`) with the
+        signal in it, atomically; `result.started` says which. Keys are generated unless given."""
+        call = self.b_signal_with_start(
+            name, workflow, business_key, payload, input, version, signal_id, idempotency_key, app
+        )
+        return self.send(call)
+
     # tasks
     def poll_tasks(
         self,
@@ -553,6 +573,24 @@ class AsyncClient(BaseClient):
         return await self.send(
             self.b_send_signal(name, payload, run_id, workflow, business_key, signal_id, app)
         )
+
+    async def signal_with_start(
+        self,
+        name: str,
+        payload: Any = UNSET,
+        *,
+        workflow: str,
+        business_key: str,
+        input: Any = UNSET,
+        version: int | None = None,
+        signal_id: str | None = None,
+        idempotency_key: str | None = None,
+        app: str | None = None,
+    ) -> SignalResult:
+        call = self.b_signal_with_start(
+            name, workflow, business_key, payload, input, version, signal_id, idempotency_key, app
+        )
+        return await self.send(call)
 
     async def poll_tasks(
         self,

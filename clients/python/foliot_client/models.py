@@ -59,6 +59,7 @@ class Run:
     current_step: str | None
     attempt: int | None
     wait_signal: str | None
+    wait_signals: list[str] | None  # a wait for the first of several signals
     wake_at: datetime | None
     deadline: datetime | None
     created_at: datetime | None
@@ -87,6 +88,7 @@ class Run:
             current_step=_opt_str(d, "currentStep"),
             attempt=_opt_int(d, "attempt"),
             wait_signal=_opt_str(d, "waitSignal"),
+            wait_signals=list(d["waitSignals"]) if d.get("waitSignals") else None,
             wake_at=parse_time(d.get("wakeAt")),
             deadline=parse_time(d.get("deadline")),
             created_at=parse_time(d.get("createdAt")),
@@ -160,11 +162,13 @@ class Workflow:
 
 @dataclass(frozen=True)
 class SignalResult:
-    """`status` is `delivered`, `buffered` or `duplicate`."""
+    """`status` is `delivered`, `buffered` or `duplicate`; `started` (signal-with-start only)
+    says whether the call started the run."""
 
     run_id: str
     status: str
     signal_id: str | None
+    started: bool | None = None
 
 
 @dataclass(frozen=True)

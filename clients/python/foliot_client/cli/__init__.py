@@ -231,6 +231,9 @@ def runs_start(
 @click.option("--business-key")
 @click.option("--payload", help="JSON, @file.json|yaml, or - for stdin")
 @click.option("--signal-id", help="deduplication id (default: a fresh one)")
+@click.option("--start-if-missing", is_flag=True, help="no open run with the key: start one with the signal")
+@click.option("--input", "input_", help="with --start-if-missing: the new run's input (JSON, @file, -)")
+@click.option("--version", type=int, help="with --start-if-missing: the version to start")
 @click.pass_obj
 def runs_signal(
     s: Session,
@@ -240,14 +243,29 @@ def runs_signal(
     business_key: str | None,
     payload: str | None,
     signal_id: str | None,
+    start_if_missing: bool,
+    input_: str | None,
+    version: int | None,
 ) -> None:
-    """Send signal NAME to a run."""
-    if run_id is None and (workflow is None or business_key is None):
-        fail("name the run with --run, or with --workflow and --business-key")
+    """Send signal NAME to a run (or signal-with-start with --start-if-missing)."""
     value = parse_json(payload, "--payload")
-    call = s.client.b_send_signal(name, value, run_id, workflow, business_key, signal_id, s.need_app())
+    app = s.need_app()
+    if start_if_missing:
+        if run_id is not None or workflow is None or business_key is None:
+            fail("--start-if-missing needs --workflow and --business-key (not --run)")
+        start = parse_json(input_, "--input")
+        call = s.client.b_signal_with_start(
+            name, workflow, business_key, value, start, version, signal_id, None, app
+        )
+    else:
+        if run_id is None and (workflow is None or business_key is None):
+            fail("name the run with --run, or with --workflow and --business-key")
+        if input_ is not None or version is not None:
+            fail("--input and --version go with --start-if-missing")
+        call = s.client.b_send_signal(name, value, run_id, workflow, business_key, signal_id, app)
     document = s.raw(call)
-    s.out.text(f"{document['status']}: signal {name!r} to run {document['runId']}", document)
+    started = " (started it)" if document.get("started") else ""
+    s.out.text(f"{document['status']}: signal {name!r} to run {document['runId']}{started}", document)
 
 
 def _intervention(s: Session, call: Call[Any], verb: str) -> None:
