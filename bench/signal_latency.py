@@ -97,6 +97,7 @@ def phase(
     count = max(1, int(rate * args.seconds))
     targets = c.random_targets(run_ids, count, seed)
     requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
+    cpu0 = c.cpu_seconds(server.pid)
     results, wall = c.run_clients(
         server.url,
         c.bearer(key),
@@ -109,8 +110,15 @@ def phase(
     )
     s = c.summarize(results, wall)
     time.sleep(min(5.0, args.timeout))  # let pushes of the last signals arrive
+    cpu = c.cpu_seconds(server.pid) - cpu0  # the signals, their pushes and the answers to them
     to_task, missing = c.to_task(results, handler.stats(arrivals=True)["arrivals"])
-    s.update(rate=rate, to_task_p50=c.pct(to_task, 50), to_task_p99=c.pct(to_task, 99), no_task=missing)
+    s.update(
+        cpu_ms=1000 * cpu / max(1, s["ok"]),
+        rate=rate,
+        to_task_p50=c.pct(to_task, 50),
+        to_task_p99=c.pct(to_task, 99),
+        no_task=missing,
+    )
     return s
 
 
@@ -143,6 +151,7 @@ def row(mode: str, label: str, s: dict[str, Any]) -> list[Any]:
         s["503"],
         f"{s['retry_after']}/{s['429'] + s['503']}",
         c.ms(s["refused_p99"]),
+        f"{s['cpu_ms']:.1f}",
         s["other"],
         s["client_overrun"],
     ]
@@ -180,6 +189,9 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
     floor_rps = f["rps"] if f else float("nan")
     floor.child.stop()
     rows = []
+    profile = c.Profile(server.pid, Path(args.profile) / f"signal-{mode}.txt") if args.profile else None
+    if profile is not None:
+        profile.__enter__()
     if args.find_capacity:
         # Double while good; if the first rate is already bad, halve down to --min-rate.
         rate, capacity, going = args.start_rate, 0.0, ""
@@ -213,6 +225,10 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
             rows.append(row(mode, "fixed", s))
             drain(handler, 30)
         notes.append(f"{mode}: floor signal endpoint (closed loop, wrk) {floor_rps:.0f}/s")
+    if profile is not None:
+        profile.__exit__(None, None, None)
+        notes.append(f"{mode}: py-spy profile of the server during the phases ({profile.out}):")
+        notes.append(profile.summary())
     if not server.alive():
         notes.append(f"{mode}: {server.death()}")
     m = server.metrics()
@@ -249,6 +265,11 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=2, help="client processes")
     parser.add_argument("--timeout", type=float, default=30.0, help="client timeout per signal, s")
     parser.add_argument(
+        "--profile",
+        default="",
+        help="directory: py-spy record the server during the phases, print top frames",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="300 runs, 3 s per rate, ramp from 20/s to 160/s"
     )
     args = c.parse_args(
@@ -267,7 +288,8 @@ def main() -> None:
         notes += n
     print(
         c.table(
-            f"signals ({args.backend}; ms from the scheduled send; task = signal -> push at the handler)",
+            f"signals ({args.backend}; ms from the scheduled send; task = signal -> push at the handler; "
+            "cpu = server CPU, all threads, per 2xx, its push and answer included)",
             [
                 "mode",
                 "phase",
@@ -285,6 +307,7 @@ def main() -> None:
                 "503",
                 "retry-after",
                 "refused p99",
+                "cpu ms/2xx",
                 "other",
                 "unsent",
             ],
