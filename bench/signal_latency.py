@@ -50,15 +50,24 @@ def seed(server: c.Foliot, key: str, count: int) -> tuple[list[str], float]:
         ["POST", "/apps/bench/runs", {"workflow": "signalled", "input": {"i": i}}, i] for i in range(count)
     ]
     t0 = time.perf_counter()
-    results, _ = c.run_clients(
-        server.url, c.bearer(key), requests, mode="closed", procs=2, concurrency=16, timeout=60, limit_s=1800
-    )
-    elapsed = time.perf_counter() - t0
-    ok = [r for r in results if r[3] == 201]
-    if len(ok) < count:
-        print(
-            f"  seeding: {len(ok)} of {count} starts answered 201 ({c.summarize(results, elapsed)['codes']})"
+    started: set[Any] = set()
+    refused = 0
+    for _ in range(30):  # starts refused as overloaded (429/503) are sent again after a pause
+        todo = [r for r in requests if r[3] not in started]
+        if not todo:
+            break
+        results, _ = c.run_clients(
+            server.url, c.bearer(key), todo, mode="closed", procs=2, concurrency=16, timeout=60, limit_s=1800
         )
+        started |= {r[5] for r in results if r[3] == 201}
+        refused += sum(1 for r in results if r[3] in (429, 503))
+        if len(started) < count:
+            time.sleep(1.0)
+    elapsed = time.perf_counter() - t0
+    if refused:
+        print(f"  seeding: {refused} starts refused as overloaded were sent again")
+    if len(started) < count:
+        print(f"  seeding: {len(started)} of {count} starts answered 201")
     with c.httpx.Client(base_url=server.url, headers=c.bearer(key), timeout=60) as client:
         ids: list[str] = []
         cursor = None
