@@ -96,12 +96,13 @@ async def server(tmp_path: Path, database_url: str) -> AsyncIterator[Server]:
 
 
 async def retrying(client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
-    """Call until the server answers something other than a connection error or a 503."""
+    """Call until the server answers something other than a connection error, a 503 or a 429
+    (overloaded: a client retries those, as the API asks)."""
     with trio.fail_after(120):
         while True:
             try:
                 r = await client.request(method, url, **kw)
-                if r.status_code != 503:
+                if r.status_code not in (429, 503):
                     return r
             except httpx.TransportError:
                 pass
