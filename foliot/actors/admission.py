@@ -58,6 +58,15 @@ class Admission:
         self.refused[reason] = self.refused.get(reason, 0) + 1
         return Overloaded(message, reason=reason, retry_after=retry_after)
 
+    def shed(self) -> Overloaded | None:
+        """The latency gate's refusal of one more start or signal now (None: admitted)."""
+        if self.gate.admit(trio.current_time(), self.inflight):
+            return None
+        return self.refuse(
+            "latency",
+            f"starts and signals wait over {self.gate.target_s * 1000:g} ms to be served; retry shortly",
+        )
+
     def check(self, app: str) -> None:
         """Raise `Overloaded` if a new start or signal for `app` should be refused now."""
         if self.inflight >= self.max_inflight:
@@ -67,11 +76,9 @@ class Admission:
         depth = self.storage_queue
         if depth >= self.storage_queue_max:
             raise self.refuse("storage", f"{depth} writes are waiting for storage; retry shortly")
-        if not self.gate.admit(trio.current_time(), self.inflight):
-            raise self.refuse(
-                "latency",
-                f"starts and signals wait over {self.gate.target_s * 1000:g} ms to be served; retry shortly",
-            )
+        refusal = self.shed()
+        if refusal is not None:
+            raise refusal
         backlog = self._dispatcher.backlog
         if backlog >= self.push_backlog_max:
             mine = self._dispatcher.app_backlog(app)

@@ -6,6 +6,7 @@ everything is admitted again. With the gate off the same load queues for seconds
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import trio
 from trio.testing import MockClock
 
 from foliot.http.app import create_app
+from foliot.http.edge import Shed
 from foliot.storage.base import RunFilter
 
 from .conftest import Env, advance
@@ -118,3 +120,63 @@ async def test_sustained_overload_is_refused_at_once_and_admitted_again_after(
     assert r.status_code == 201
     s = await client.post("/apps/app/signals", json={"runId": parked[0], "name": "go"}, headers=auth)
     assert s.status_code == 202
+
+
+async def test_while_shedding_the_edge_refuses_starts_and_signals_before_the_app(env: Env) -> None:
+    admission = env.engine.admission
+    gate = admission.gate
+    now = trio.current_time()
+    for i in range(50):  # a whole interval of slow answers: a standing queue
+        gate.answered(now + i * 0.005, 0.5)
+    admission.inflight = 100  # past any limit the gate computes from that throughput
+    assert gate.admit(now + gate.interval_s, 0) and gate.shedding
+    reached: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(f"{scope['method']} {scope['path']}")
+
+    shed = Shed(app, admission)
+
+    async def call(method: str, path: str, body: bytes = b"{}") -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+        pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            return pending.pop(0) if pending else {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        headers = [(b"content-length", str(len(body)).encode())]
+        await shed({"type": "http", "method": method, "path": path, "headers": headers}, receive, send)
+        return sent
+
+    for path in ("/apps/app/runs", "/apps/app/signals", "/apps/app/runs/"):
+        start, body = await call("POST", path)
+        assert start["status"] == 429
+        headers = dict(start["headers"])
+        assert headers[b"retry-after"] == b"1" and b"connection" not in headers
+        error = json.loads(body["body"])["error"]
+        assert (error["code"], error["reason"], error["retryAfter"]) == ("overloaded", "latency", 1)
+    assert reached == []
+    assert admission.refused["latency"] == 3
+    # A large body is not read: its connection is closed instead.
+    start, _ = await call("POST", "/apps/app/signals", b"x" * 100_000)
+    assert (b"connection", b"close") in start["headers"]
+    # Reads, interventions and task answers go through.
+    for method, path in (
+        ("GET", "/apps/app/runs"),
+        ("POST", "/apps/app/runs/run_1/cancel"),
+        ("POST", "/apps/app/tasks/tt_1/complete"),
+    ):
+        await call(method, path)
+    assert reached == [
+        "GET /apps/app/runs",
+        "POST /apps/app/runs/run_1/cancel",
+        "POST /apps/app/tasks/tt_1/complete",
+    ]
+    # Once the gate stops shedding, starts and signals reach the app again.
+    admission.inflight = 0
+    assert gate.admit(trio.current_time() + 10, 0) and not gate.shedding
+    await call("POST", "/apps/app/signals")
+    assert reached[-1] == "POST /apps/app/signals"
