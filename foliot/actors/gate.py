@@ -84,7 +84,8 @@ class LatencyGate:
             self.episodes += 1
         self.last_min_s = self._min if self._answered else None
         self._history.append(self._answered)
-        passed = int((now - self._start) / self.interval_s)
+        # At least one: `now` is past the interval's end, whatever the float division says.
+        passed = max(1, int((now - self._start) / self.interval_s))
         for _ in range(min(passed - 1, self._history.maxlen or 0)):
             self._history.append(0)
         if passed > 1:

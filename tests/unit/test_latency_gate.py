@@ -80,3 +80,15 @@ def test_a_target_of_zero_turns_the_gate_off() -> None:
     for i in range(200):
         g.answered(i * 0.01, 5.0)
     assert g.admit(10.0, 10_000) and not g.shedding
+
+
+def test_an_interval_ending_where_float_division_falls_short_still_moves_on() -> None:
+    # (0.7 + 0.2 - 0.7) / 0.2 < 1 in floating point: the interval must still be counted as passed.
+    start = 0.7
+    g = gate(floor=2)
+    assert (start + INTERVAL - start) / INTERVAL < 1
+    for i in range(50):
+        g.answered(start + i * 0.004, 0.5)
+    assert g.admit(start + INTERVAL, 0) and g.shedding
+    assert not g.admit(start + INTERVAL + 0.001, 100)  # still the same (shedding) interval
+    assert g.shedding
