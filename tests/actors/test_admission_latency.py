@@ -114,6 +114,8 @@ async def test_sustained_overload_is_refused_at_once_and_admitted_again_after(
         )
     metrics = await (await client.get("/metrics", headers=auth)).get_data(as_text=True)
     assert f'foliot_admission_refused_total{{reason="latency"}} {len(refused)}' in metrics
+    for gauge in ("shedding", "limit", "min_latency_seconds", "throughput"):
+        assert f"foliot_admission_{gauge} " in metrics
     # The load is gone: after a quiet spell the gate admits again.
     await advance(1.0)
     r = await client.post("/apps/app/runs", json={"workflow": "parked"}, headers=auth)
