@@ -171,7 +171,10 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
     cluster = c.pg_cluster() if args.backend == "postgres" else None
     handler = c.Handler(work)
     server = c.Foliot(
-        c.database_url(args.backend, work, cluster), work, FOLIOT_PASSIVATE_AFTER_MS=PASSIVATE[mode]
+        c.database_url(args.backend, work, cluster),
+        work,
+        FOLIOT_PASSIVATE_AFTER_MS=PASSIVATE[mode],
+        FOLIOT_ADMISSION_TARGET_MS=100,
     )
     server.start()
     key = server.setup_app([WORKFLOW], handler_url=handler.url)

@@ -124,6 +124,7 @@ async def test_sustained_overload_is_refused_at_once_and_admitted_again_after(
     assert s.status_code == 202
 
 
+@pytest.mark.parametrize("settings_overrides", [{"admission_target_ms": 100}])
 async def test_while_shedding_the_edge_refuses_starts_and_signals_before_the_app(env: Env) -> None:
     admission = env.engine.admission
     gate = admission.gate
