@@ -149,6 +149,16 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far, all threads (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class RssSampler:
     """Samples a pid's RSS on a thread; keeps the peak."""
 
@@ -887,3 +897,69 @@ def parked_node(backend: str, name: str, runs: int) -> ParkedNode:
     server.stop()
     run_ids, took = seed_bulk(db_url, "bench", PARKED, runs)
     return ParkedNode(work, cluster, db_url, handler, server, ready_empty, key, run_ids, took)
+
+
+# ---------------------------------------------------------------------------- profiling
+
+
+class Profile:
+    """`py-spy record` of a process (collapsed stacks), summarised as the top frames.
+
+    Used as a context manager around the load phases; does nothing when py-spy is missing."""
+
+    def __init__(self, pid: int, out: Path, rate: int = 100) -> None:
+        self.out = out
+        self.child: Child | None = None
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        if Path(spy).exists():
+            args = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate)]
+            self.args = [*args, "--nonblocking", "-o", str(out)]
+        else:
+            self.args = []
+
+    def __enter__(self) -> Profile:
+        if self.args:
+            self.child = Child(self.args, log=self.out.with_suffix(".log"))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.child is not None:
+            with suppress(ProcessLookupError):
+                os.killpg(self.child.pid, signal.SIGINT)
+            with suppress(subprocess.TimeoutExpired):
+                self.child.proc.wait(timeout=30)
+            self.child.kill()
+
+    def summary(self, top: int = 25) -> str:
+        """Top frames by inclusive and by self share of the samples."""
+        if not self.out.exists():
+            return f"no profile ({self.out.with_suffix('.log')})"
+        inclusive: Counter[str] = Counter()
+        own: Counter[str] = Counter()
+        total = 0
+        for line in self.out.read_text(errors="replace").splitlines():
+            stack, _, count_s = line.rpartition(" ")
+            if not stack or not count_s.isdigit():
+                continue
+            count = int(count_s)
+            total += count
+            frames = [_short_frame(f) for f in stack.split(";")]
+            for frame in set(frames):
+                inclusive[frame] += count
+            own[frames[-1]] += count
+        if not total:
+            return "empty profile"
+        lines = [f"{total} samples; inclusive:"]
+        lines += [f"  {n / total:6.1%}  {f}" for f, n in inclusive.most_common(top)]
+        lines.append("self:")
+        lines += [f"  {n / total:6.1%}  {f}" for f, n in own.most_common(top)]
+        return "\n".join(lines)
+
+
+def _short_frame(frame: str) -> str:
+    """`fn (path/to/module.py:12)` -> `fn (module.py)`: lines merged, paths cut."""
+    name, _, where = frame.partition(" (")
+    path = where.rstrip(")").rpartition(":")[0] or where.rstrip(")")
+    parts = Path(path).parts
+    short = "/".join(parts[-2:]) if parts else path
+    return f"{name} ({short})"

@@ -50,15 +50,24 @@ def seed(server: c.Foliot, key: str, count: int) -> tuple[list[str], float]:
         ["POST", "/apps/bench/runs", {"workflow": "signalled", "input": {"i": i}}, i] for i in range(count)
     ]
     t0 = time.perf_counter()
-    results, _ = c.run_clients(
-        server.url, c.bearer(key), requests, mode="closed", procs=2, concurrency=16, timeout=60, limit_s=1800
-    )
-    elapsed = time.perf_counter() - t0
-    ok = [r for r in results if r[3] == 201]
-    if len(ok) < count:
-        print(
-            f"  seeding: {len(ok)} of {count} starts answered 201 ({c.summarize(results, elapsed)['codes']})"
+    started: set[Any] = set()
+    refused = 0
+    for _ in range(30):  # starts refused as overloaded (429/503) are sent again after a pause
+        todo = [r for r in requests if r[3] not in started]
+        if not todo:
+            break
+        results, _ = c.run_clients(
+            server.url, c.bearer(key), todo, mode="closed", procs=2, concurrency=16, timeout=60, limit_s=1800
         )
+        started |= {r[5] for r in results if r[3] == 201}
+        refused += sum(1 for r in results if r[3] in (429, 503))
+        if len(started) < count:
+            time.sleep(1.0)
+    elapsed = time.perf_counter() - t0
+    if refused:
+        print(f"  seeding: {refused} starts refused as overloaded were sent again")
+    if len(started) < count:
+        print(f"  seeding: {len(started)} of {count} starts answered 201")
     with c.httpx.Client(base_url=server.url, headers=c.bearer(key), timeout=60) as client:
         ids: list[str] = []
         cursor = None
@@ -97,6 +106,7 @@ def phase(
     count = max(1, int(rate * args.seconds))
     targets = c.random_targets(run_ids, count, seed)
     requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
+    cpu0 = c.cpu_seconds(server.pid)
     results, wall = c.run_clients(
         server.url,
         c.bearer(key),
@@ -109,8 +119,15 @@ def phase(
     )
     s = c.summarize(results, wall)
     time.sleep(min(5.0, args.timeout))  # let pushes of the last signals arrive
+    cpu = c.cpu_seconds(server.pid) - cpu0  # the signals, their pushes and the answers to them
     to_task, missing = c.to_task(results, handler.stats(arrivals=True)["arrivals"])
-    s.update(rate=rate, to_task_p50=c.pct(to_task, 50), to_task_p99=c.pct(to_task, 99), no_task=missing)
+    s.update(
+        cpu_ms=1000 * cpu / max(1, s["ok"]),
+        rate=rate,
+        to_task_p50=c.pct(to_task, 50),
+        to_task_p99=c.pct(to_task, 99),
+        no_task=missing,
+    )
     return s
 
 
@@ -143,6 +160,7 @@ def row(mode: str, label: str, s: dict[str, Any]) -> list[Any]:
         s["503"],
         f"{s['retry_after']}/{s['429'] + s['503']}",
         c.ms(s["refused_p99"]),
+        f"{s['cpu_ms']:.1f}",
         s["other"],
         s["client_overrun"],
     ]
@@ -153,7 +171,10 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
     cluster = c.pg_cluster() if args.backend == "postgres" else None
     handler = c.Handler(work)
     server = c.Foliot(
-        c.database_url(args.backend, work, cluster), work, FOLIOT_PASSIVATE_AFTER_MS=PASSIVATE[mode]
+        c.database_url(args.backend, work, cluster),
+        work,
+        FOLIOT_PASSIVATE_AFTER_MS=PASSIVATE[mode],
+        FOLIOT_ADMISSION_TARGET_MS=100,
     )
     server.start()
     key = server.setup_app([WORKFLOW], handler_url=handler.url)
@@ -180,6 +201,9 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
     floor_rps = f["rps"] if f else float("nan")
     floor.child.stop()
     rows = []
+    profile = c.Profile(server.pid, Path(args.profile) / f"signal-{mode}.txt") if args.profile else None
+    if profile is not None:
+        profile.__enter__()
     if args.find_capacity:
         # Double while good; if the first rate is already bad, halve down to --min-rate.
         rate, capacity, going = args.start_rate, 0.0, ""
@@ -213,6 +237,10 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
             rows.append(row(mode, "fixed", s))
             drain(handler, 30)
         notes.append(f"{mode}: floor signal endpoint (closed loop, wrk) {floor_rps:.0f}/s")
+    if profile is not None:
+        profile.__exit__(None, None, None)
+        notes.append(f"{mode}: py-spy profile of the server during the phases ({profile.out}):")
+        notes.append(profile.summary())
     if not server.alive():
         notes.append(f"{mode}: {server.death()}")
     m = server.metrics()
@@ -249,6 +277,11 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=2, help="client processes")
     parser.add_argument("--timeout", type=float, default=30.0, help="client timeout per signal, s")
     parser.add_argument(
+        "--profile",
+        default="",
+        help="directory: py-spy record the server during the phases, print top frames",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="300 runs, 3 s per rate, ramp from 20/s to 160/s"
     )
     args = c.parse_args(
@@ -267,7 +300,8 @@ def main() -> None:
         notes += n
     print(
         c.table(
-            f"signals ({args.backend}; ms from the scheduled send; task = signal -> push at the handler)",
+            f"signals ({args.backend}; ms from the scheduled send; task = signal -> push at the handler; "
+            "cpu = server CPU, all threads, per 2xx, its push and answer included)",
             [
                 "mode",
                 "phase",
@@ -285,6 +319,7 @@ def main() -> None:
                 "503",
                 "retry-after",
                 "refused p99",
+                "cpu ms/2xx",
                 "other",
                 "unsent",
             ],

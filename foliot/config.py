@@ -106,6 +106,9 @@ class Settings:
     max_inflight_requests: int = 512  # starts + signals being served at once; more get 429
     storage_queue_max: int = 2_000  # units of work waiting for the writer; more: 503
     mailbox_wait_ms: int = 1_000  # how long a request waits for room in one run's mailbox
+    # Latency gate: past this queueing delay for a whole interval, starts and signals are shed.
+    admission_target_ms: int = 0  # 0: the gate is off (opt-in; 100 is a good value)
+    admission_interval_ms: int = 200
     log_level: str = "INFO"
     shutdown_grace_ms: int = 10_000
     # Signals a run holds while it does not wait for them: they live in its document, which is
@@ -164,6 +167,8 @@ class Settings:
             max_inflight_requests=_int(e, "FOLIOT_MAX_INFLIGHT_REQUESTS", 512),
             storage_queue_max=_int(e, "FOLIOT_STORAGE_QUEUE_MAX", 2_000),
             mailbox_wait_ms=_int(e, "FOLIOT_MAILBOX_WAIT_MS", 1_000),
+            admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 0)),
+            admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
             shutdown_grace_ms=_int(e, "FOLIOT_SHUTDOWN_GRACE_MS", 10_000),
             signal_buffer_max=buffer_max,

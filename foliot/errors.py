@@ -84,7 +84,7 @@ class PayloadTooLarge(ApiError):
 class Overloaded(ApiError):
     """The engine is saturated: refused at once, nothing stored; retry after `retry_after` s.
 
-    `reason` says which bound was reached: `inflight`, `mailbox`, `push_backlog` (429) or
+    `reason` says which bound was reached: `inflight`, `latency`, `mailbox`, `push_backlog` (429) or
     `storage` (503)."""
 
     status = 429

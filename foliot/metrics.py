@@ -228,6 +228,27 @@ class EngineCollector:
         yield _gauge(
             "foliot_storage_queue", "Units of work waiting for the storage writer(s).", adm.storage_queue
         )
+        gate = adm.gate
+        yield _gauge(
+            "foliot_admission_shedding",
+            "1 while the latency gate sheds starts and signals (a standing queue was seen).",
+            int(gate.shedding),
+        )
+        yield _gauge(
+            "foliot_admission_limit",
+            "Starts and signals served at once while shedding (FOLIOT_MAX_INFLIGHT_REQUESTS otherwise).",
+            gate.limit if gate.limit is not None else adm.max_inflight,
+        )
+        yield _gauge(
+            "foliot_admission_min_latency_seconds",
+            "Fastest start or signal answered in the gate's last finished interval (0: none).",
+            gate.last_min_s or 0.0,
+        )
+        yield _gauge(
+            "foliot_admission_throughput",
+            "Starts and signals answered per second over the gate's window.",
+            gate.throughput,
+        )
         refused = CounterMetricFamily(
             "foliot_admission_refused",
             "Starts and signals refused as overloaded (429/503 with Retry-After), by reason.",

@@ -16,6 +16,7 @@ from .actors.engine import Engine
 from .config import Settings, describe_lifetime, redact_url
 from .credentials import Vault, file_secret
 from .http.app import create_app
+from .http.edge import Shed
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.factory import open_store, sqlite_path
@@ -77,7 +78,7 @@ async def serve(
     vault = Vault.from_data_dir(settings.data_dir, settings.secret_key)
     async with open_store(settings.database_url) as store:
         engine = Engine(settings, store, vault=vault)
-        app = InFlight(create_app(engine, settings, token))
+        app = InFlight(Shed(create_app(engine, settings, token), engine.admission))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT

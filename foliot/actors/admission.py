@@ -11,7 +11,10 @@ minutes in a hidden queue. Saturation is measured, never guessed:
   app holding at least its fair share of that backlog, so one app's burst does not shut the
   others out;
 - `mailbox`: one run's mailbox stayed full past `FOLIOT_MAILBOX_WAIT_MS` (counted here,
-  decided by the supervisor).
+  decided by the supervisor);
+- `latency`: a standing queue: for a whole `FOLIOT_ADMISSION_INTERVAL_MS` no start or signal was
+  answered within `FOLIOT_ADMISSION_TARGET_MS`; then only as many are served at once as keep
+  their queueing delay near that target (`gate.LatencyGate`), the others are refused at once.
 
 The counters are plain attributes for `/metrics`.
 """
@@ -22,13 +25,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from ..config import Settings
 from ..errors import Overloaded
+from .gate import LatencyGate
 
 if TYPE_CHECKING:
     from .dispatcher import Dispatcher
 
-REASONS = ("inflight", "storage", "push_backlog", "mailbox")
+REASONS = ("inflight", "latency", "storage", "push_backlog", "mailbox")
 
 
 class Admission:
@@ -41,6 +47,7 @@ class Admission:
         self.inflight = 0  # starts and signals being served now
         self.admitted = 0
         self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
+        self.gate = LatencyGate(settings.admission_target_ms / 1000, settings.admission_interval_ms / 1000)
 
     @property
     def storage_queue(self) -> int:
@@ -51,6 +58,15 @@ class Admission:
         self.refused[reason] = self.refused.get(reason, 0) + 1
         return Overloaded(message, reason=reason, retry_after=retry_after)
 
+    def shed(self) -> Overloaded | None:
+        """The latency gate's refusal of one more start or signal now (None: admitted)."""
+        if self.gate.admit(trio.current_time(), self.inflight):
+            return None
+        return self.refuse(
+            "latency",
+            f"starts and signals wait over {self.gate.target_s * 1000:g} ms to be served; retry shortly",
+        )
+
     def check(self, app: str) -> None:
         """Raise `Overloaded` if a new start or signal for `app` should be refused now."""
         if self.inflight >= self.max_inflight:
@@ -60,6 +76,9 @@ class Admission:
         depth = self.storage_queue
         if depth >= self.storage_queue_max:
             raise self.refuse("storage", f"{depth} writes are waiting for storage; retry shortly")
+        refusal = self.shed()
+        if refusal is not None:
+            raise refusal
         backlog = self._dispatcher.backlog
         if backlog >= self.push_backlog_max:
             mine = self._dispatcher.app_backlog(app)
@@ -76,7 +95,10 @@ class Admission:
         self.check(app)
         self.inflight += 1
         self.admitted += 1
+        started = trio.current_time()
         try:
             yield
         finally:
             self.inflight -= 1
+            now = trio.current_time()
+            self.gate.answered(now, now - started)

@@ -40,6 +40,7 @@ from ..workflow.machine import (
 )
 from ..workflow.model import Run, TaskRef
 from ..workflow.payload import compact_json
+from .pushclient import PushClient, PushError
 
 log = logging.getLogger("foliot.dispatcher")
 
@@ -97,7 +98,7 @@ class Push:
 class Dispatcher:
     def __init__(
         self,
-        client: httpx.AsyncClient,
+        client: httpx.AsyncClient | PushClient,
         *,
         now: Callable[[], int],
         target: Callable[[str], Awaitable[Target]],
@@ -351,6 +352,18 @@ class Dispatcher:
     ) -> Outcome | None:
         """The HTTP call itself, bounded by `budget_ms`; None when the budget ran out."""
         with trio.move_on_after(budget_ms / 1000):
+            if isinstance(self._client, PushClient):
+                try:
+                    answer = await self._client.post(url, body, headers, self._max_body)
+                except PushError as exc:
+                    return connection_failure(str(exc)[:500])
+                if answer.body is None:
+                    return Failed(
+                        "output_too_large",
+                        f"the output of step {step!r} is over {self._max_body} bytes",
+                        False,
+                    )
+                return classify_response(answer.status, answer.body, answer.next_step)
             try:
                 async with self._client.stream(
                     "POST", url, content=body, headers=headers, timeout=None

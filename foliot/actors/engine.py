@@ -41,6 +41,7 @@ from .admission import Admission
 from .cache import TtlCache
 from .dispatcher import Dispatcher, Target
 from .messages import ActorMessage, Envelope, Redeliver, ReplySlot
+from .pushclient import PushClient
 from .queues import Queues, Reservation
 from .retention import Pruner
 from .supervisor import Supervisor
@@ -81,11 +82,11 @@ class Engine:
         )
         self.pruner = Pruner.from_settings(store, self.clock, settings)
         self._own_client = http_client is None
-        # The pool is sized to the senders: no push ever waits inside httpx for a connection.
-        limits = httpx.Limits(
-            max_connections=settings.push_concurrency, max_keepalive_connections=settings.push_concurrency
+        # Pushes go through Foliot's own lean client (one connection per sender at most, so
+        # nothing waits for a connection); tests may pass an httpx client with a mock transport.
+        self.http: httpx.AsyncClient | PushClient = http_client or PushClient(
+            max_idle_per_origin=settings.push_concurrency
         )
-        self.http = http_client or httpx.AsyncClient(follow_redirects=False, limits=limits)
         self.dispatcher = Dispatcher(
             self.http,
             now=self.clock.now,

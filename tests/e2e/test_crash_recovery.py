@@ -86,6 +86,9 @@ async def server(tmp_path: Path, database_url: str) -> AsyncIterator[Server]:
         "FOLIOT_DATA_DIR": str(tmp_path / "data"),
         "FOLIOT_ADMIN_TOKEN": ADMIN,
         "FOLIOT_LOG_LEVEL": "WARNING",
+        # Durability under kill -9, not admission: 200 drivers at once would otherwise be shed
+        # (429) on a loaded machine and their retries add load (tests/actors covers the gate).
+        "FOLIOT_ADMISSION_TARGET_MS": "0",
     }
     srv = Server(env, tmp_path / "server.log", int(env["FOLIOT_PORT"]))
     await srv.start()
@@ -96,13 +99,17 @@ async def server(tmp_path: Path, database_url: str) -> AsyncIterator[Server]:
 
 
 async def retrying(client: httpx.AsyncClient, method: str, url: str, **kw: Any) -> httpx.Response:
-    """Call until the server answers something other than a connection error or a 503."""
+    """Call until the server answers something other than a connection error, a 503 or a 429
+    (overloaded: a client retries those, as the API asks)."""
     with trio.fail_after(120):
         while True:
             try:
                 r = await client.request(method, url, **kw)
-                if r.status_code != 503:
+                if r.status_code not in (429, 503):
                     return r
+                if r.status_code == 429:  # overloaded: wait as told, with jitter, like a client
+                    await trio.sleep(float(r.headers.get("Retry-After", "1")) * (0.5 + random.random()))
+                    continue
             except httpx.TransportError:
                 pass
             await trio.sleep(0.05)

@@ -1,0 +1,94 @@
+"""The latency gate alone (pure: time is passed in): CoDel detection of a standing queue,
+Little's-law limit while shedding, and the way back to admitting everything."""
+
+from __future__ import annotations
+
+import pytest
+
+from foliot.actors.gate import LatencyGate
+
+TARGET, INTERVAL = 0.1, 0.2
+
+
+def gate(**kw: int) -> LatencyGate:
+    return LatencyGate(TARGET, INTERVAL, **kw)
+
+
+def answer_every(g: LatencyGate, start: float, end: float, step: float, latency: float) -> float:
+    t = start
+    while t < end:
+        assert g.admit(t, 0)
+        g.answered(t, latency)
+        t += step
+    return t
+
+
+def test_a_burst_with_some_fast_answers_never_sheds() -> None:
+    g = gate()
+    t = 0.0
+    for _ in range(20):  # each interval: one slow answer (a burst queued), the others fast
+        g.answered(t, 0.5)
+        t = answer_every(g, t + 0.001, t + INTERVAL, 0.02, 0.01)
+    assert not g.shedding and g.episodes == 0
+    assert g.admit(t, 10_000)  # no limit while not shedding (the hard caps are elsewhere)
+
+
+def test_a_whole_interval_of_slow_answers_starts_shedding_at_the_littles_law_limit() -> None:
+    g = gate(floor=2)
+    # 100 answers/s for a second, each after 0.3 s: a standing queue.
+    t = answer_every(g, 0.0, 1.0, 0.01, 0.3)
+    assert g.admit(t, 0)  # rolls into the next interval
+    assert g.shedding and g.episodes >= 1
+    assert g.throughput == pytest.approx(100, rel=0.05)
+    assert g.limit == 10  # 100/s x 0.1 s
+    assert g.admit(t, 9)
+    assert not g.admit(t, 10) and not g.admit(t, 50)
+    assert g.last_min_s == pytest.approx(0.3)
+
+
+def test_the_floor_bounds_the_limit_from_below() -> None:
+    g = gate(floor=8)
+    t = answer_every(g, 0.0, 1.0, 0.1, 0.5)  # 10 answers/s, all slow
+    g.admit(t, 0)
+    assert g.shedding and g.limit == 8
+    assert g.admit(t, 7) and not g.admit(t, 8)
+
+
+def test_shedding_ends_after_an_interval_with_nothing_refused() -> None:
+    g = gate(floor=2)
+    t = answer_every(g, 0.0, 1.0, 0.01, 0.3)
+    assert not g.admit(t, 100)  # refused in this interval: the next roll keeps shedding
+    t += INTERVAL
+    assert g.admit(t, 0) and g.shedding
+    # A whole interval in which the load fits under the limit: nothing refused.
+    t = answer_every(g, t + 0.001, t + INTERVAL, 0.02, 0.02)
+    assert g.admit(t, 100)
+    assert not g.shedding and g.limit is None
+
+
+def test_an_idle_spell_ends_shedding() -> None:
+    g = gate(floor=2)
+    t = answer_every(g, 0.0, 1.0, 0.01, 0.3)
+    assert not g.admit(t, 100)
+    assert g.admit(t + 5 * INTERVAL, 100)
+    assert not g.shedding
+    assert g.throughput < 30  # the idle intervals count as empty
+
+
+def test_a_target_of_zero_turns_the_gate_off() -> None:
+    g = LatencyGate(0, INTERVAL)
+    for i in range(200):
+        g.answered(i * 0.01, 5.0)
+    assert g.admit(10.0, 10_000) and not g.shedding
+
+
+def test_an_interval_ending_where_float_division_falls_short_still_moves_on() -> None:
+    # (0.7 + 0.2 - 0.7) / 0.2 < 1 in floating point: the interval must still be counted as passed.
+    start = 0.7
+    g = gate(floor=2)
+    assert (start + INTERVAL - start) / INTERVAL < 1
+    for i in range(50):
+        g.answered(start + i * 0.004, 0.5)
+    assert g.admit(start + INTERVAL, 0) and g.shedding
+    assert not g.admit(start + INTERVAL + 0.001, 100)  # still the same (shedding) interval
+    assert g.shedding
