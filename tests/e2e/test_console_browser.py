@@ -101,11 +101,21 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
         driver = _driver()
         try:
             find: Callable[[str], Any] = lambda css: driver.find_element(By.CSS_SELECTOR, css)  # noqa: E731
+
+            def go(css: str) -> None:
+                """Click something that loads a new page, and wait until the old one is gone."""
+                from selenium.webdriver.support import expected_conditions
+                from selenium.webdriver.support.ui import WebDriverWait
+
+                old = find("html")
+                find(css).click()
+                WebDriverWait(driver, 60).until(expected_conditions.staleness_of(old))
+
             driver.get(f"{base}/console/")
             assert "/console/login" in driver.current_url  # sent to sign in
             driver.save_screenshot(str(shots / "login.png"))
             find("input[name=token]").send_keys(ADMIN)
-            find("form[action='/console/login'] button").click()
+            go("form[action='/console/login'] button")
             assert driver.current_url.endswith("/console/")
             driver.save_screenshot(str(shots / "overview.png"))
             seen["overview"] = driver.page_source
@@ -113,37 +123,37 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
             seen["cookie"] = cookie
             driver.get(f"{base}/console/runs?app=orders")
             Select(find("select[name=status]")).select_by_visible_text("stuck")
-            find("form.filters button").click()
+            go("form.filters button")
             driver.save_screenshot(str(shots / "runs.png"))
             links = driver.find_elements(By.CSS_SELECTOR, "table a code")
             seen["found"] = [link.text for link in links]
-            links[0].click()
+            go("table a code")
             seen["why"] = find("#why").text
             driver.save_screenshot(str(shots / "run-stuck.png"))
             find("form[action$='/state'] textarea[name=set]").send_keys('{"fix": true}')
             find("form[action$='/state'] input[name=reason]").send_keys("stock found")
             find("form[action$='/state'] input[name=confirm]").click()
-            find("form[action$='/state'] button").click()
+            go("form[action$='/state'] button")
             seen["after_edit"] = find("p.msg").text
             Select(find("form[action$='/rewind'] select[name=toStep]")).select_by_visible_text("check")
             find("form[action$='/rewind'] input[name=reason]").send_keys("retry the route")
             find("form[action$='/rewind'] input[name=confirm]").click()
-            find("form[action$='/rewind'] button").click()
+            go("form[action$='/rewind'] button")
             seen["after_rewind"] = find("p.msg").text
             # bulk-cancel the 50 runs waiting for a payment: the count, a confirmation, the result
             driver.get(f"{base}/console/runs?app=orders")
             find("input[name=workflow]").send_keys("await-payment")
             Select(find("select[name=status]")).select_by_visible_text("waiting")
-            find("form.filters button").click()
+            go("form.filters button")
             seen["bulk_offer"] = driver.find_element(
                 By.XPATH, "//h2[text()='Bulk interventions']/following-sibling::p"
             ).text
-            find("form[action='/console/runs/bulk/cancel'] button").click()
+            go("form[action='/console/runs/bulk/cancel'] button")
             seen["bulk_ask"] = find("main p").text
             driver.save_screenshot(str(shots / "bulk-confirm.png"))
             find("input[name=reason]").send_keys("orders withdrawn")
             find("input[name=confirm]").click()
-            find("form[action='/console/runs/bulk/cancel'] button").click()
+            go("form[action='/console/runs/bulk/cancel'] button")
             seen["bulk_done"] = find("p.msg").text
             return seen
         finally:
@@ -172,6 +182,9 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
 
             driver.find_element(By.CSS_SELECTOR, "input[name=token]").send_keys(ADMIN)
             driver.find_element(By.CSS_SELECTOR, "form[action='/console/login'] button").click()
+            from selenium.webdriver.support.ui import WebDriverWait
+
+            WebDriverWait(driver, 60).until(lambda d: d.current_url.endswith("/console/"))
             for name, path in (
                 ("run-completed", f"/console/apps/orders/runs/{run_id}"),
                 ("actors", "/console/actors"),
