@@ -424,12 +424,12 @@ class Engine:
         cutoff = self._idempotency_cutoff()
         unit = UnitOfWork(tr.run, None, tr.events, tr.tasks, idem, idempotency_expired_before=cutoff)
 
-        async def commit_and_perform() -> None:
-            await self.commit(unit)
-            self.supervisor.adopt(tr.run).perform(tr)
-
+        if self._nursery is None or self.supervisor.closed:
+            raise Unavailable("the server is shutting down")
         try:
-            await self.outlive_caller(commit_and_perform)
+            # In the caller's own task: the commit is shielded and its effects follow with no
+            # checkpoint in between, so a client going away cannot part them (no task spawned).
+            await self.commit(unit)
         except UniqueViolation as exc:
             # A retried request with the same key answers as the first one did, whichever
             # uniqueness its own insert ran into first (business key or idempotency key).
@@ -440,6 +440,7 @@ class Engine:
             if exc.constraint == "business_key" and business_key is not None:
                 await self._refuse_business_key(app, workflow, business_key)
             raise Conflict(str(exc)) from exc
+        self.supervisor.adopt(tr.run).perform(tr)
         return body, True
 
     async def _replay(self, app: str, key: str, request_hash: str) -> dict[str, Any] | None:

@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager, suppress
+from functools import partial
 from importlib import resources
 from typing import Any, Protocol, TypeVar
 
@@ -66,6 +67,7 @@ from .base import (
     task_rows,
     timer_rows,
 )
+from .batch import BatchRows, batch_rows
 from .console import OperatorTokenRecord, RunQuery, run_count_sql, run_query_sql
 from .swf_postgres import SwfPostgres
 
@@ -139,15 +141,29 @@ class _Bridge(Protocol):
 class _LoopThread:
     """A plain asyncio loop in a daemon thread; Trio tasks submit coroutines to it.
 
-    `run` crosses once each way: `run_coroutine_threadsafe` in, `TrioToken.run_sync_soon` +
-    `reschedule` out. A Trio cancellation abandons the wait only (the coroutine finishes on its
-    own bounded terms), so asyncpg is never cancelled mid-query or mid-release from outside.
+    `run` crosses once each way, and crossings travel together: calls submitted while the loop
+    thread has not yet taken the previous ones share one wake-up of it, and answers ready
+    together share one `TrioToken.run_sync_soon` (a wake-up is a system call and a GIL
+    hand-over on each side; one per call made the threads wait on each other under load).
+    A Trio cancellation abandons the wait only (the coroutine finishes on its own bounded
+    terms), so asyncpg is never cancelled mid-query or mid-release from outside.
     """
 
     def __init__(self) -> None:
         # Constructed directly: once trio_asyncio is imported, asyncio.new_event_loop() is patched.
         self.loop: asyncio.AbstractEventLoop = asyncio.SelectorEventLoop()
         self.loop.set_exception_handler(_log_loop_error)
+        # Calls waiting for the loop thread, answers waiting for Trio; each flag says a wake-up
+        # to take them is already on its way (set by the sender, cleared by the taker first).
+        self._calls: collections.deque[tuple[Callable[[], Coroutine[Any, Any, Any]], _Deliver]] = (
+            collections.deque()
+        )
+        self._calls_woken = False
+        self._answers: collections.deque[tuple[_Deliver, outcome.Outcome[Any]]] = collections.deque()
+        self._answers_woken = False
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._running: set[asyncio.Task[Any]] = set()  # the loop holds its tasks weakly
+        self.wakeups = 0  # loop-thread wake-ups for calls (fewer than calls under load)
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._main, name="foliot-postgres", daemon=True)
         self._thread.start()
@@ -173,35 +189,75 @@ class _LoopThread:
                 self.loop.close()
 
     async def run(self, make: Callable[[], Coroutine[Any, Any, T]], limit_s: float) -> T:
-        token = trio.lowlevel.current_trio_token()
         task = trio.lowlevel.current_task()
         waiting = True
 
-        def deliver(future: concurrent.futures.Future[T]) -> None:  # on the Trio thread
+        def deliver(result: outcome.Outcome[Any]) -> None:  # on the Trio thread
             nonlocal waiting
             if waiting:
                 waiting = False
-                trio.lowlevel.reschedule(task, outcome.capture(future.result))
-
-        def done(future: concurrent.futures.Future[T]) -> None:  # on the asyncio thread
-            with suppress(trio.RunFinishedError):  # Trio is gone: nobody to tell
-                token.run_sync_soon(deliver, future)
+                trio.lowlevel.reschedule(task, result)
 
         def abort(_: Any) -> trio.lowlevel.Abort:
             nonlocal waiting
             waiting = False
             return trio.lowlevel.Abort.SUCCEEDED
 
-        try:
-            future = asyncio.run_coroutine_threadsafe(make(), self.loop)
-        except RuntimeError as exc:  # the loop is closed
-            raise StorageUnavailable(f"the store is closed ({exc})") from None
-        future.add_done_callback(done)
+        self._token = trio.lowlevel.current_trio_token()
+        self._submit(make, deliver)
         # Safety net only: the asyncio side bounds itself; this bounds a wedged loop thread.
         with trio.move_on_after(limit_s + 5):
             result: T = await trio.lowlevel.wait_task_rescheduled(abort)
             return result
         raise StorageUnavailable(f"the database did not answer within {limit_s + 5:.0f}s")
+
+    def _submit(self, make: Callable[[], Coroutine[Any, Any, Any]], deliver: _Deliver) -> None:
+        """On the Trio thread: queue the call; wake the loop thread unless a wake-up is pending."""
+        if self.loop.is_closed():
+            raise StorageUnavailable("the store is closed")
+        self._calls.append((make, deliver))
+        if not self._calls_woken:
+            self._calls_woken = True
+            try:
+                self.loop.call_soon_threadsafe(self._take_calls)
+            except RuntimeError as exc:  # the loop closed meanwhile
+                self._calls_woken = False
+                self._calls.pop()
+                raise StorageUnavailable(f"the store is closed ({exc})") from None
+
+    def _take_calls(self) -> None:
+        """On the loop thread: start every queued call (the flag is cleared before taking, so a
+        call queued meanwhile is taken now or brings a wake-up of its own)."""
+        self._calls_woken = False
+        self.wakeups += 1
+        while self._calls:
+            make, deliver = self._calls.popleft()
+            try:
+                task = self.loop.create_task(make())
+            except BaseException as exc:
+                self._answer(deliver, outcome.Error(exc))
+                continue
+            self._running.add(task)
+            task.add_done_callback(partial(self._finished, deliver))
+
+    def _finished(self, deliver: _Deliver, task: asyncio.Task[Any]) -> None:
+        self._running.discard(task)
+        self._answer(deliver, outcome.capture(task.result))
+
+    def _answer(self, deliver: _Deliver, result: outcome.Outcome[Any]) -> None:
+        """On the loop thread: queue an answer; wake Trio unless a wake-up is pending."""
+        self._answers.append((deliver, result))
+        if not self._answers_woken and self._token is not None:
+            self._answers_woken = True
+            with suppress(trio.RunFinishedError):  # Trio is gone: nobody to tell
+                self._token.run_sync_soon(self._take_answers)
+
+    def _take_answers(self) -> None:
+        """On the Trio thread: hand every queued answer to its caller."""
+        self._answers_woken = False
+        while self._answers:
+            deliver, result = self._answers.popleft()
+            deliver(result)
 
     async def stop(self) -> None:
         if self.loop.is_closed():
@@ -209,6 +265,9 @@ class _LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         with trio.move_on_after(10):
             await trio.to_thread.run_sync(self._thread.join, abandon_on_cancel=True)
+
+
+_Deliver = Callable[[outcome.Outcome[Any]], None]
 
 
 class _TrioAsyncio:
@@ -239,10 +298,16 @@ def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) ->
 
 
 class _Job:
-    __slots__ = ("deadline", "fn", "future")
+    __slots__ = ("deadline", "fn", "future", "unit")
 
-    def __init__(self, fn: Callable[[asyncpg.Connection], Awaitable[Any]], deadline: float) -> None:
+    def __init__(
+        self,
+        fn: Callable[[asyncpg.Connection], Awaitable[Any]],
+        deadline: float,
+        unit: UnitOfWork | None = None,
+    ) -> None:
         self.fn = fn
+        self.unit = unit  # a commit: written with the batch's other units at once
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.deadline = deadline
 
@@ -270,6 +335,7 @@ class _Driver:
         self.closed = False
         self.batches = 0
         self.units = 0
+        self.units_together = 0  # units written by the batch's set statements (not one by one)
         self._expired_at = 0.0
         self._background: set[asyncio.Task[None]] = set()
 
@@ -337,10 +403,15 @@ class _Driver:
         except TimeoutError:
             raise StorageUnavailable("busy: no database connection became free in time") from None
 
-    async def write(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], limit_s: float) -> T:
+    async def write(
+        self,
+        fn: Callable[[asyncpg.Connection], Awaitable[T]],
+        limit_s: float,
+        unit: UnitOfWork | None = None,
+    ) -> T:
         if self.closed or self.wake is None:
             raise StorageUnavailable("the store is closed")
-        job = _Job(fn, time.monotonic() + limit_s)
+        job = _Job(fn, time.monotonic() + limit_s, unit)
         self.queue.append(job)
         self.wake.set()
         result: T = await job.future  # the writer bounds every batch; a job never waits unbounded
@@ -386,8 +457,9 @@ class _Driver:
             try:
                 results = await self._try_batch(batch, savepoints)
             except _Refused as refused:
-                refused_jobs.append((refused.job, refused.error))
-                batch = [job for job in batch if job is not refused.job]
+                if refused.job is not None:  # else the units' set was refused: find out who
+                    refused_jobs.append((refused.job, refused.error))
+                    batch = [job for job in batch if job is not refused.job]
                 savepoints = True
                 continue
             except BaseException as exc:
@@ -405,7 +477,7 @@ class _Driver:
                     raise
                 return
             self.batches += 1
-            self.units += len(batch)
+            self.units += sum(1 for _, _, err in results if err is None)
             for job, value, err in results:
                 job.settle(value, err)
             break
@@ -418,10 +490,37 @@ class _Driver:
         assert self.pool is not None
         deadline = max(job.deadline for job in batch)
         results: list[tuple[_Job, Any, BaseException | None]] = []
+        units = [job.unit for job in batch if job.unit is not None] if not savepoints else []
+        rows = batch_rows(units) if units else None
         conn = await self._acquire(deadline)
         try:
+            if rows is not None and len(units) == len(batch) and _only_new_runs(rows):
+                # Starts only: one statement in one round trip, atomic on its own (no BEGIN,
+                # no COMMIT); refused as a set, they are written one by one in savepoints.
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    try:
+                        await conn.execute(_INSERT_NEW_RUNS, *_new_run_columns(rows))
+                    except Exception as exc:
+                        if _batch_fatal(exc) or conn.is_closed():
+                            raise
+                        raise _Refused(None, exc) from exc
+                self.units_together += len(units)
+                return [(job, None, None) for job in batch]
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
-                for job in batch:
+                one_by_one = batch
+                if units:
+                    # All units of work in a few statements (a round trip per table, not per
+                    # unit); refused as a set, they are written one by one in savepoints.
+                    try:
+                        await _apply_units(conn, rows)
+                    except Exception as exc:
+                        if _batch_fatal(exc) or conn.is_closed():
+                            raise
+                        raise _Refused(None, exc) from exc
+                    results += [(job, None, None) for job in batch if job.unit is not None]
+                    one_by_one = [job for job in batch if job.unit is None]
+                    self.units_together += len(units)
+                for job in one_by_one:
                     try:
                         if savepoints:
                             async with conn.transaction():  # SAVEPOINT
@@ -464,7 +563,7 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 class _Refused(Exception):
     """A job's own refusal, carried out of its transaction so that it rolls back."""
 
-    def __init__(self, job: _Job, error: Exception) -> None:
+    def __init__(self, job: _Job | None, error: Exception) -> None:
         super().__init__(str(error))
         self.job = job
         self.error = error
@@ -511,6 +610,7 @@ class PostgresStore(SwfPostgres):
         *,
         write: bool = False,
         limit_s: float | None = None,
+        unit: UnitOfWork | None = None,
     ) -> T:
         """Run `fn(conn)` on the asyncio side (in the group-committed transaction when it
         writes); one crossing. Bounded by `limit_s`, queueing for a connection included."""
@@ -518,7 +618,7 @@ class PostgresStore(SwfPostgres):
         driver = self._driver
         try:
             if write:
-                return await self._bridge.run(lambda: driver.write(fn, limit), limit)
+                return await self._bridge.run(lambda: driver.write(fn, limit, unit), limit)
             return await self._bridge.run(lambda: driver.read(fn, limit), limit)
         except StorageError:
             raise
@@ -531,7 +631,11 @@ class PostgresStore(SwfPostgres):
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"batches": self._driver.batches, "units": self._driver.units}
+        return {
+            "batches": self._driver.batches,
+            "units": self._driver.units,
+            "units_together": self._driver.units_together,
+        }
 
     async def start(self) -> None:
         await self._bridge.run(self._driver.start, CONNECT_TIMEOUT_S)
@@ -734,7 +838,7 @@ class PostgresStore(SwfPostgres):
     # ------------------------------------------------------------------ runs
 
     async def commit(self, unit: UnitOfWork) -> None:
-        await self._call(lambda c: _apply_unit(c, unit), write=True)
+        await self._call(lambda c: _apply_unit(c, unit), write=True, unit=unit)
 
     async def get_run(self, run_id: str) -> Run | None:
         doc = await self._call(lambda c: c.fetchval("SELECT doc FROM runs WHERE run_id = $1", run_id))
@@ -978,23 +1082,49 @@ async def _insert_secret(conn: asyncpg.Connection, secret: SecretRecord) -> None
     )
 
 
+_INSERT_RUN = (
+    "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
+    " closed_at, current_step, step_since) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+)
+_UPDATE_RUN = (
+    "UPDATE runs SET status = $2, is_open = $3, seq = $4, doc = $5, closed_at = $7,"
+    " current_step = $8, step_since = $9 WHERE run_id = $1 AND seq = $6"
+)
+_INSERT_EVENT = (
+    "INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+)
+_UPSERT_TASK = (
+    "INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
+    " close_reason, deadline, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+    " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
+    " close_reason = excluded.close_reason, deadline = excluded.deadline"
+)
+_INSERT_TIMER = "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES ($1, $2, $3, $4, $5)"
+_INSERT_SIGNAL_ID = "INSERT INTO signal_ids (run_id, signal_id, at) VALUES ($1, $2, $3)"
+_INSERT_IDEMPOTENCY = (
+    "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
+    " VALUES ($1, $2, $3, $4, $5, $6)"
+)
+# An expired record not pruned yet is replaced; a live one is left alone (the unit is refused).
+_REPLACE_EXPIRED_IDEMPOTENCY = (
+    "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
+    " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (app, key) DO UPDATE SET"
+    " request_hash = excluded.request_hash, run_id = excluded.run_id,"
+    " response = excluded.response, created_at = excluded.created_at"
+    " WHERE idempotency.created_at < $7"
+)
+
+
 async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
     run = unit.run
     row = run_row(run)
     step, since = step_columns(run)
     if unit.expected_seq is None:
-        await conn.execute(
-            "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
-            " closed_at, current_step, step_since)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            *row,
-            step,
-            since,
-        )
+        await conn.execute(_INSERT_RUN, *row, step, since)
     else:
         status = await conn.execute(
-            "UPDATE runs SET status = $2, is_open = $3, seq = $4, doc = $5, closed_at = $7,"
-            " current_step = $8, step_since = $9 WHERE run_id = $1 AND seq = $6",
+            _UPDATE_RUN,
             run.run_id,
             run.status,
             run.is_open,
@@ -1008,50 +1138,131 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
         if status != "UPDATE 1":
             raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")
     if unit.events:
-        await conn.executemany(
-            "INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            event_rows(unit),
-        )
+        await conn.executemany(_INSERT_EVENT, event_rows(unit))
     if unit.tasks:
-        await conn.executemany(
-            "INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
-            " close_reason, deadline, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-            " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
-            " close_reason = excluded.close_reason, deadline = excluded.deadline",
-            task_rows(unit),
-        )
+        await conn.executemany(_UPSERT_TASK, task_rows(unit))
     if unit.expected_seq is not None:  # a new run has no timers yet
         await conn.execute("DELETE FROM timers WHERE run_id = $1", run.run_id)
     timers = timer_rows(run)
     if timers:
-        await conn.executemany(
-            "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES ($1, $2, $3, $4, $5)", timers
-        )
+        await conn.executemany(_INSERT_TIMER, timers)
     if unit.signal_ids:
-        await conn.executemany(
-            "INSERT INTO signal_ids (run_id, signal_id, at) VALUES ($1, $2, $3)", signal_id_rows(unit)
-        )
+        await conn.executemany(_INSERT_SIGNAL_ID, signal_id_rows(unit))
     if unit.idempotency is not None:
         if unit.idempotency_expired_before is None:
-            await conn.execute(
-                "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6)",
-                *idempotency_row(unit.idempotency),
-            )
+            await conn.execute(_INSERT_IDEMPOTENCY, *idempotency_row(unit.idempotency))
         else:
-            # An expired record not pruned yet is replaced; a live one refuses the unit.
             status = await conn.execute(
-                "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-                " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (app, key) DO UPDATE SET"
-                " request_hash = excluded.request_hash, run_id = excluded.run_id,"
-                " response = excluded.response, created_at = excluded.created_at"
-                " WHERE idempotency.created_at < $7",
+                _REPLACE_EXPIRED_IDEMPOTENCY,
                 *idempotency_row(unit.idempotency),
                 unit.idempotency_expired_before,
             )
             if status != "INSERT 0 1":
                 raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+
+
+_UPDATE_RUNS = (
+    "UPDATE runs AS r SET status = u.status, is_open = u.is_open, seq = u.seq, doc = u.doc,"
+    " closed_at = u.closed_at, current_step = u.current_step, step_since = u.step_since"
+    " FROM unnest($1::text[], $2::text[], $3::boolean[], $4::bigint[], $5::text[], $6::bigint[],"
+    " $7::bigint[], $8::text[], $9::bigint[])"
+    " AS u(run_id, status, is_open, seq, doc, closed_at, expected, current_step, step_since)"
+    " WHERE r.run_id = u.run_id AND r.seq = u.expected RETURNING r.run_id"
+)
+_IDEMPOTENCY_HELD = (
+    "SELECT count(*) FROM idempotency AS i JOIN unnest($1::text[], $2::text[], $3::text[])"
+    " AS u(app, key, run_id) ON i.app = u.app AND i.key = u.key AND i.run_id = u.run_id"
+)
+
+
+async def _apply_units(conn: asyncpg.Connection, rows: BatchRows | None) -> None:
+    """Write several units (their `batch_rows`) with a round trip per table (`executemany`
+    pipelines its rows). Raises when any unit would be refused; the caller then rolls back and
+    writes them one by one with `_apply_unit`, each in its own savepoint."""
+    if rows is None:
+        raise StorageError("these units cannot be written as one set")
+    if rows.inserts:
+        await conn.executemany(_INSERT_RUN, rows.inserts)
+    if len(rows.updates) == 1:
+        run_id, status, is_open, seq, doc, _, closed, expected, step, since = rows.updates[0]
+        done = await conn.execute(
+            _UPDATE_RUN, run_id, status, is_open, seq, doc, expected, closed, step, since
+        )
+        if done != "UPDATE 1":
+            raise StaleWrite(f"run {run_id} changed underneath seq {expected}")
+    elif rows.updates:
+        columns = list(zip(*rows.updates, strict=True))
+        updated = await conn.fetch(_UPDATE_RUNS, *(columns[i] for i in (0, 1, 2, 3, 4, 6, 7, 8, 9)))
+        if len(updated) != len(rows.updates):
+            raise StaleWrite("a run changed underneath its expected seq")
+    if rows.events:
+        await conn.executemany(_INSERT_EVENT, rows.events)
+    if rows.tasks:
+        await conn.executemany(_UPSERT_TASK, rows.tasks)
+    if rows.replaced_timers:
+        await conn.execute("DELETE FROM timers WHERE run_id = ANY($1::text[])", rows.replaced_timers)
+    if rows.timers:
+        await conn.executemany(_INSERT_TIMER, rows.timers)
+    if rows.signal_ids:
+        await conn.executemany(_INSERT_SIGNAL_ID, rows.signal_ids)
+    if rows.idempotency:
+        await conn.executemany(_INSERT_IDEMPOTENCY, rows.idempotency)
+    if rows.idempotency_replacing:
+        await conn.executemany(_REPLACE_EXPIRED_IDEMPOTENCY, rows.idempotency_replacing)
+        # Each must now hold its own run id: a live record it met was left alone (refused).
+        apps, keys, run_ids = zip(*[(r[0], r[1], r[3]) for r in rows.idempotency_replacing], strict=True)
+        held = await conn.fetchval(_IDEMPOTENCY_HELD, list(apps), list(keys), list(run_ids))
+        if held != len(rows.idempotency_replacing):
+            raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+
+
+def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    return [list(column) for column in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+
+
+def _only_new_runs(rows: BatchRows) -> bool:
+    """Whether `_INSERT_NEW_RUNS` can write these rows: new runs only, no idempotency record to
+    take over, and no task written twice (one INSERT cannot upsert a row twice)."""
+    return (
+        not rows.updates
+        and not rows.idempotency_replacing
+        and len({task[0] for task in rows.tasks}) == len(rows.tasks)
+    )
+
+
+def _new_run_columns(rows: BatchRows) -> list[list[Any]]:
+    return [
+        *_columns(rows.inserts, 12),
+        *_columns(rows.events, 8),
+        *_columns(rows.tasks, 11),
+        *_columns(rows.timers, 5),
+        *_columns(rows.signal_ids, 3),
+        *_columns(rows.idempotency, 6),
+    ]
+
+
+# Every table a start writes, in one statement (array parameters, one per column).
+_INSERT_NEW_RUNS = (
+    "WITH new_runs AS (INSERT INTO runs (run_id, app, workflow, status, business_key, is_open,"
+    " created_at, seq, doc, closed_at, current_step, step_since) SELECT * FROM unnest($1::text[],"
+    " $2::text[], $3::text[],"
+    " $4::text[], $5::text[], $6::boolean[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[],"
+    " $11::text[], $12::bigint[])),"
+    " new_events AS (INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
+    " SELECT * FROM unnest($13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::text[],"
+    " $18::text[], $19::bigint[], $20::text[])),"
+    " new_tasks AS (INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
+    " close_reason, deadline, created_at) SELECT * FROM unnest($21::text[], $22::text[], $23::text[],"
+    " $24::bigint[], $25::text[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::bigint[],"
+    " $31::bigint[]) ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
+    " close_reason = excluded.close_reason, deadline = excluded.deadline),"
+    " new_timers AS (INSERT INTO timers (run_id, slot, kind, key, due_at)"
+    " SELECT * FROM unnest($32::text[], $33::text[], $34::text[], $35::text[], $36::bigint[])),"
+    " new_signal_ids AS (INSERT INTO signal_ids (run_id, signal_id, at)"
+    " SELECT * FROM unnest($37::text[], $38::text[], $39::bigint[]))"
+    " INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
+    " SELECT * FROM unnest($40::text[], $41::text[], $42::text[], $43::text[], $44::text[], $45::bigint[])"
+)
 
 
 @asynccontextmanager

@@ -45,6 +45,7 @@ from .base import (
     task_rows,
     timer_rows,
 )
+from .batch import batch_rows, chunks
 from .console import OperatorTokenRecord, RunQuery, run_count_sql, run_query_sql
 from .swf_sqlite import SwfSqlite
 
@@ -59,6 +60,7 @@ class _Job:
     done: trio.Event = attrs.Factory(trio.Event)
     result: Any = None
     error: BaseException | None = None
+    unit: UnitOfWork | None = None  # a commit: written with the batch's other units at once
 
 
 def _create_private(path: str) -> None:
@@ -111,6 +113,7 @@ class SqliteStore(SwfSqlite):
         self._send, self._receive = trio.open_memory_channel[_Job](10_000)
         self.batches = 0
         self.committed = 0
+        self.units_together = 0  # units written by the batch's set statements (not one by one)
 
     @property
     def pending_writes(self) -> int:
@@ -150,7 +153,21 @@ class SqliteStore(SwfSqlite):
                 job.error = _translate(exc)
             return
         try:
-            for i, job in enumerate(batch):
+            # The batch's units of work first, all together; if the set is refused (a stale
+            # write, a taken business key, ...), one by one below, so only the culprit fails.
+            units = [job.unit for job in batch if job.unit is not None]
+            one_by_one, together = batch, 0
+            if units:
+                conn.execute("SAVEPOINT units")
+                try:
+                    _apply_units(conn, units)
+                    conn.execute("RELEASE units")
+                    together = len(units)
+                    one_by_one = [job for job in batch if job.unit is None]
+                except Exception:
+                    conn.execute("ROLLBACK TO units")
+                    conn.execute("RELEASE units")
+            for i, job in enumerate(one_by_one):
                 conn.execute(f"SAVEPOINT j{i}")
                 try:
                     job.result = job.fn(conn)
@@ -170,9 +187,10 @@ class SqliteStore(SwfSqlite):
             return
         self.batches += 1
         self.committed += len(batch)
+        self.units_together += together
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        job = _Job(fn)
+    async def _write(self, fn: Callable[[sqlite3.Connection], T], unit: UnitOfWork | None = None) -> T:
+        job = _Job(fn, unit=unit)
         if self.inline:
             self._commit_batch([job])
         else:
@@ -354,7 +372,7 @@ class SqliteStore(SwfSqlite):
     # ------------------------------------------------------------------ runs
 
     async def commit(self, unit: UnitOfWork) -> None:
-        await self._write(lambda conn: _apply_unit(conn, unit))
+        await self._write(lambda conn: _apply_unit(conn, unit), unit)
 
     async def get_run(self, run_id: str) -> Run | None:
         row = await self._read(
@@ -585,6 +603,15 @@ def _insert_secret(conn: sqlite3.Connection, secret: SecretRecord) -> None:
     )
 
 
+_REPLACE_EXPIRED_IDEMPOTENCY = (
+    "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
+    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (app, key) DO UPDATE SET"
+    " request_hash = excluded.request_hash, run_id = excluded.run_id,"
+    " response = excluded.response, created_at = excluded.created_at"
+    " WHERE idempotency.created_at < ?"
+)
+
+
 def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
     run = unit.run
     row = run_row(run)
@@ -646,11 +673,7 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
         else:
             # An expired record not pruned yet is replaced; a live one refuses the unit.
             cur = conn.execute(
-                "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (app, key) DO UPDATE SET"
-                " request_hash = excluded.request_hash, run_id = excluded.run_id,"
-                " response = excluded.response, created_at = excluded.created_at"
-                " WHERE idempotency.created_at < ?",
+                _REPLACE_EXPIRED_IDEMPOTENCY,
                 (*idempotency_row(unit.idempotency), unit.idempotency_expired_before),
             )
             if cur.rowcount != 1:
@@ -670,6 +693,64 @@ def _statements(script: str) -> list[str]:
     if pending.strip(" \n\t;"):
         out.append(pending)
     return out
+
+
+_INSERT_RUN = (
+    "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc, closed_at,"
+    " current_step, step_since) VALUES "
+)
+_INSERT_EVENT = "INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data) VALUES "
+_UPSERT_TASK = (
+    "INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status, close_reason,"
+    " deadline, created_at) VALUES {} ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
+    " close_reason = excluded.close_reason, deadline = excluded.deadline"
+)
+_INSERT_TIMER = "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES "
+_INSERT_SIGNAL_ID = "INSERT INTO signal_ids (run_id, signal_id, at) VALUES "
+_INSERT_IDEMPOTENCY = "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at) VALUES "
+_MAX_PARAMS = 999  # SQLite's smallest SQLITE_MAX_VARIABLE_NUMBER (builds before 3.32)
+
+
+def _insert_many(conn: sqlite3.Connection, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    """Insert `rows` with multi-row VALUES: one statement (one GIL hand-over on the writer
+    thread, where `executemany` takes one per row) for up to `_MAX_PARAMS` values."""
+    if not rows:
+        return
+    width = len(rows[0])
+    marks = "(" + ", ".join("?" * width) + ")"
+    for part in chunks(rows, width, _MAX_PARAMS):
+        values = ", ".join([marks] * len(part))
+        text = sql.format(values) if "{}" in sql else sql + values
+        conn.execute(text, [value for row in part for value in row])
+
+
+def _apply_units(conn: sqlite3.Connection, units: list[UnitOfWork]) -> None:
+    """Write several units with a few statements (`batch_rows`). Raises when any unit would be
+    refused; the caller then rolls back and writes them one by one with `_apply_unit`."""
+    rows = batch_rows(units)
+    if rows is None:
+        raise StorageError("these units cannot be written as one set")
+    _insert_many(conn, _INSERT_RUN, rows.inserts)
+    if rows.updates:
+        cur = conn.executemany(
+            "UPDATE runs SET status = ?2, is_open = ?3, seq = ?4, doc = ?5, workflow = ?6, closed_at = ?7,"
+            " current_step = ?9, step_since = ?10 WHERE run_id = ?1 AND seq = ?8",
+            rows.updates,
+        )
+        if cur.rowcount != len(rows.updates):
+            raise StaleWrite("a run changed underneath its expected seq")
+    _insert_many(conn, _INSERT_EVENT, rows.events)
+    _insert_many(conn, _UPSERT_TASK, rows.tasks)
+    for part in chunks([(run_id,) for run_id in rows.replaced_timers], 1, _MAX_PARAMS):
+        marks = ", ".join("?" * len(part))
+        conn.execute(f"DELETE FROM timers WHERE run_id IN ({marks})", [run_id for (run_id,) in part])
+    _insert_many(conn, _INSERT_TIMER, rows.timers)
+    _insert_many(conn, _INSERT_SIGNAL_ID, rows.signal_ids)
+    _insert_many(conn, _INSERT_IDEMPOTENCY, rows.idempotency)
+    for replacing in rows.idempotency_replacing:
+        cur = conn.execute(_REPLACE_EXPIRED_IDEMPOTENCY, replacing)
+        if cur.rowcount != 1:
+            raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
 
 
 @asynccontextmanager

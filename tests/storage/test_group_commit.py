@@ -1,0 +1,374 @@
+"""Group commit writes the units of a batch together (a few statements per batch, not per
+unit), with exactly the result of writing them one by one; when the set is refused, only the
+unit at fault fails. Both stores; the writer is held while the batch queues, so each test's
+units really do share one transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from foliot.errors import StaleWrite, StorageError, UniqueViolation
+from foliot.storage.base import SIGNAL_ID_UNIQUE, IdempotencyRecord, UnitOfWork
+from foliot.storage.batch import batch_rows, chunks
+from foliot.storage.postgres import PostgresStore, open_postgres
+from foliot.storage.sqlite import SqliteStore, open_sqlite
+from foliot.workflow.model import Event, TaskRow, Timer
+
+from .test_contract import T0, make_run, seed_app
+
+Store = SqliteStore | PostgresStore
+Hold = Callable[[], AbstractAsyncContextManager[None]]
+
+
+@pytest.fixture
+async def held(database_url: str, tmp_path: Path) -> AsyncIterator[tuple[Store, Hold]]:
+    """A store with one writer, and `hold()`: while inside it, nothing is written, so the
+    commits started meanwhile queue up and are written as one batch when it ends."""
+    if database_url.startswith("sqlite"):
+        async with open_sqlite(str(tmp_path / "group.db")) as lite:
+
+            @asynccontextmanager
+            async def hold_sqlite() -> AsyncIterator[None]:
+                gate, taken = threading.Event(), threading.Event()
+
+                def block(_conn: Any) -> None:
+                    taken.set()
+                    gate.wait(30)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(lite._write, block)
+                    await until(taken.is_set)  # the writer is busy with the blocker
+                    try:
+                        yield
+                    finally:
+                        gate.set()
+
+            yield lite, hold_sqlite
+        return
+    async with open_postgres(database_url, writers=1) as pg:
+
+        @asynccontextmanager
+        async def hold_postgres() -> AsyncIterator[None]:
+            gate, taken = threading.Event(), threading.Event()
+
+            async def block(_conn: Any) -> None:
+                taken.set()
+                await asyncio.get_running_loop().run_in_executor(None, gate.wait, 30)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: pg._call(block, write=True))
+                await until(taken.is_set)  # the only writer is busy with the blocker
+                try:
+                    yield
+                finally:
+                    gate.set()
+
+        yield pg, hold_postgres
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    with trio.fail_after(10):
+        while not condition():  # noqa: ASYNC110 (set by another thread: no trio.Event)
+            await trio.sleep(0.001)
+
+
+def together(store: Store) -> int:
+    return store.units_together if isinstance(store, SqliteStore) else store.stats["units_together"]
+
+
+async def commit_as_one_batch(
+    store: Store, hold: Hold, units: list[UnitOfWork]
+) -> list[BaseException | None]:
+    """Commit `units` concurrently while the writer is held: they are written as one batch."""
+    outcomes: list[BaseException | None] = [None] * len(units)
+
+    async def one(i: int) -> None:
+        try:
+            await store.commit(units[i])
+        except Exception as exc:
+            outcomes[i] = exc
+
+    async with trio.open_nursery() as nursery, hold():
+        for i in range(len(units)):  # queued in this order (Trio may run new tasks in any)
+            nursery.start_soon(one, i)
+            await until(lambda n=i + 1: store.pending_writes == n)  # type: ignore[misc]
+    return outcomes
+
+
+async def stored(store: Store, unit: UnitOfWork) -> dict[str, Any]:
+    """What the store holds for the unit's run, through the protocol."""
+    run = unit.run
+    timers = [t for t in await store.timers_due_before(2**62, 1000) if t.run_id == run.run_id]
+    return {
+        "run": await store.get_run(run.run_id),
+        "events": await store.list_events(run.run_id, 0, 1000),
+        "tasks": [await store.get_task(t.token) for t in unit.tasks],
+        "timers": sorted((t.slot, t.kind, t.key, t.due_at) for t in timers),
+        "signals": [await store.signal_taken(run.run_id, s) for s in unit.signal_ids],
+    }
+
+
+def expected(unit: UnitOfWork, earlier_events: tuple[Event, ...] = ()) -> dict[str, Any]:
+    run = unit.run
+    last_rows = {t.token: t for t in unit.tasks}  # a token written twice keeps its last row
+    return {
+        "run": run,
+        "events": [*earlier_events, *unit.events],
+        "tasks": [last_rows[t.token] for t in unit.tasks],
+        "timers": sorted((slot, t.kind, t.key, t.due) for slot, t in run.timers()),
+        "signals": [True] * len(unit.signal_ids),
+    }
+
+
+def task(token: str, run_id: str, status: str = "open", reason: str | None = None) -> TaskRow:
+    return TaskRow(token, run_id, "app", 1, "t", 1, None, status, reason, T0 + 50, T0)
+
+
+async def test_a_batch_of_new_and_updated_runs_lands_as_if_written_one_by_one(
+    held: tuple[Store, Hold],
+) -> None:
+    store, hold = held
+    await seed_app(store)
+    # Runs already stored, each with a step timer, an open task and one event.
+    first = []
+    for i in range(4):
+        run = make_run(f"old{i}", status="sleeping", seq=1, timer=Timer("sleep", T0 + 100 + i, f"1:s#{i}"))
+        unit = UnitOfWork(run, None, (Event(1, T0, 1, "run_started"),), (task(f"tok-old{i}", run.run_id),))
+        await store.commit(unit)
+        first.append(unit)
+    expired = IdempotencyRecord("app", "old-key", "h0", "gone", '{"runId":"gone"}', T0 - 100)
+    await store.commit(UnitOfWork(make_run("gone"), None, idempotency=expired))
+    base = together(store)
+
+    units: list[UnitOfWork] = []
+    for i in range(6):
+        run_id = f"new{i}"
+        run = make_run(
+            run_id,
+            status="sleeping" if i % 2 else "waiting",
+            seq=2,
+            timer=Timer("sleep", T0 + 10 * i, f"1:nap#{i}") if i % 2 else None,
+            deadline=T0 + 1000 + i if i % 3 == 0 else None,
+            bk=f"bk-{i}" if i < 3 else None,
+        )
+        run = attrs.evolve(run, input={"i": i, "text": "é\u2028\x00"}, state={"s": [i, 2.5, None]})
+        events = (
+            Event(1, T0, 1, "run_started", None, None, {"businessKey": run.business_key}),
+            Event(2, T0, 1, "step_started", "s", 1, {"kind": "sleep", "nested": [{"a": [1, 2.5]}]}),
+        )
+        # One token written twice in the same unit (opened, then closed): the last row wins.
+        tasks = (task(f"tok-{run_id}", run_id), task(f"tok-{run_id}", run_id, "closed", "superseded"))
+        idem = None
+        cutoff = None
+        if i == 1:
+            idem = IdempotencyRecord("app", "k-new", "h1", run_id, '{"runId":"new1"}', T0)
+        if i == 2:  # takes over an expired key
+            idem, cutoff = IdempotencyRecord("app", "old-key", "h2", run_id, '{"runId":"new2"}', T0), T0
+        units.append(
+            UnitOfWork(
+                run, None, events, tasks, idem, (f"sig-{i}", f"sig-{i}b"), idempotency_expired_before=cutoff
+            )
+        )
+    for i, old in enumerate(first):
+        run = old.run
+        if i == 3:  # closes: no timers at all afterwards
+            moved = attrs.evolve(run, status="completed", seq=2, timer=None, closed_at=T0 + 5)
+        else:
+            moved = attrs.evolve(
+                run, status="sleeping", seq=2, timer=Timer("sleep", T0 + 200 + i, f"1:s#{i + 9}")
+            )
+        closed = task(f"tok-old{i}", run.run_id, "closed", "answered")
+        units.append(
+            UnitOfWork(
+                moved,
+                1,
+                (Event(2, T0 + 1, 1, "step_completed", "s", 1, {}),),
+                (closed,),
+                signal_ids=(f"s{i}",),
+            )
+        )
+
+    outcomes = await commit_as_one_batch(store, hold, units)
+
+    assert outcomes == [None] * len(units)
+    assert together(store) - base == len(units)  # written as one set, not one by one
+    for unit in units:
+        earlier = (Event(1, T0, 1, "run_started"),) if unit.expected_seq is not None else ()
+        assert await stored(store, unit) == expected(unit, earlier)
+    assert await store.get_idempotency("app", "k-new") == units[1].idempotency
+    assert await store.get_idempotency("app", "old-key") == units[2].idempotency
+    assert await store.find_open_run("app", "wf", "bk-0") == units[0].run
+
+
+async def test_a_refused_unit_fails_alone_and_leaves_nothing(held: tuple[Store, Hold]) -> None:
+    store, hold = held
+    await seed_app(store)
+    await store.commit(UnitOfWork(make_run("taken", bk="bk"), None))
+    await store.commit(UnitOfWork(make_run("signalled", seq=1), None, signal_ids=("once",)))
+    live = IdempotencyRecord("app", "live", "h", "taken", "{}", T0)
+    await store.commit(UnitOfWork(make_run("keyed"), None, idempotency=live))
+
+    def good(i: int) -> UnitOfWork:
+        run = make_run(f"ok{i}", status="sleeping", seq=1, timer=Timer("sleep", T0 + i, f"k#{i}"))
+        return UnitOfWork(run, None, (Event(1, T0, 1, "run_started"),))
+
+    def bad(run_id: str, **kw: Any) -> UnitOfWork:
+        run = make_run(
+            run_id,
+            status="sleeping",
+            seq=kw.pop("seq", 1),
+            timer=Timer("sleep", T0, "t#1"),
+            bk=kw.pop("bk", None),
+        )
+        return UnitOfWork(run, kw.pop("expected", None), (Event(kw.pop("event_seq", 1), T0, 1, "x"),), **kw)
+
+    units = [
+        good(0),
+        bad("taken", seq=5, expected=3, event_seq=5),  # stale: the stored seq is 0
+        good(1),
+        bad("rival", bk="bk"),  # the business key is held by an open run
+        bad("signalled", seq=2, expected=1, event_seq=2, signal_ids=("once",)),  # signalId taken
+        bad("late", idempotency=attrs.evolve(live, run_id="late"), idempotency_expired_before=T0 - 1),
+        good(2),
+    ]
+    outcomes = await commit_as_one_batch(store, hold, units)
+
+    assert [type(o) for o in outcomes] == [
+        type(None),
+        StaleWrite,
+        type(None),
+        UniqueViolation,
+        UniqueViolation,
+        UniqueViolation,
+        type(None),
+    ]
+    assert [o.constraint for o in outcomes if isinstance(o, UniqueViolation)] == [
+        "business_key",
+        SIGNAL_ID_UNIQUE,
+        "idempotency",
+    ]
+    for i in range(3):
+        assert await stored(store, good(i)) == expected(good(i))
+    assert (await store.get_run("taken")).seq == 0  # type: ignore[union-attr]
+    assert await store.get_run("rival") is None
+    assert (await store.get_run("signalled")).seq == 1  # type: ignore[union-attr]
+    assert await store.get_run("late") is None
+    assert await store.get_idempotency("app", "live") == live
+    for run_id in ("taken", "rival", "signalled", "late"):
+        assert await store.list_events(run_id, 0, 10) == []
+    due = {t.run_id for t in await store.timers_due_before(2**62, 1000)}
+    assert due == {"ok0", "ok1", "ok2"}
+
+
+async def test_a_run_written_twice_in_one_batch_is_written_in_order(held: tuple[Store, Hold]) -> None:
+    """Not what the engine does (a run's actor commits one unit at a time), but if it happened,
+    the second unit is guarded by the first one's seq, so the set cannot be used."""
+    store, hold = held
+    await seed_app(store)
+    first = UnitOfWork(make_run("twice", seq=1), None, (Event(1, T0, 1, "run_started"),))
+    second = UnitOfWork(make_run("twice", status="completed", seq=2), 1, (Event(2, T0, 1, "run_completed"),))
+    outcomes = await commit_as_one_batch(store, hold, [first, second])
+    assert outcomes == [None, None]
+    assert (await store.get_run("twice")) == second.run
+    assert [e.seq for e in await store.list_events("twice", 0, 10)] == [1, 2]
+
+
+# --------------------------------------------------------------------------- the pure part
+
+
+def test_batch_rows_keep_the_one_by_one_order_and_refuse_a_run_or_key_twice() -> None:
+    a = UnitOfWork(make_run("a"), None, (Event(1, T0, 1, "x"), Event(2, T0, 1, "y")))
+    b = UnitOfWork(make_run("b", seq=3, timer=Timer("sleep", T0, "k#1")), 2, (Event(3, T0, 1, "z"),))
+    rows = batch_rows([a, b])
+    assert rows is not None
+    assert [r[0] for r in rows.inserts] == ["a"]
+    assert [(r[0], r[3], r[7]) for r in rows.updates] == [("b", 3, 2)]
+    assert [(r[0], r[1]) for r in rows.events] == [("a", 1), ("a", 2), ("b", 3)]
+    assert rows.replaced_timers == ["b"] and [r[:2] for r in rows.timers] == [("b", "step")]
+    assert batch_rows([a, attrs.evolve(a, expected_seq=0)]) is None
+    key = IdempotencyRecord("app", "k", "h", "a", "{}", T0)
+    keyed = [attrs.evolve(a, idempotency=key), attrs.evolve(b, idempotency=attrs.evolve(key, run_id="b"))]
+    assert batch_rows(keyed) is None
+
+
+def test_chunks_bound_the_parameters_of_one_statement() -> None:
+    rows = [(i, i) for i in range(7)]
+    assert chunks(rows, 2, 6) == [rows[0:3], rows[3:6], rows[6:7]]
+    assert chunks(rows, 2, 1) == [[r] for r in rows]  # always at least one row a statement
+    assert chunks([], 2, 6) == []
+
+
+def test_the_set_path_refuses_rather_than_guess(tmp_path: Path) -> None:
+    """`batch_rows` returning None makes the SQLite set path raise (then one by one)."""
+    import sqlite3
+
+    from foliot.storage.sqlite import _apply_units
+
+    a = UnitOfWork(make_run("a"), None)
+    with pytest.raises(StorageError):
+        _apply_units(sqlite3.connect(":memory:"), [a, a])
+
+
+async def test_a_batch_of_starts_lands_whole_or_only_its_culprits_fail(held: tuple[Store, Hold]) -> None:
+    """New runs only (what a burst of starts queues): PostgreSQL writes them in one statement."""
+    store, hold = held
+    await seed_app(store)
+    await store.commit(UnitOfWork(make_run("holder", bk="taken"), None))
+    kept = IdempotencyRecord("app", "kept", "h", "holder", "{}", T0)
+    await store.commit(UnitOfWork(make_run("keyed"), None, idempotency=kept))
+
+    def start(i: int, **kw: Any) -> UnitOfWork:
+        run = make_run(
+            f"s{i}",
+            status="running" if i % 2 else "waiting",
+            seq=2,
+            bk=kw.pop("bk", f"b{i}"),
+            timer=Timer("wait_timeout", T0 + 1000, f"1:w#{i}") if i % 2 == 0 else None,
+            deadline=T0 + 5000 if i % 3 == 0 else None,
+        )
+        events = (Event(1, T0, 1, "run_started", None, None, {"businessKey": run.business_key}),)
+        tasks = (task(f"tok-s{i}", run.run_id),) if i % 2 else ()
+        idem = kw.pop("idempotency", IdempotencyRecord("app", f"key-{i}", "h", run.run_id, "{}", T0))
+        return UnitOfWork(run, None, events, tasks, idem, signal_ids=(f"first-{i}",) if i == 1 else ())
+
+    base = together(store)
+    clean = [start(i) for i in range(5)]
+    assert await commit_as_one_batch(store, hold, clean) == [None] * 5
+    assert together(store) - base == 5  # the set was written at the first try
+    for unit in clean:
+        assert await stored(store, unit) == expected(unit)
+        assert unit.idempotency is not None
+        assert await store.get_idempotency("app", unit.idempotency.key) == unit.idempotency
+
+    base = together(store)
+    mixed = [
+        start(5),
+        start(6, bk="taken"),  # an open run holds this business key
+        start(7),
+        start(8, idempotency=attrs.evolve(kept, run_id="s8")),  # a live record holds this key
+        start(9),
+    ]
+    outcomes = await commit_as_one_batch(store, hold, mixed)
+    assert [o.constraint if isinstance(o, UniqueViolation) else o for o in outcomes] == [
+        None,
+        "business_key",
+        None,
+        "idempotency",
+        None,
+    ]
+    assert together(store) == base  # refused as a set, then written one by one
+    for i in (5, 7, 9):
+        assert await stored(store, start(i)) == expected(start(i))
+    for run_id in ("s6", "s8"):
+        assert await store.get_run(run_id) is None
+        assert await store.list_events(run_id, 0, 10) == []
+    assert await store.get_idempotency("app", "kept") == kept
