@@ -129,12 +129,16 @@ class Builder:
         for key, (kind, task_list) in old_tasks.items():
             if key not in new_tasks:
                 pre.append(m.RetireTask(kind, task_list, key[1]))
-        for key in new_tasks.keys() - old_tasks.keys():
-            pre.append(_offer(after, key))
+        # Dict order, not set difference: effects come out in the order things were scheduled,
+        # the same in every process (a set of tuples with strings iterates by hash seed).
+        for key in new_tasks:
+            if key not in old_tasks:
+                pre.append(_offer(after, key))
         old_deadlines = deadlines(before) if before is not None else {}
         new_deadlines = deadlines(after)
-        for name in old_deadlines.keys() - new_deadlines.keys():
-            pre.append(m.CancelDeadline(name))
+        for name in old_deadlines:
+            if name not in new_deadlines:
+                pre.append(m.CancelDeadline(name))
         for name, at in new_deadlines.items():
             if old_deadlines.get(name) != at:
                 pre.append(m.ArmDeadline(name, at))
