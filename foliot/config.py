@@ -120,6 +120,10 @@ class Settings:
     idempotency_ttl_ms: int | None = 86_400_000
     retention_ms: int | None = 30 * 86_400_000
     prune_interval_ms: int = 300_000
+    # The console's trends (foliot/console/trends.py): one sample every interval (0: none), this
+    # many kept.
+    trend_interval_ms: int = 10_000
+    trend_samples: int = 360
     # AWS SWF access keys preset from the environment (id, secret); never stored.
     swf_credentials: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=False)
 
@@ -176,5 +180,12 @@ class Settings:
             idempotency_ttl_ms=_lifetime(e, "FOLIOT_IDEMPOTENCY_TTL", 86_400_000),
             retention_ms=_lifetime(e, "FOLIOT_RETENTION", 30 * 86_400_000),
             prune_interval_ms=interval,
+            trend_interval_ms=_trend_interval(_int(e, "FOLIOT_TREND_INTERVAL_MS", 10_000)),
+            trend_samples=min(100_000, max(2, _int(e, "FOLIOT_TREND_SAMPLES", 360))),
             swf_credentials=swf_credentials(e.get("FOLIOT_SWF_CREDENTIALS")),
         )
+
+
+def _trend_interval(ms: int) -> int:
+    """0 turns the console's trend sampling off; otherwise at least one second."""
+    return 0 if ms <= 0 else max(1_000, ms)

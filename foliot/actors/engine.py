@@ -21,6 +21,7 @@ import trio
 
 from ..clock import Clock
 from ..config import Settings
+from ..console.trends import Sampler, Trends
 from ..credentials import Vault
 from ..errors import Conflict, NotFound, StorageUnavailable, Unavailable, UniqueViolation
 from ..metrics import Metrics
@@ -102,6 +103,8 @@ class Engine:
         self.admission = Admission(settings, self.dispatcher, store)
         self.timers.observe_lag = self.metrics.timer_lag.observe
         self.metrics.attach(self)
+        self.trends = Trends(settings.trend_interval_ms, settings.trend_samples)
+        self.sampler = Sampler(self, self.trends)
         self._definitions: OrderedDict[tuple[str, str, int], Definition] = OrderedDict()
         self._targets: dict[str, tuple[int, Target]] = {}
         # The request path's reads: fresh within a second, dropped at once when changed here.
@@ -128,6 +131,7 @@ class Engine:
                 await nursery.start(self.timers.serve)
                 await self.recover()
                 await nursery.start(self.pruner.serve)
+                await nursery.start(self.sampler.serve)
                 self.ready = True
                 task_status.started()
                 try:

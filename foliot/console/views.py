@@ -19,6 +19,7 @@ from typing import Any, Final, TypeVar
 from urllib.parse import urlencode
 
 import attrs
+from markupsafe import Markup
 from quart import Blueprint, Response, g, render_template, request
 from werkzeug.datastructures import MultiDict
 
@@ -37,7 +38,7 @@ from ..workflow.duration import format_timestamp as ts
 from ..workflow.jsonconv import is_name
 from ..workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Run
 from ..workflow.payload import MAX_DEPTH, DepthError, loads
-from . import graph
+from . import graph, trends
 from .session import LOGIN_MS, SESSION_MS, csrf_ok, csrf_token, make_cookie, read_cookie, session_key
 
 blueprint = Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
@@ -242,33 +243,6 @@ def _set_cookie(response: Response, name: str, value: str, max_age_ms: int) -> N
 # ---------------------------------------------------------------------- overview
 
 
-def _histogram(eng: Any, name: str) -> tuple[int, float, list[tuple[float, float]]]:
-    """(count, sum, [(upper bound, cumulative count)]) of a histogram over every label."""
-    count, total = 0, 0.0
-    buckets: dict[float, float] = {}
-    for metric in eng.metrics.registry.collect():
-        if metric.name != name:
-            continue
-        for sample in metric.samples:
-            if sample.name == name + "_count":
-                count += int(sample.value)
-            elif sample.name == name + "_sum":
-                total += sample.value
-            elif sample.name == name + "_bucket":
-                bound = float(sample.labels["le"])
-                buckets[bound] = buckets.get(bound, 0.0) + sample.value
-    return count, total, sorted(buckets.items())
-
-
-def _quantile(buckets: list[tuple[float, float]], count: int, q: float) -> float | None:
-    if not count:
-        return None
-    for bound, cumulative in buckets:
-        if cumulative >= q * count:
-            return bound
-    return None
-
-
 @blueprint.get("/")
 @page()
 async def overview() -> Response:
@@ -281,7 +255,8 @@ async def overview() -> Response:
     open_runs = sum(totals[s] for s in OPEN_STATUSES)
     live = len(eng.supervisor.actors)
     stored_timers = await eng.store.count_timers(TIMER_COUNT_CAP)
-    push_count, push_sum, push_buckets = _histogram(eng, "foliot_push_latency_seconds")
+    push_count, push_sum, buckets = trends.histogram(eng.metrics.registry, trends.PUSH_HISTOGRAM)
+    push_buckets = sorted(buckets.items())
     queues = []
     for app, queue in eng.queues.known_queues()[:50]:
         last, _ = eng.queues.last_polled(app, queue)
@@ -309,14 +284,37 @@ async def overview() -> Response:
         pushes={
             "count": push_count,
             "mean_ms": round(push_sum / push_count * 1000, 1) if push_count else None,
-            "p50": _quantile(push_buckets, push_count, 0.5),
-            "p95": _quantile(push_buckets, push_count, 0.95),
+            "p50": trends.quantile(push_buckets, push_count, 0.5),
+            "p95": trends.quantile(push_buckets, push_count, 0.95),
             "outcomes": eng.metrics.outcome_counts(),
             "backlog": eng.dispatcher.backlog,
             "inflight": eng.dispatcher.inflight,
         },
         queues=queues,
+        spark=Markups(trends.sparklines(eng.trends)),
+        trend_interval_s=eng.trends.interval_ms // 1000,
+        trend_span=human(eng.trends.interval_ms * eng.trends.capacity),
     )
+
+
+class Markups(dict[str, Markup]):
+    """Sparklines by series name, marked safe: `trends.sparkline` escapes every text itself."""
+
+    def __init__(self, svgs: dict[str, str]) -> None:
+        super().__init__({name: Markup(svg) for name, svg in svgs.items()})
+
+
+@blueprint.get("/trends.json")
+@page()
+async def trends_json() -> Response:
+    """The sampled series as JSON (same sign-in as every console page)."""
+    _args(set())
+    response = Response(
+        json.dumps(engine().trends.as_json(), separators=(",", ":")),
+        content_type="application/json",
+    )
+    _harden(response)
+    return response
 
 
 # ---------------------------------------------------------------------- runs

@@ -124,6 +124,8 @@ async def env(
             "data_dir": str(tmp_path),
             "timer_window_ms": 86_400_000,
             "passivate_after_ms": 60_000,
+            # No trend sampling (a wake-up every 10 s of the days these tests skip); on in test_trends.
+            "trend_interval_ms": 0,
             **settings_overrides,
         }
     )

@@ -445,3 +445,30 @@ async def test_bulk_cancel_shows_the_count_asks_and_cancels_exactly_those(api: A
         assert "0 run(s) examined" in again.text  # none is waiting any more
     assert await statuses(api, targets) == {"cancelled"}
     assert await statuses(api, others) == {"waiting"}
+
+
+async def test_overview_draws_the_trends_and_serves_them_as_json(api: Api) -> None:
+    await api.register(WAITER)
+    run = await api.start("w")
+    await api.until(run["runId"], "waiting")
+    await api.engine.sampler.sample_once()  # one more sample now (the first was at start-up)
+    async with browser(api) as c:
+        refused = await c.get("/console/trends.json")
+        assert refused.status_code == 303 and refused.headers["location"].startswith("/console/login")
+        await login(api, ADMIN, c)
+        home = await c.get("/console/")
+        assert home.status_code == 200
+        assert home.text.count('<svg class="spark"') == len(api.engine.trends.series)
+        assert "<polyline" in home.text
+        row = re.search(r"<th>waiting</th><td>(.*?)</td></tr>", home.text, re.S)
+        assert row is not None and "min 0 · max 1 · now 1</span>" in row.group(1)
+        assert "<script" not in home.text
+        assert "default-src 'none'" in home.headers["content-security-policy"]
+        body = await c.get("/console/trends.json")
+        assert body.status_code == 200 and body.headers["content-type"].startswith("application/json")
+        assert "default-src 'none'" in body.headers["content-security-policy"]
+        series = body.json()["series"]
+        assert body.json()["intervalMs"] == 10_000 and body.json()["samples"] == 360
+        assert series["runs.waiting"]["points"][-1][1] == 1
+        assert series["runs.waiting"]["points"][0][1] == 0
+        assert (await c.get("/console/trends.json?x=1")).status_code == 400

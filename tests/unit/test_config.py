@@ -98,3 +98,12 @@ def test_the_latency_gate_settings() -> None:
     assert (s.admission_target_ms, s.admission_interval_ms) == (250, 500)
     s = Settings.from_env({"FOLIOT_ADMISSION_TARGET_MS": "-5", "FOLIOT_ADMISSION_INTERVAL_MS": "0"})
     assert (s.admission_target_ms, s.admission_interval_ms) == (0, 1)  # off; never a zero interval
+
+
+def test_trend_sampling_settings_are_bounded() -> None:
+    s = Settings.from_env({})
+    assert (s.trend_interval_ms, s.trend_samples) == (10_000, 360)
+    s = Settings.from_env({"FOLIOT_TREND_INTERVAL_MS": "5", "FOLIOT_TREND_SAMPLES": "10000000"})
+    assert (s.trend_interval_ms, s.trend_samples) == (1_000, 100_000)
+    assert Settings.from_env({"FOLIOT_TREND_SAMPLES": "0"}).trend_samples == 2
+    assert Settings.from_env({"FOLIOT_TREND_INTERVAL_MS": "0"}).trend_interval_ms == 0  # off
