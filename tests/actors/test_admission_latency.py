@@ -82,7 +82,7 @@ async def test_sustained_overload_is_refused_at_once_and_admitted_again_after(
             nursery.start_soon(send, "start" if i % 2 == 0 else "signal", i)
             if i % 10 == 5:
                 nursery.start_soon(read, i)
-            await trio.sleep(1 / RATE)
+            await advance(1 / RATE)
 
     admitted = [r for r in results if r[2] in (201, 202)]
     refused = [r for r in results if r[2] == 429]

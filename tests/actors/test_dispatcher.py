@@ -19,6 +19,8 @@ from foliot.workflow.duration import parse_timestamp
 from foliot.workflow.machine import Accepted, Completed, Failed, TaskAnswer
 from foliot.workflow.model import Run, TaskRef
 
+from .conftest import advance
+
 T0 = 1_800_000_000_000
 
 Handler = Callable[[dict[str, Any]], Awaitable[httpx.Response]]
@@ -130,7 +132,7 @@ async def rig(autojump_clock: MockClock, limits: dict[str, int]) -> AsyncIterato
 
 async def test_a_burst_far_over_the_concurrency_all_succeeds(rig: Rig, autojump_clock: MockClock) -> None:
     async def near_timeout(body: dict[str, Any]) -> httpx.Response:
-        await trio.sleep(9.5)  # the step timeout is 10 s
+        await advance(9.5)  # the step timeout is 10 s
         return reply(200, "done")
 
     rig.handler[0] = near_timeout
@@ -152,7 +154,7 @@ async def test_a_burst_far_over_the_concurrency_all_succeeds(rig: Rig, autojump_
 @pytest.mark.parametrize("limits", [{"concurrency": 4, "per_app": 4}])
 async def test_never_more_than_the_concurrency_in_flight(rig: Rig, autojump_clock: MockClock) -> None:
     async def slow(body: dict[str, Any]) -> httpx.Response:
-        await trio.sleep(1)
+        await advance(1)
         return reply()
 
     rig.handler[0] = slow
@@ -168,29 +170,29 @@ async def test_never_more_than_the_concurrency_in_flight(rig: Rig, autojump_cloc
 )
 async def test_one_apps_burst_does_not_starve_another(rig: Rig, autojump_clock: MockClock) -> None:
     async def slow(body: dict[str, Any]) -> httpx.Response:
-        await trio.sleep(1)
+        await advance(1)
         return reply()
 
     rig.handler[0] = slow
     for n in range(1000):
         rig.push("a", n)
-    await trio.sleep(2.5)  # a's backlog is draining
+    await advance(2.5)  # a's backlog is draining
     rig.push("b", 0)
     await trio.testing.wait_all_tasks_blocked()
-    await trio.sleep(0.6)
+    await advance(0.6)
     (b_sent,) = [s for s in rig.sent if s.body["app"] == "b"]
     # With a spare sender (a is capped at 3 of 4) b goes out at once; with none, b takes the
     # very next sender that frees up, ahead of a's 990 queued pushes.
     assert b_sent.at_ms - T0 == (2_500 if rig.dispatcher.per_app < 4 else 3_000)
     assert rig.dispatcher.app_backlog("a") > 980
-    await trio.sleep(1.1)
+    await advance(1.1)
     assert [r for r, _ in rig.answers if r.startswith("run-b")] == ["run-b-0"]
 
 
 @pytest.mark.parametrize("limits", [{"concurrency": 2, "per_app": 2}])
 async def test_round_robin_across_apps(rig: Rig, autojump_clock: MockClock) -> None:
     async def slow(body: dict[str, Any]) -> httpx.Response:
-        await trio.sleep(1)
+        await advance(1)
         return reply()
 
     rig.handler[0] = slow
@@ -236,7 +238,7 @@ async def test_abort_drops_a_queued_push_and_cancels_one_in_flight(
 async def test_a_202_carries_the_send_time_deadline(rig: Rig, autojump_clock: MockClock) -> None:
     async def first_slow(body: dict[str, Any]) -> httpx.Response:
         if body["input"]["n"] < 3:
-            await trio.sleep(7)
+            await advance(7)
             return reply()
         return reply(202)
 
@@ -254,7 +256,7 @@ async def test_the_http_call_is_bounded_by_the_timeout_from_the_send(
     rig: Rig, autojump_clock: MockClock
 ) -> None:
     async def hang(body: dict[str, Any]) -> httpx.Response:
-        await trio.sleep(3600)
+        await advance(3600)
         return reply()
 
     rig.handler[0] = hang
