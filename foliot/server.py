@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import signal
@@ -20,6 +21,7 @@ from .http.edge import Shed
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.factory import open_store, sqlite_path
+from .storage.node_lock import sqlite_node_lock
 
 log = logging.getLogger("foliot")
 
@@ -76,6 +78,24 @@ async def serve(
     log_data_locations(settings)
     token = admin_token(settings)
     vault = Vault.from_data_dir(settings.data_dir, settings.secret_key)
+    with single_node(settings.database_url):
+        await _serve_store(settings, token, vault, stop, task_status)
+
+
+def single_node(database_url: str) -> contextlib.AbstractContextManager[None]:
+    """The SQLite single-node lock (`foliot.storage.node_lock`); nothing for PostgreSQL."""
+    if database_url.startswith("sqlite:"):
+        return sqlite_node_lock(sqlite_path(database_url))
+    return contextlib.nullcontext()
+
+
+async def _serve_store(
+    settings: Settings,
+    token: str,
+    vault: Vault,
+    stop: trio.Event | None,
+    task_status: trio.TaskStatus[Running],
+) -> None:
     async with open_store(settings.database_url) as store:
         engine = Engine(settings, store, vault=vault)
         app = InFlight(Shed(create_app(engine, settings, token), engine.admission))
