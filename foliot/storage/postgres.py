@@ -68,6 +68,7 @@ from .base import (
     timer_rows,
 )
 from .batch import BatchRows, batch_rows
+from .cluster import ClusterPostgres
 from .console import OperatorTokenRecord, RunQuery, run_count_sql, run_query_sql
 from .swf_postgres import SwfPostgres
 
@@ -582,7 +583,7 @@ def _cancelling() -> bool:
 # ---------------------------------------------------------------------------------- the store
 
 
-class PostgresStore(SwfPostgres):
+class PostgresStore(SwfPostgres, ClusterPostgres):
     """`Store` on PostgreSQL. Create with `open_postgres`."""
 
     def __init__(

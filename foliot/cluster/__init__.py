@@ -1,0 +1,1 @@
+"""Several nodes on one PostgreSQL: partitions, leases and their fencing (issue 10)."""

@@ -1,0 +1,136 @@
+"""Leases and node announcements for several nodes on one PostgreSQL (`foliot.cluster`).
+
+PostgreSQL only: SQLite is single-node (`foliot.storage.node_lock`). Every time comparison
+uses the database's clock (`clock_timestamp()`, ms), so nodes never compare their own clocks;
+an update that takes a lease re-checks under the row lock that it is still free, so two nodes
+racing for one partition cannot both win. These calls go through the read pool (each statement
+commits by itself), never through the group-commit writers: a renewal must not wait behind a
+burst of runs' writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+import asyncpg
+
+from ..cluster.leases import Lease, Node, View
+
+T = TypeVar("T")
+
+NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+
+
+class ClusterStore(Protocol):
+    async def cluster_heartbeat(self, node_id: str, address: str, live_actors: int) -> View:
+        """Announce `node_id` (at the database's now) and read the cluster: nodes and leases."""
+        ...
+
+    async def cluster_acquire(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        """Take those of `partitions` nobody holds (or whose lease expired): partition → new epoch."""
+        ...
+
+    async def cluster_renew(self, node_id: str, held: Mapping[int, int], ttl_ms: int) -> set[int]:
+        """Extend the leases `node_id` still holds at these epochs, unexpired; the ones renewed."""
+        ...
+
+    async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
+        """Give back leases (only those still held at these epochs)."""
+        ...
+
+    async def cluster_leave(self, node_id: str) -> None:
+        """A clean shutdown: release every lease of `node_id` and forget the node."""
+        ...
+
+
+class ClusterPostgres:
+    """`ClusterStore` on PostgreSQL, mixed into `PostgresStore`."""
+
+    if TYPE_CHECKING:  # provided by PostgresStore
+
+        async def _call(
+            self,
+            fn: Callable[[asyncpg.Connection], Awaitable[T]],
+            *,
+            write: bool = False,
+            limit_s: float | None = None,
+        ) -> T:
+            raise NotImplementedError
+
+    async def cluster_heartbeat(self, node_id: str, address: str, live_actors: int) -> View:
+        async def fn(conn: asyncpg.Connection) -> View:
+            now = await conn.fetchval(
+                f"INSERT INTO cluster_nodes (node_id, address, heartbeat_at, live_actors)"
+                f" VALUES ($1, $2, {NOW_MS}, $3)"
+                " ON CONFLICT (node_id) DO UPDATE SET address = EXCLUDED.address,"
+                " heartbeat_at = EXCLUDED.heartbeat_at, live_actors = EXCLUDED.live_actors"
+                " RETURNING heartbeat_at",
+                node_id,
+                address,
+                live_actors,
+            )
+            nodes = await conn.fetch("SELECT * FROM cluster_nodes ORDER BY node_id")
+            leases = await conn.fetch("SELECT * FROM cluster_leases ORDER BY partition")
+            return View(
+                now=now,
+                nodes=tuple(Node(**dict(r)) for r in nodes),
+                leases=tuple(Lease(**dict(r)) for r in leases),
+            )
+
+        return await self._call(fn)
+
+    async def cluster_acquire(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        rows = await self._call(
+            lambda c: c.fetch(
+                f"UPDATE cluster_leases SET node_id = $1, epoch = epoch + 1, expires_at = {NOW_MS} + $3"
+                f" WHERE partition = ANY($2::int[]) AND (node_id IS NULL OR expires_at <= {NOW_MS})"
+                " RETURNING partition, epoch",
+                node_id,
+                list(partitions),
+                ttl_ms,
+            )
+        )
+        return {r["partition"]: r["epoch"] for r in rows}
+
+    async def cluster_renew(self, node_id: str, held: Mapping[int, int], ttl_ms: int) -> set[int]:
+        if not held:
+            return set()
+        rows = await self._call(
+            lambda c: c.fetch(
+                f"UPDATE cluster_leases AS l SET expires_at = {NOW_MS} + $4"
+                " FROM unnest($2::int[], $3::bigint[]) AS h(partition, epoch)"
+                " WHERE l.partition = h.partition AND l.epoch = h.epoch AND l.node_id = $1"
+                f" AND l.expires_at > {NOW_MS}"
+                " RETURNING l.partition",
+                node_id,
+                list(held),
+                list(held.values()),
+                ttl_ms,
+            )
+        )
+        return {r["partition"] for r in rows}
+
+    async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
+        if not held:
+            return
+        await self._call(
+            lambda c: c.execute(
+                "UPDATE cluster_leases AS l SET node_id = NULL, expires_at = 0"
+                " FROM unnest($2::int[], $3::bigint[]) AS h(partition, epoch)"
+                " WHERE l.partition = h.partition AND l.epoch = h.epoch AND l.node_id = $1",
+                node_id,
+                list(held),
+                list(held.values()),
+            )
+        )
+
+    async def cluster_leave(self, node_id: str) -> None:
+        async def fn(conn: asyncpg.Connection) -> None:
+            async with conn.transaction():
+                await conn.execute(
+                    "UPDATE cluster_leases SET node_id = NULL, expires_at = 0 WHERE node_id = $1", node_id
+                )
+                await conn.execute("DELETE FROM cluster_nodes WHERE node_id = $1", node_id)
+
+        await self._call(fn)

@@ -1,0 +1,94 @@
+"""The lease store's contract, on PostgreSQL and on the in-memory fake the keeper tests use."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from foliot.storage.cluster import ClusterStore
+from foliot.storage.factory import open_store
+
+from .fake import FakeCluster, FakeClusterStore
+
+ALL = range(256)
+TTL = 60_000
+
+
+@pytest.fixture(params=["fake", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def store(request: pytest.FixtureRequest) -> AsyncIterator[ClusterStore]:
+    if request.param == "fake":
+        clock = [1_000_000]
+
+        def now() -> int:
+            clock[0] += 1  # the database's clock moves on between statements
+            return clock[0]
+
+        yield FakeClusterStore(FakeCluster(now))
+        return
+    url = request.getfixturevalue("pg_cluster").new_database()
+    async with open_store(url) as pg:
+        yield pg  # type: ignore[misc]
+
+
+async def test_a_free_partition_is_taken_once_and_its_epoch_moves_on(store: ClusterStore) -> None:
+    assert await store.cluster_acquire("a", range(10), TTL) == {p: 1 for p in range(10)}
+    assert await store.cluster_acquire("b", range(5, 15), TTL) == {p: 1 for p in range(10, 15)}
+    assert await store.cluster_acquire("a", [3], TTL) == {}  # already held, even by the asker
+    await store.cluster_release("a", {3: 1})
+    assert await store.cluster_acquire("b", [3], TTL) == {3: 2}
+
+
+async def test_renewal_needs_the_holder_the_epoch_and_an_unexpired_lease(store: ClusterStore) -> None:
+    await store.cluster_acquire("a", [0, 1, 2], TTL)
+    assert await store.cluster_renew("a", {0: 1, 1: 1, 2: 7}, TTL) == {0, 1}  # 2: a stale epoch
+    assert await store.cluster_renew("b", {0: 1}, TTL) == set()
+    # A lease with no time left is expired at once: anyone may take it, its old holder cannot renew it.
+    assert await store.cluster_acquire("a", [9], 0) == {9: 1}
+    assert await store.cluster_acquire("b", [9], TTL) == {9: 2}
+    assert await store.cluster_renew("a", {9: 1}, TTL) == set()
+    assert await store.cluster_renew("b", {9: 2}, TTL) == {9}
+
+
+async def test_a_stale_release_does_nothing(store: ClusterStore) -> None:
+    await store.cluster_acquire("a", [4], 0)
+    await store.cluster_acquire("b", [4], TTL)  # epoch 2
+    await store.cluster_release("a", {4: 1})
+    assert await store.cluster_renew("b", {4: 2}, TTL) == {4}
+
+
+async def test_heartbeat_shows_nodes_and_leases_on_the_databases_clock(store: ClusterStore) -> None:
+    first = await store.cluster_heartbeat("a", "http://10.0.0.1:8080", 3)
+    await store.cluster_acquire("a", [0, 1], TTL)
+    second = await store.cluster_heartbeat("b", "http://10.0.0.2:8080", 0)
+    assert second.now >= first.now
+    assert [(n.node_id, n.address, n.live_actors) for n in second.nodes] == [
+        ("a", "http://10.0.0.1:8080", 3),
+        ("b", "http://10.0.0.2:8080", 0),
+    ]
+    assert len(second.leases) == 256
+    assert second.held_by("a") == {0: 1, 1: 1} and second.held_by("b") == {}
+    assert len(second.free()) == 254
+
+
+async def test_leaving_releases_everything_and_forgets_the_node(store: ClusterStore) -> None:
+    await store.cluster_heartbeat("a", "http://a", 0)
+    await store.cluster_acquire("a", range(20), TTL)
+    await store.cluster_leave("a")
+    view = await store.cluster_heartbeat("b", "http://b", 0)
+    assert [n.node_id for n in view.nodes] == ["b"] and len(view.free()) == 256
+    assert await store.cluster_acquire("b", [0], TTL) == {0: 2}
+
+
+async def test_nodes_racing_for_every_partition_never_share_one(store: ClusterStore) -> None:
+    won: dict[str, dict[int, int]] = {}
+
+    async def grab(node: str) -> None:
+        won[node] = await store.cluster_acquire(node, ALL, TTL)
+
+    async with trio.open_nursery() as nursery:
+        for node in ("a", "b", "c", "d"):
+            nursery.start_soon(grab, node)
+    taken = [p for got in won.values() for p in got]
+    assert sorted(taken) == list(ALL)  # every partition won once, by one node
