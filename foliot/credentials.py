@@ -85,6 +85,12 @@ class Vault:
 
     def __init__(self, key: str) -> None:
         self._fernet = Fernet(key.encode())
+        self._key = key.encode()
+
+    def derive_key(self, purpose: str) -> bytes:
+        """A key for one purpose (e.g. signing SWF task tokens), derived from the secret key
+        with HMAC-SHA256, so no purpose ever uses the secret key itself."""
+        return hmac.new(self._key, b"foliot/derive/" + purpose.encode(), hashlib.sha256).digest()
 
     @classmethod
     def from_data_dir(cls, data_dir: str, explicit: str | None) -> Vault:

@@ -15,7 +15,7 @@ import attrs
 
 from ..workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
-from .swf import SwfRegistryStore
+from .swf import SwfExecutionStore, SwfRegistryStore
 
 
 @attrs.frozen
@@ -137,7 +137,7 @@ def decode_cursor(cursor: str, arity: int) -> list[Any] | None:
     return parts
 
 
-class Store(SwfRegistryStore, Protocol):
+class Store(SwfRegistryStore, SwfExecutionStore, Protocol):
     """Durable state. Every method is one transaction; `commit` is the engine's hot path."""
 
     async def migrate(self) -> None: ...
@@ -348,6 +348,13 @@ def prune_pick(candidates: list[tuple[str, int]], events_budget: int) -> list[st
             break
         picked.append(run_id)
     return picked
+
+
+def prune_keys(candidates: list[tuple[str, str, int]], limit: int) -> list[tuple[str, str]]:
+    """Of SWF executions (region, run_id, last event id) oldest first, the (region, run_id) one
+    pruning transaction deletes: `prune_pick`'s prefix for `limit` executions."""
+    picked = prune_pick([(str(i), n) for i, (_, _, n) in enumerate(candidates)], limit * PRUNE_EVENTS_PER_RUN)
+    return [(candidates[int(i)][0], candidates[int(i)][1]) for i in picked]
 
 
 def idempotency_row(record: IdempotencyRecord) -> tuple[Any, ...]:
