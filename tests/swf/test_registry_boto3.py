@@ -346,27 +346,41 @@ async def test_regions_are_isolated(swf: Swf) -> None:
     assert (await call(east.describe_domain, name="shared"))["domainInfo"]["status"] == "REGISTERED"
 
 
-async def test_registry_is_in_the_database(swf: Swf, nursery: Any, database_url: str) -> None:
+async def test_registry_is_in_the_database(tmp_path: Any, database_url: str) -> None:
+    import functools
+
+    import trio
+
     from foliot.server import serve
 
     from ..conftest import make_settings
     from .conftest import PRESET_KEY, PRESET_SECRET, Swf
 
-    c = swf.client()
-    await call(
-        c.register_domain,
-        name="kept",
-        workflowExecutionRetentionPeriodInDays="5",
-        tags=[{"key": "a", "value": "b"}],
-    )
-    await call(c.register_activity_type, domain="kept", name="A", version="1", defaultTaskList={"name": "l"})
     settings = make_settings(
-        swf.tmp, database_url=database_url, swf_credentials=((PRESET_KEY, PRESET_SECRET),)
+        tmp_path, database_url=database_url, swf_credentials=((PRESET_KEY, PRESET_SECRET),)
     )
-    second = Swf(await nursery.start(serve, settings), swf.tmp)  # another node on the same database
-    c2 = second.client()
-    assert (await call(c2.describe_domain, name="kept"))["configuration"] == {
-        "workflowExecutionRetentionPeriodInDays": "5"
-    }
-    detail = await call(c2.describe_activity_type, domain="kept", activityType={"name": "A", "version": "1"})
-    assert detail["configuration"] == {"defaultTaskList": {"name": "l"}}
+    async with trio.open_nursery() as nursery:
+        stop = trio.Event()
+        first = Swf(await nursery.start(functools.partial(serve, settings, stop=stop)), tmp_path)
+        c = first.client()
+        await call(
+            c.register_domain,
+            name="kept",
+            workflowExecutionRetentionPeriodInDays="5",
+            tags=[{"key": "a", "value": "b"}],
+        )
+        await call(
+            c.register_activity_type, domain="kept", name="A", version="1", defaultTaskList={"name": "l"}
+        )
+        stop.set()  # the first process drains and stops (SQLite is single-node)
+    async with trio.open_nursery() as nursery:
+        second = Swf(await nursery.start(serve, settings), tmp_path)  # a new process, same database
+        c2 = second.client()
+        assert (await call(c2.describe_domain, name="kept"))["configuration"] == {
+            "workflowExecutionRetentionPeriodInDays": "5"
+        }
+        detail = await call(
+            c2.describe_activity_type, domain="kept", activityType={"name": "A", "version": "1"}
+        )
+        assert detail["configuration"] == {"defaultTaskList": {"name": "l"}}
+        nursery.cancel_scope.cancel()
