@@ -45,6 +45,8 @@ from .messages import ActorMessage, Envelope, Redeliver, ReplySlot
 from .pushclient import PushClient
 from .queues import Queues, Reservation
 from .retention import Pruner
+from .run_actor import RunKind
+from .runtime import Kind
 from .supervisor import Supervisor
 from .timer_wheel import TimerWheel
 
@@ -73,6 +75,9 @@ class Engine:
         self.metrics = Metrics()  # this engine's registry, never the process-wide default
         self.metrics.time_commits(store)
         self.supervisor = Supervisor(self)
+        self.runs = RunKind(self)
+        # Every kind of actor, by name: the timer wheel's rows name their actor's kind.
+        self.kinds: dict[str, Kind[Any]] = {self.runs.name: self.runs}
         self.queues = Queues()
         self.timers = TimerWheel(
             store,
@@ -271,7 +276,7 @@ class Engine:
 
     def _live_document(self, run_id: str) -> Run | None:
         actor = self.supervisor.actors.get(run_id)
-        return actor.run if actor is not None else None
+        return actor.state if actor is not None else None
 
     def abort(self, token: str) -> None:
         self.dispatcher.abort(token)
@@ -282,29 +287,31 @@ class Engine:
         if event is not None:
             event.set()
 
-    def later(self, delay_s: float, run_id: str, envelope: Envelope) -> None:
+    def later(self, delay_s: float, kind: Kind[Any], actor_id: str, envelope: Envelope) -> None:
         """Deliver an envelope again after a delay (storage was down when it arrived)."""
         if self._nursery is None or self.supervisor.closed:
             return
 
         async def again() -> None:
             await trio.sleep(delay_s)
-            self._tell_or_retry(run_id, envelope)
+            self.tell_or_retry(kind, actor_id, envelope)
 
         self._nursery.start_soon(again)
 
-    def _tell_or_retry(self, run_id: str, envelope: Envelope) -> None:
-        if not self.supervisor.tell(run_id, envelope):
-            self.later(0.1, run_id, envelope)
+    def tell_or_retry(self, kind: Kind[Any], actor_id: str, envelope: Envelope) -> None:
+        """Deliver without waiting; a full mailbox is tried again 100 ms later."""
+        if not self.supervisor.tell(kind, actor_id, envelope):
+            self.later(0.1, kind, actor_id, envelope)
 
     def tell(self, run_id: str, message: ActorMessage) -> None:
-        self._tell_or_retry(run_id, Envelope(message))
+        self.tell_or_retry(self.runs, run_id, Envelope(message))
 
-    def _deliver_timer(self, run_id: str, message: machine.TimerFired) -> bool:
-        return self.supervisor.tell(run_id, Envelope(message))
+    def _deliver_timer(self, actor_kind: str, actor_id: str, slot: str, kind: str, key: str) -> bool:
+        target = self.kinds[actor_kind]
+        return self.supervisor.tell(target, actor_id, Envelope(target.firing(slot, kind, key)))
 
     def _deliver_answer(self, run_id: str, answer: machine.TaskAnswer) -> None:
-        self._tell_or_retry(run_id, Envelope(answer))
+        self.tell_or_retry(self.runs, run_id, Envelope(answer))
 
     # ------------------------------------------------------------------ API surface
 
@@ -318,7 +325,7 @@ class Engine:
         if not self.ready:
             raise Unavailable("the engine is starting; retry shortly")
         slot = ReplySlot()
-        await self.supervisor.ask(run_id, Envelope(message, slot), known)
+        await self.supervisor.ask(self.runs, run_id, Envelope(message, slot), known)
         reply = await slot.wait()
         return reply, slot.value
 
@@ -361,7 +368,9 @@ class Engine:
                 slots: list[ReplySlot] = []
                 for token, run_id in held.offers:
                     slot = ReplySlot(on_settle=partial(_settle_claim, held, token))
-                    await self.supervisor.ask(run_id, Envelope(machine.Claim(token, worker_id), slot))
+                    await self.supervisor.ask(
+                        self.runs, run_id, Envelope(machine.Claim(token, worker_id), slot)
+                    )
                     held.hand_over(token)  # from here on the actor's answer settles it
                     slots.append(slot)
                 claimed: list[tuple[Run, TaskRef]] = []
@@ -444,8 +453,13 @@ class Engine:
             if exc.constraint == "business_key" and business_key is not None:
                 await self._refuse_business_key(app, workflow, business_key)
             raise Conflict(str(exc)) from exc
-        self.supervisor.adopt(tr.run).perform(tr)
+        self.adopt(tr)
         return body, True
+
+    def adopt(self, tr: machine.Transition) -> None:
+        """A run just created and committed: its actor holds the document, its effects run."""
+        self.supervisor.adopt(self.runs, tr.run.run_id, tr.run)
+        self.runs.perform(None, tr)
 
     async def _replay(self, app: str, key: str, request_hash: str) -> dict[str, Any] | None:
         found = await self.store.get_idempotency(app, key)
@@ -480,8 +494,9 @@ class Engine:
     async def run_document(self, run_id: str) -> Run | None:
         """The freshest view: the live actor's document, else storage."""
         actor = self.supervisor.actors.get(run_id)
-        if actor is not None and actor.run is not None:
-            return actor.run
+        if actor is not None and actor.state is not None:
+            state: Run = actor.state
+            return state
         return await self.store.get_run(run_id)
 
     async def wait_for(self, run_id: str, predicate: Any, timeout_s: float = 10.0) -> Run:

@@ -92,7 +92,7 @@ async def _deliver(engine: Engine, req: SignalStart, run: Run) -> dict[str, Any]
         return _record(engine, req, run.run_id, _body(run.run_id, reply.value, False))
 
     slot = ReplySlot()
-    await engine.supervisor.ask(run.run_id, Envelope(req.signal, slot, idempotency=record), run)
+    await engine.supervisor.ask(engine.runs, run.run_id, Envelope(req.signal, slot, idempotency=record), run)
     reply = await slot.wait()
     if isinstance(reply, machine.Rejected):
         if reply.code == "run_closed" or (reply.code == "not_found" and reply.status == 404):
@@ -153,7 +153,7 @@ async def _start(engine: Engine, req: SignalStart) -> dict[str, Any] | None:
 
     async def commit_and_perform() -> None:
         await engine.commit(unit)
-        engine.supervisor.adopt(both.run).perform(both)
+        engine.adopt(both)
 
     try:
         await engine.outlive_caller(commit_and_perform)

@@ -1,4 +1,4 @@
-"""Owns the run actors: spawn, route, rehydrate, passivate, restart.
+"""Owns the actors of every kind: spawn, route, rehydrate, passivate, restart.
 
 An actor is data while idle and a task only while it has messages. Routing is synchronous
 (`tell`): look up or spawn the actor, append to its mailbox and, if no drain task runs for it,
@@ -6,8 +6,9 @@ start one; with no checkpoint in between, a message can never be stranded by an 
 memory. A full mailbox is back-pressure: `tell` says so and the caller retries later; `ask`
 (one HTTP request) waits for room up to `FOLIOT_MAILBOX_WAIT_MS`, then is refused with 429.
 A drain that raises is restarted from the last checkpoint; past `MAX_CRASHES` in
-`CRASH_WINDOW_MS` its run is parked as `stuck` with class `internal_error`, and the server
-goes on.
+`CRASH_WINDOW_MS` its kind parks it (a run as `stuck` with class `internal_error`), and the
+server goes on. Actors are addressed by (kind, id); ids are unique across kinds, so the map of
+live actors is keyed by id and the kind says which adapter spawns one (`runtime.Kind`).
 
 Passivation needs no timer per actor: `actors` is kept in order of last activity, and one
 sweeper drops idle parked actors older than `FOLIOT_PASSIVATE_AFTER_MS` from its front; past
@@ -19,21 +20,20 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
 from ..errors import Internal, Unavailable
-from ..storage.base import UnitOfWork
-from ..workflow import machine
-from ..workflow.model import Run
 from .messages import Envelope
-from .run_actor import RunActor
+from .runtime import Actor, Kind
 
 if TYPE_CHECKING:
     from .engine import Engine
 
 log = logging.getLogger("foliot.supervisor")
+
+S = TypeVar("S")
 
 MAX_CRASHES = 3
 CRASH_WINDOW_MS = 60_000
@@ -45,7 +45,8 @@ class Supervisor:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         # Live actors, least recently active first (each activity moves one to the end).
-        self.actors: OrderedDict[str, RunActor] = OrderedDict()
+        self.actors: OrderedDict[str, Actor[Any]] = OrderedDict()
+        self.max_crashes = MAX_CRASHES
         self._nursery: trio.Nursery | None = None
         self._crashes: dict[str, list[int]] = {}
         self._wake_sweeper = trio.Event()
@@ -70,36 +71,38 @@ class Supervisor:
 
     # ------------------------------------------------------------------ routing
 
-    def _actor(self, run_id: str, run: Run | None = None) -> RunActor:
-        actor = self.actors.get(run_id)
+    def _actor(self, kind: Kind[S], actor_id: str, state: S | None = None) -> Actor[S]:
+        actor = self.actors.get(actor_id)
         if actor is None:
             assert self._nursery is not None, "supervisor not started"
             self._shed_load()
-            actor = RunActor(run_id, self.engine, run)
+            actor = Actor(kind, actor_id, self.engine, state)
             if not self.actors:
                 self._wake_sweeper.set()
-            self.actors[run_id] = actor
+            self.actors[actor_id] = actor
             self.spawned += 1
+        else:
+            assert actor.kind is kind, f"{actor_id} is a {actor.kind.name} actor, not a {kind.name} one"
         return actor
 
-    def adopt(self, run: Run) -> RunActor:
-        """A run that was just created: register its actor with the document in hand."""
-        return self._actor(run.run_id, run)
+    def adopt(self, kind: Kind[S], actor_id: str, state: S) -> Actor[S]:
+        """A document that was just created: register its actor with the document in hand."""
+        return self._actor(kind, actor_id, state)
 
-    def _deliver(self, actor: RunActor, envelope: Envelope) -> bool:
+    def _deliver(self, actor: Actor[Any], envelope: Envelope) -> bool:
         if not actor.offer(envelope):
             return False
         if not actor.draining:
             self._start_drain(actor)
         return True
 
-    def _start_drain(self, actor: RunActor) -> None:
+    def _start_drain(self, actor: Actor[Any]) -> None:
         assert self._nursery is not None
         actor.draining = True
         self.draining += 1
         self._nursery.start_soon(self._drain, actor)
 
-    def tell(self, run_id: str, envelope: Envelope) -> bool:
+    def tell(self, kind: Kind[Any], actor_id: str, envelope: Envelope) -> bool:
         """Deliver without waiting; False when the mailbox is full (back-pressure).
 
         While shutting down, messages are dropped: each one is re-created from storage at the
@@ -107,31 +110,32 @@ class Supervisor:
         """
         if self.closed:
             return True
-        return self._deliver(self._actor(run_id), envelope)
+        return self._deliver(self._actor(kind, actor_id), envelope)
 
-    async def ask(self, run_id: str, envelope: Envelope, run: Run | None = None) -> None:
+    async def ask(self, kind: Kind[S], actor_id: str, envelope: Envelope, state: S | None = None) -> None:
         """Deliver, waiting for mailbox room if needed (only this caller waits), but not past
         `FOLIOT_MAILBOX_WAIT_MS`: then the request is refused (429 `overloaded`, Retry-After).
 
-        `run`, a document the caller just read from storage, seeds the actor if it has to be
-        spawned, so a passivated run is not read twice (a stale seed is caught by the guarded
+        `state`, a document the caller just read from storage, seeds the actor if it has to be
+        spawned, so a passivated one is not read twice (a stale seed is caught by the guarded
         write and reloaded)."""
         wait_s = self.engine.settings.mailbox_wait_ms / 1000
         with trio.move_on_after(wait_s):
             while True:
                 if self.closed:
                     raise Unavailable("the server is shutting down")
-                actor = self._actor(run_id, run)
+                actor = self._actor(kind, actor_id, state)
                 if self._deliver(actor, envelope):
                     return
                 await actor.wait_for_room()  # then look the actor up again: it may have left
         raise self.engine.admission.refuse(
-            "mailbox", f"run {run_id} is busy: its mailbox stayed full for {wait_s:g} s; retry shortly"
+            "mailbox",
+            f"{kind.name} {actor_id} is busy: its mailbox stayed full for {wait_s:g} s; retry shortly",
         )
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def _drain(self, actor: RunActor) -> None:
+    async def _drain(self, actor: Actor[Any]) -> None:
         """One actor's drain task: its queued messages, with restarts from the checkpoint."""
         try:
             while True:
@@ -140,18 +144,19 @@ class Supervisor:
                     return
                 except Exception as exc:
                     self.restarts += 1
-                    log.exception("run actor %s crashed", actor.run_id)
+                    log.exception("%s actor %s crashed", actor.kind.name, actor.id)
                     slot = actor.current.reply if actor.current is not None else None
                     if slot is not None and not slot.event.is_set():
-                        slot.fail(Internal("the run's actor failed; see the server log"))
+                        slot.fail(Internal(f"the {actor.kind.name}'s actor failed; see the server log"))
                     actor.current = None
-                    if self._record_crash(actor.run_id):
+                    if self._record_crash(actor.id):
+                        self._crashes.pop(actor.id, None)
                         try:
-                            await self._give_up(actor, exc)
+                            await actor.kind.give_up(actor, exc)
                         except Exception:
-                            log.exception("could not park run %s as stuck; retrying later", actor.run_id)
+                            log.exception("could not park %s %s; retrying later", actor.kind.name, actor.id)
                             await trio.sleep(1)
-                    actor.run = None  # restart from the last checkpoint
+                    actor.state = None  # restart from the last checkpoint
         except trio.Cancelled:
             # Shutting down: callers of the messages not handled get 503.
             actor.refuse_pending(Unavailable("the server is shutting down"))
@@ -161,7 +166,7 @@ class Supervisor:
             self.draining -= 1
             self._after_drain(actor)
 
-    def _after_drain(self, actor: RunActor) -> None:
+    def _after_drain(self, actor: Actor[Any]) -> None:
         if actor.mailbox:
             # Told while leaving (by a callback of its last message): never stranded.
             if self.closed:
@@ -169,22 +174,22 @@ class Supervisor:
             else:
                 self._start_drain(actor)
                 return
-        if actor.run is None or not actor.run.is_open:
+        if not actor.is_open:
             self._remove(actor)  # closed, not found, or not loadable now: leave memory
             self._forget_old_crashes()
-        elif self.actors.get(actor.run_id) is actor:
+        elif self.actors.get(actor.id) is actor:
             actor.touched = self.engine.clock.now()
-            self.actors.move_to_end(actor.run_id)
+            self.actors.move_to_end(actor.id)
 
-    def _remove(self, actor: RunActor) -> None:
-        if self.actors.get(actor.run_id) is not actor:
+    def _remove(self, actor: Actor[Any]) -> None:
+        if self.actors.get(actor.id) is not actor:
             return
-        del self.actors[actor.run_id]
+        del self.actors[actor.id]
         self.passivated += 1
-        if actor.run is not None and not actor.run.is_open:
-            self._crashes.pop(actor.run_id, None)
+        if actor.state is not None and not actor.is_open:
+            self._crashes.pop(actor.id, None)
 
-    def _droppable(self, actor: RunActor) -> bool:
+    def _droppable(self, actor: Actor[Any]) -> bool:
         return actor.idle and actor.parked
 
     async def _sweep(self) -> None:
@@ -204,14 +209,14 @@ class Supervisor:
             for looked in range(1, len(self.actors) + 1):  # each actor at most once a pass
                 if not self.actors:
                     break
-                run_id, actor = next(iter(self.actors.items()))
+                actor_id, actor = next(iter(self.actors.items()))
                 if actor.touched > cutoff:
                     break
                 if self._droppable(actor):
                     self._remove(actor)
                 else:
                     actor.touched = now
-                    self.actors.move_to_end(run_id)
+                    self.actors.move_to_end(actor_id)
                 if looked % _SWEEP_BATCH == 0:
                     await trio.lowlevel.checkpoint()
                     now = clock.now()
@@ -223,35 +228,22 @@ class Supervisor:
             due = max(front.touched + idle_ms, now + 1)
             await trio.sleep_until(clock.trio_deadline(due))
 
-    def _record_crash(self, run_id: str) -> bool:
+    def _record_crash(self, actor_id: str) -> bool:
         now = self.engine.clock.now()
-        recent = [t for t in self._crashes.get(run_id, []) if now - t < CRASH_WINDOW_MS]
+        recent = [t for t in self._crashes.get(actor_id, []) if now - t < CRASH_WINDOW_MS]
         recent.append(now)
-        self._crashes[run_id] = recent
-        return len(recent) >= MAX_CRASHES
+        self._crashes[actor_id] = recent
+        return len(recent) >= self.max_crashes
 
     def _forget_old_crashes(self) -> None:
         """Crash records outside the window count for nothing: drop them, so the map holds only
-        runs that crashed recently (kept across an actor's exit, so a crash loop through
+        actors that crashed recently (kept across an actor's exit, so a crash loop through
         passivation and rehydration is still counted)."""
         if not self._crashes:
             return
         now = self.engine.clock.now()
-        for run_id in [r for r, times in self._crashes.items() if now - max(times) >= CRASH_WINDOW_MS]:
-            del self._crashes[run_id]
-
-    async def _give_up(self, actor: RunActor, exc: Exception) -> None:
-        """Park the run as stuck (internal_error) so an operator can look; never loop forever."""
-        self._crashes.pop(actor.run_id, None)
-        run = await self.engine.store.get_run(actor.run_id)
-        if run is None or not run.is_open:
-            return
-        definition = await self.engine.definition(run.app, run.workflow, run.version)
-        message = f"the run's actor crashed {MAX_CRASHES} times: {type(exc).__name__}"
-        tr = machine.mark_stuck(run, definition, "internal_error", message, self.engine.context())
-        await self.engine.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
-        actor.run = tr.run
-        actor.perform(tr)
+        for actor_id in [a for a, times in self._crashes.items() if now - max(times) >= CRASH_WINDOW_MS]:
+            del self._crashes[actor_id]
 
     def _shed_load(self) -> None:
         """Before a spawn past FOLIOT_MAX_LIVE_ACTORS, drop the least recently active idle
@@ -263,10 +255,10 @@ class Supervisor:
         for _ in range(min(len(self.actors), excess + _SHED_SCAN)):
             if excess <= 0:
                 break
-            run_id, actor = next(iter(self.actors.items()))
+            actor_id, actor = next(iter(self.actors.items()))
             if self._droppable(actor):
                 self._remove(actor)
                 excess -= 1
             else:
                 actor.touched = now
-                self.actors.move_to_end(run_id)
+                self.actors.move_to_end(actor_id)

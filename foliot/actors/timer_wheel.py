@@ -1,12 +1,15 @@
-"""One actor for every durable timer: sleeps, wait timeouts, task deadlines, backoffs, run timeouts.
+"""One actor for every durable timer of every kind of actor: a run's sleeps, wait timeouts, task
+deadlines, backoffs and run timeouts; an SWF execution's timeouts and timers.
 
-Timers are rows in storage (derived from each run's document on every commit), read in storage
-order `(due_at, run_id, slot)`. The wheel holds only a prefix of that order in memory: at most
+Timers are rows in storage (derived from each actor's document on every commit), each naming
+its actor by (kind, id), read in storage order `(due_at, id, slot)` (ids are unique across
+kinds). A due timer is delivered as `deliver(kind, id, slot, timer kind, key)`; the actor's kind
+turns it into its own firing message. The wheel holds only a prefix of that order in memory: at most
 `page_size` rows paged in at a time, and none due later than `window_ms` ahead, so a million
 parked runs cost a million rows, not a million heap entries. Everything before `_limit` is known
 to the wheel; armings committed by this node (`sync`) join the prefix when they fall inside it.
 
-A timer is in one of three places: *waiting* (in the heap), *in flight* (handed to its run's
+A timer is in one of three places: *waiting* (in the heap), *in flight* (handed to its
 actor, not yet settled) or in storage only. A firing is in flight from delivery until the actor
 `settle`s it, after its commit or once it found the firing stale; while in flight, neither a
 page-in nor a sync adds that arming again, so it fires once. At most `max_inflight` firings are
@@ -24,21 +27,22 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol
 
 import trio
 
 from ..clock import Clock
 from ..storage.base import TimerRecord
-from ..workflow.machine import TimerFired
-from ..workflow.model import Run
+from .runtime import Arming
 
 log = logging.getLogger("foliot.timers")
 
-TimerId = tuple[str, str]  # (run_id, slot)
-Position = tuple[int, str, str]  # (due_at, run_id, slot): the storage order
-FlightId = tuple[str, str, str]  # (run_id, slot, key): one arming
+TimerId = tuple[str, str]  # (actor id, slot)
+Position = tuple[int, str, str]  # (due_at, actor id, slot): the storage order
+FlightId = tuple[str, str, str]  # (actor id, slot, key): one arming
+# deliver(actor kind, actor id, slot, timer kind, key) -> False when the mailbox is full
+Deliver = Callable[[str, str, str, str, str], bool]
 
 MAILBOX_FULL_RETRY_MS: Final = 100
 RETRY_MS: Final = (200, 1_000, 5_000, 10_000)  # after a firing was not applied, by attempt
@@ -56,9 +60,10 @@ class TimerSource(Protocol):
 class _Entry:
     """One arming the wheel knows about."""
 
-    __slots__ = ("attempts", "due", "fire_at", "key", "kind", "seq")
+    __slots__ = ("actor", "attempts", "due", "fire_at", "key", "kind", "seq")
 
-    def __init__(self, kind: str, key: str, due: int, fire_at: int, attempts: int = 0) -> None:
+    def __init__(self, actor: str, kind: str, key: str, due: int, fire_at: int, attempts: int = 0) -> None:
+        self.actor = actor  # the actor's kind
         self.kind = kind
         self.key = key
         self.due = due
@@ -77,7 +82,7 @@ class TimerWheel:
         self,
         store: TimerSource,
         clock: Clock,
-        deliver: Callable[[str, TimerFired], bool],
+        deliver: Deliver,
         *,
         window_ms: int = 60_000,
         max_inflight: int = 256,
@@ -89,12 +94,12 @@ class TimerWheel:
         self._window_ms = max(window_ms, 100)
         self._max_inflight = max(1, max_inflight)
         self._page = max(16, page_size if page_size is not None else 4 * self._max_inflight)
-        self._heap: list[tuple[int, str, str, int]] = []  # (fire_at, run_id, slot, seq)
+        self._heap: list[tuple[int, str, str, int]] = []  # (fire_at, actor id, slot, seq)
         self._waiting: dict[TimerId, _Entry] = {}
         self._inflight: dict[FlightId, tuple[_Entry, int]] = {}  # -> (entry, handed out at)
         self._limit: Position = (0, "", "")  # every stored timer before this is known
         self._cursor: Position | None = None  # where the next page-in reads from
-        self._paging: dict[TimerId, tuple[str, str, int] | None] | None = None
+        self._paging: dict[TimerId, tuple[str, str, str, int] | None] | None = None
         self._seq = 0
         self._wake = trio.Event()
         self.fired = 0
@@ -106,59 +111,73 @@ class TimerWheel:
 
     # ------------------------------------------------------------------ feeding
 
-    def sync(self, run: Run) -> None:
-        """After a commit: make the wheel's view of this run's timers match its document."""
-        wanted = dict(run.timers())
-        for slot in ("step", "run"):
-            timer = wanted.get(slot)
-            arming = None if timer is None else (timer.kind, timer.key, timer.due)
-            if self._paging is not None:
-                self._paging[(run.run_id, slot)] = arming  # newer than what the page-in reads
-            self._apply(run.run_id, slot, arming)
-        if len(self._waiting) > 2 * self._page and self._paging is None:
+    def sync(
+        self,
+        actor: str,
+        actor_id: str,
+        before: Iterable[tuple[str, Arming]],
+        after: Iterable[tuple[str, Arming]],
+    ) -> None:
+        """After a commit: make the wheel's view of one actor's timers match its document.
+
+        `before` and `after` are the (slot, arming) pairs of the document before and after the
+        commit (`Kind.timers`): slots in `after` are (re)armed, the others of `before` dropped."""
+        paging = self._paging
+        gone = {slot for slot, _ in before}
+        for slot, timer in after:
+            gone.discard(slot)
+            arming = (actor, timer.kind, timer.key, timer.due)
+            if paging is not None:
+                paging[(actor_id, slot)] = arming  # newer than what the page-in reads
+            self._apply(actor_id, slot, arming)
+        for slot in gone:
+            if paging is not None:
+                paging[(actor_id, slot)] = None
+            self._waiting.pop((actor_id, slot), None)
+        if len(self._waiting) > 2 * self._page and paging is None:
             self._shrink()
 
-    def settle(self, run_id: str, msg: TimerFired, *, applied: bool) -> None:
+    def settle(self, actor_id: str, slot: str, key: str, *, applied: bool) -> None:
         """The actor is done with a firing: applied or stale (`applied`), or not applied
         (storage failed, the actor crashed): then it is handed out again after a backoff.
         Settling a firing that is no longer in flight does nothing."""
-        flight = self._inflight.pop((run_id, msg.slot, msg.key), None)
+        flight = self._inflight.pop((actor_id, slot, key), None)
         if flight is None:
             return
         self._wake.set()  # a slot is free
         if applied:
             return
         entry = flight[0]
-        tid = (run_id, msg.slot)
-        if tid in self._waiting or (entry.due, run_id, msg.slot) >= self._limit:
+        tid = (actor_id, slot)
+        if tid in self._waiting or (entry.due, actor_id, slot) >= self._limit:
             return  # a newer arming is waiting, or the page-in will read the row again
         self.retried += 1
         entry.fire_at = self._clock.now() + RETRY_MS[min(entry.attempts, len(RETRY_MS) - 1)]
         entry.attempts += 1
-        self._push(run_id, msg.slot, entry)
+        self._push(actor_id, slot, entry)
 
-    def _apply(self, run_id: str, slot: str, arming: tuple[str, str, int] | None) -> None:
-        tid = (run_id, slot)
+    def _apply(self, actor_id: str, slot: str, arming: tuple[str, str, str, int] | None) -> None:
+        tid = (actor_id, slot)
         if arming is None:
             self._waiting.pop(tid, None)
             return
-        kind, key, due = arming
-        if (run_id, slot, key) in self._inflight:
+        actor, kind, key, due = arming
+        if (actor_id, slot, key) in self._inflight:
             return  # being fired: its settle decides what happens next
         current = self._waiting.get(tid)
         if current is not None and current.key == key:
             return  # already waiting (perhaps with a later fire_at after a full mailbox)
-        if (due, run_id, slot) >= self._limit:
+        if (due, actor_id, slot) >= self._limit:
             # Beyond what the wheel holds: storage has it and a later page-in brings it.
             self._waiting.pop(tid, None)
             return
-        self._push(run_id, slot, _Entry(kind, key, due, due))
+        self._push(actor_id, slot, _Entry(actor, kind, key, due, due))
 
-    def _push(self, run_id: str, slot: str, entry: _Entry) -> None:
+    def _push(self, actor_id: str, slot: str, entry: _Entry) -> None:
         self._seq += 1
         entry.seq = self._seq
-        self._waiting[(run_id, slot)] = entry
-        heapq.heappush(self._heap, (entry.fire_at, run_id, slot, entry.seq))
+        self._waiting[(actor_id, slot)] = entry
+        heapq.heappush(self._heap, (entry.fire_at, actor_id, slot, entry.seq))
         if self._heap[0][3] == entry.seq:
             self._wake.set()
         if len(self._heap) > 2 * len(self._waiting) + 1024:
@@ -175,11 +194,11 @@ class TimerWheel:
         keep, drop = order[: self._page], order[self._page :]
         for tid, _ in drop:
             del self._waiting[tid]
-        (run_id, slot), first = drop[0]
-        self._limit = (first.due, run_id, slot)
+        (actor_id, slot), first = drop[0]
+        self._limit = (first.due, actor_id, slot)
         if self._cursor is not None and self._cursor >= self._limit:
-            (run_id, slot), last = keep[-1]
-            self._cursor = (last.due, run_id, slot)
+            (actor_id, slot), last = keep[-1]
+            self._cursor = (last.due, actor_id, slot)
         self._rebuild_heap()
 
     # ------------------------------------------------------------------ introspection
@@ -200,14 +219,15 @@ class TimerWheel:
             "horizon": self._limit[0],
         }
 
-    def pending_for(self, run_id: str) -> list[dict[str, Any]]:
+    def pending_for(self, actor_id: str, slots: Iterable[str]) -> list[dict[str, Any]]:
+        """The armings of these slots of one actor that the wheel holds (waiting or in flight)."""
         out = []
-        for slot in ("step", "run"):
-            cur = self._waiting.get((run_id, slot))
+        for slot in slots:
+            cur = self._waiting.get((actor_id, slot))
             if cur is not None:
                 out.append({"slot": slot, "kind": cur.kind, "key": cur.key, "due": cur.due})
-        for (rid, slot, key), (entry, _) in self._inflight.items():
-            if rid == run_id:
+        for (aid, slot, key), (entry, _) in self._inflight.items():
+            if aid == actor_id:
                 out.append({"slot": slot, "kind": entry.kind, "key": key, "due": entry.due})
         return out
 
@@ -244,9 +264,9 @@ class TimerWheel:
         self._limit = max(self._limit, reached)
         for r in rows:
             if (r.run_id, r.slot) not in touched:
-                self._apply(r.run_id, r.slot, (r.kind, r.key, r.due_at))
-        for (run_id, slot), arming in touched.items():
-            self._apply(run_id, slot, arming)  # committed while we read: newer than the row
+                self._apply(r.run_id, r.slot, (r.actor_kind, r.kind, r.key, r.due_at))
+        for (actor_id, slot), arming in touched.items():
+            self._apply(actor_id, slot, arming)  # committed while we read: newer than the row
 
     def _wants_page_in(self, now: int) -> bool:
         if self._limit[0] > now + self._window_ms // 2 or len(self._waiting) >= self._page:
@@ -295,15 +315,15 @@ class TimerWheel:
             if top is None or top[0] > now:
                 return
             heapq.heappop(self._heap)
-            _, run_id, slot, _ = top
-            entry = self._waiting.pop((run_id, slot))
-            fid = (run_id, slot, entry.key)
+            _, actor_id, slot, _ = top
+            entry = self._waiting.pop((actor_id, slot))
+            fid = (actor_id, slot, entry.key)
             self._inflight[fid] = (entry, now)
-            if not self._deliver(run_id, TimerFired(slot, entry.kind, entry.key)):
+            if not self._deliver(entry.actor, actor_id, slot, entry.kind, entry.key):
                 # Mailbox full: still waiting, handed out again shortly; never twice at once.
                 del self._inflight[fid]
                 entry.fire_at = now + MAILBOX_FULL_RETRY_MS
-                self._push(run_id, slot, entry)
+                self._push(actor_id, slot, entry)
                 continue
             self.fired += 1
             self.max_inflight_seen = max(self.max_inflight_seen, len(self._inflight))
@@ -317,5 +337,5 @@ class TimerWheel:
             fid, (entry, at) = next(iter(self._inflight.items()))
             if now < at + LEASE_MS:
                 return
-            log.warning("timer %s of run %s was never settled; firing it again", fid[2], fid[0])
-            self.settle(fid[0], TimerFired(fid[1], entry.kind, fid[2]), applied=False)
+            log.warning("timer %s of %s %s was never settled; firing it again", fid[2], entry.actor, fid[0])
+            self.settle(fid[0], fid[1], fid[2], applied=False)

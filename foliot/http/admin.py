@@ -43,7 +43,7 @@ def _actor_view(view: dict[str, Any]) -> dict[str, Any]:
     view = dict(view)
     view["liveSince"] = ts(view["liveSince"])
     view["lastMessageAt"] = ts(view["lastMessageAt"])
-    if view["inflight"] is not None:
+    if view.get("inflight") is not None:
         view["inflight"] = {**view["inflight"], "deadline": ts(view["inflight"]["deadline"])}
     return view
 
@@ -59,7 +59,7 @@ async def actors() -> Response:
     out = []
     for actor in list(engine().supervisor.actors.values()):
         view = actor.describe()
-        if status is None or view["status"] == status:
+        if status is None or view.get("status") == status:
             out.append(_actor_view(view))
             if len(out) >= limit:
                 break
@@ -74,11 +74,13 @@ async def actor(run_id: str) -> Response:
     if found is None:
         raise NotFound(f"no live actor for run {run_id!r} (it may be passivated)")
     view = _actor_view(found.describe())
-    in_wheel = {(t["slot"], t["kind"], t["key"]) for t in eng.timers.pending_for(run_id)}
-    run = found.run
+    held = found.kind.timers(found.state) if found.state is not None else ()
+    in_wheel = {
+        (t["slot"], t["kind"], t["key"]) for t in eng.timers.pending_for(run_id, [s for s, _ in held])
+    }
     view["timers"] = [
         {"slot": slot, "kind": t.kind, "due": ts(t.due), "inMemory": (slot, t.kind, t.key) in in_wheel}
-        for slot, t in (run.timers() if run is not None else [])
+        for slot, t in held
     ]
     return json_response(view)
 

@@ -56,11 +56,15 @@ class WorkflowRecord:
 
 @attrs.frozen
 class TimerRecord:
+    """One durable timer row. `run_id` is the id of the actor that holds the timer (a run's or
+    an SWF execution's: ids are unique across kinds) and `actor_kind` its kind."""
+
     run_id: str
     slot: str
     kind: str
     key: str
     due_at: int
+    actor_kind: str = "run"
 
 
 @attrs.frozen

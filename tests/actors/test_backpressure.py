@@ -191,7 +191,9 @@ async def test_a_mailbox_that_stays_full_answers_429_after_a_second(
     slots = [ReplySlot() for _ in range(3)]  # one being handled, two filling the mailbox
     async with trio.open_nursery() as nursery:
         for i, slot in enumerate(slots):
-            nursery.start_soon(env.engine.supervisor.ask, run_id, Envelope(machine.SignalIn("x", i), slot))
+            nursery.start_soon(
+                env.engine.supervisor.ask, env.engine.runs, run_id, Envelope(machine.SignalIn("x", i), slot)
+            )
         await trio.testing.wait_all_tasks_blocked()
         t0 = trio.current_time()
         with pytest.raises(Overloaded) as info:

@@ -141,14 +141,14 @@ async def test_a_full_mailbox_is_back_pressure(
     (run_id,) = await _parked(env, 1)
     sup = env.engine.supervisor
     entered = _slow_commits(env, monkeypatch, 10)
-    told = [sup.tell(run_id, Envelope(machine.SignalIn("other", i))) for i in range(5)]
+    told = [sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("other", i))) for i in range(5)]
     assert told == [True] * 4 + [False]
     await entered.wait()  # the first is being handled: room for one more
-    assert sup.tell(run_id, Envelope(machine.SignalIn("other", 4)))
-    assert not sup.tell(run_id, Envelope(machine.SignalIn("other", 5)))
+    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("other", 4)))
+    assert not sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("other", 5)))
     slot = ReplySlot()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(sup.ask, run_id, Envelope(machine.SignalIn("other", 6), slot))
+        nursery.start_soon(sup.ask, env.engine.runs, run_id, Envelope(machine.SignalIn("other", 6), slot))
         await trio.testing.wait_all_tasks_blocked()
         assert sup.actors[run_id].mailbox_depth == 4 and not slot.event.is_set()  # the asker waits
     assert await slot.wait() == machine.Ok("buffered")
@@ -171,8 +171,8 @@ async def test_a_crash_restarts_from_the_checkpoint_and_the_next_message_is_hand
     sup = env.engine.supervisor
     actor = sup.actors[run_id]
     slots = [ReplySlot(), ReplySlot()]
-    assert sup.tell(run_id, Envelope(machine.SignalIn("boom"), slots[0]))
-    assert sup.tell(run_id, Envelope(machine.SignalIn("go", {"n": 1}), slots[1]))
+    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("boom"), slots[0]))
+    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("go", {"n": 1}), slots[1]))
     with pytest.raises(ApiError) as info:
         await slots[0].wait()
     assert info.value.status == 500
@@ -199,7 +199,7 @@ async def test_crashes_within_the_window_in_one_drain_park_the_run_as_stuck(
     sup = env.engine.supervisor
     slots = [ReplySlot() for _ in range(3)]
     for slot in slots:
-        assert sup.tell(run_id, Envelope(machine.SignalIn("go"), slot))
+        assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("go"), slot))
     for slot in slots:
         with pytest.raises(ApiError):
             await slot.wait()
@@ -218,8 +218,8 @@ async def test_at_shutdown_the_commit_under_way_finishes_and_queued_callers_get_
     sup = env.engine.supervisor
     entered = _slow_commits(env, monkeypatch, 2)
     first, second = ReplySlot(), ReplySlot()
-    assert sup.tell(run_id, Envelope(machine.SignalIn("go", {"n": 1}), first))
-    assert sup.tell(run_id, Envelope(machine.SignalIn("other"), second))
+    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("go", {"n": 1}), first))
+    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("other"), second))
     await entered.wait()
     assert env.scope is not None
     env.scope.cancel()

@@ -102,7 +102,10 @@ async def test_messages_to_a_full_mailbox_wait(env: Env, autojump_clock: MockClo
     async with trio.open_nursery() as nursery:
         for i, slot in enumerate(slots):
             nursery.start_soon(
-                env.engine.supervisor.ask, run_id, Envelope(machine.SignalIn("other", i), slot)
+                env.engine.supervisor.ask,
+                env.engine.runs,
+                run_id,
+                Envelope(machine.SignalIn("other", i), slot),
             )
     for slot in slots:
         assert await slot.wait() == machine.Ok("buffered")

@@ -17,7 +17,6 @@ from foliot.actors.timer_wheel import TimerWheel
 from foliot.clock import Clock
 from foliot.signing import verify_signature
 from foliot.storage.base import TimerRecord
-from foliot.workflow.machine import TimerFired
 
 from .conftest import DAY, T0, Env, advance, ok
 
@@ -360,25 +359,26 @@ class _Actors:
         self.fail: dict[str, int] = {}  # run_id -> failed commits to answer first
         self.max_waiting = 0
 
-    def deliver(self, run_id: str, msg: TimerFired) -> bool:
+    def deliver(self, actor: str, run_id: str, slot: str, kind: str, key: str) -> bool:
+        assert actor == "run"
         if self.refuse.get(run_id, 0) > 0:
             self.refuse[run_id] -= 1
             return False
-        self.delivered.append((run_id, msg.key))
+        self.delivered.append((run_id, key))
         self.max_waiting = max(self.max_waiting, self.wheel.stats()["waiting"])
-        self.nursery.start_soon(self._commit, run_id, msg)
+        self.nursery.start_soon(self._commit, run_id, slot, key)
         return True
 
-    async def _commit(self, run_id: str, msg: TimerFired) -> None:
+    async def _commit(self, run_id: str, slot: str, key: str) -> None:
         await trio.sleep(self.hold)
         if self.fail.get(run_id, 0) > 0:
             self.fail[run_id] -= 1
-            self.wheel.settle(run_id, msg, applied=False)
+            self.wheel.settle(run_id, slot, key, applied=False)
             return
-        row = self.rows.rows.get((run_id, msg.slot))
-        if row is not None and row.key == msg.key:
-            del self.rows.rows[(run_id, msg.slot)]
-        self.wheel.settle(run_id, msg, applied=True)
+        row = self.rows.rows.get((run_id, slot))
+        if row is not None and row.key == key:
+            del self.rows.rows[(run_id, slot)]
+        self.wheel.settle(run_id, slot, key, applied=True)
 
 
 async def _wheel(
@@ -462,9 +462,9 @@ async def test_a_firing_not_applied_is_handed_out_again_after_a_backoff(autojump
         times: list[float] = []
         real = actors.deliver
 
-        def deliver(run_id: str, msg: TimerFired) -> bool:
+        def deliver(actor: str, run_id: str, slot: str, kind: str, key: str) -> bool:
             times.append(trio.current_time())
-            return real(run_id, msg)
+            return real(actor, run_id, slot, kind, key)
 
         wheel._deliver = deliver
         await advance(60)
@@ -484,10 +484,10 @@ async def test_a_firing_never_settled_is_handed_out_again_after_its_lease(
     lost: list[float] = []
     async with trio.open_nursery() as nursery:
 
-        def deliver(run_id: str, msg: TimerFired) -> bool:
+        def deliver(actor: str, run_id: str, slot: str, kind: str, key: str) -> bool:
             lost.append(trio.current_time())
             if len(lost) > 1:
-                wheel.settle(run_id, msg, applied=True)
+                wheel.settle(run_id, slot, key, applied=True)
             return True  # the first message is lost on the way: nobody settles it
 
         wheel = TimerWheel(rows, Clock(T0), deliver, window_ms=1_000)
@@ -513,7 +513,8 @@ async def test_an_arming_committed_while_a_page_is_read_wins_over_the_row(
         assert len(rows.limits) == 2
         # Meanwhile the run commits a new arming; the read under way still returns the old row.
         run = Run("run_a", "app", "wf", 1, "sleeping", None, {}, 1, T0, T0, "0" * 32)
-        wheel.sync(attrs.evolve(run, timer=Timer("sleep", T0 + 5_500, "new#2"), armings=2))
+        new = attrs.evolve(run, timer=Timer("sleep", T0 + 5_500, "new#2"), armings=2)
+        wheel.sync("run", "run_a", run.timers(), new.timers())
         rows.gate.set()
         await trio.testing.wait_all_tasks_blocked()
         rows.arm("run_a", T0 + 5_500, key="new#2")  # what storage holds from now on
@@ -561,12 +562,12 @@ async def test_5000_sleeps_due_in_the_same_ms_each_finish_once(env: Env, autojum
     order: list[str] = []
     real = wheel._deliver
 
-    def deliver(run_id: str, msg: TimerFired) -> bool:
+    def deliver(actor: str, run_id: str, slot: str, kind: str, key: str) -> bool:
         order.append(run_id)
         if len(order) % 97 == 0:
-            loading = [a for a in env.engine.supervisor.actors.values() if a.run is None]
+            loading = [a for a in env.engine.supervisor.actors.values() if a.state is None]
             assert len(loading) < 64  # rehydrated no faster than firings settle
-        return real(run_id, msg)
+        return real(actor, run_id, slot, kind, key)
 
     wheel._deliver = deliver
     await advance(3_660)

@@ -179,6 +179,10 @@ async def test_every_page_renders_for_runs_in_each_status(api: Api) -> None:
         assert "failed" not in node_classes(failed.text, "ok")
         for path in ("/console/actors", "/console/actors?sort=age", "/console/timers", "/console/queues"):
             assert (await c.get(path)).status_code == 200, path
+        assert (
+            f'<td>run</td><td><a href="/console/apps/orders/runs/{ids["sleeping"]}">'
+            in (await c.get("/console/actors")).text
+        )
         assert "warehouse" in (await c.get("/console/queues")).text
         assert ids["sleeping"] in (await c.get("/console/timers")).text
         wf = await c.get("/console/workflows", params={"app": "orders"})

@@ -47,6 +47,7 @@ async def test_live_actors_and_timers(api: Api) -> None:
     assert r.status_code == 200
     (actor,) = [a for a in r.json()["actors"] if a["runId"] == run["runId"]]
     assert actor["currentStep"] == "t" and actor["mailboxDepth"] == 0 and actor["liveSince"].endswith("Z")
+    assert actor["kind"] == "run" and actor["id"] == run["runId"]
     assert actor["inflight"]["step"] == "t" and actor["inflight"]["pushing"] is True
     one = (await api.client.get(f"/admin/actors/{run['runId']}", headers=api.admin())).json()
     # A push in flight has no durable timer: its send-time deadline bounds the HTTP call itself.

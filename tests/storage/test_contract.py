@@ -137,9 +137,9 @@ async def test_commit_is_atomic_and_guarded(store: Store) -> None:
     assert [e.type for e in await store.list_events("r1", 0, 10)] == ["run_started", "sleep_started"]
     assert (await store.list_events("r1", 1, 10))[0].data == {"wakeAt": T0 + 10}
     due = await store.timers_due_before(T0 + 1000, 10)
-    assert [(t.slot, t.kind, t.due_at) for t in due] == [
-        ("step", "sleep", T0 + 10),
-        ("run", "run_timeout", T0 + 99),
+    assert [(t.actor_kind, t.slot, t.kind, t.due_at) for t in due] == [
+        ("run", "step", "sleep", T0 + 10),
+        ("run", "run", "run_timeout", T0 + 99),
     ]
     assert [t.token for t in await store.open_tasks()] == ["tok"]
 
