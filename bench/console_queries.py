@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -89,7 +90,11 @@ def rows(count: int, seed: int = 7) -> Any:
         }
         is_open = status in OPEN
         closed = None if is_open else created + 5
-        run = (run_id, "shop", workflow, status, f"order-{i}", is_open, created, 3, json_dumps(doc), closed)
+        cls = None if error is None else json_dumps(error["cls"])
+        run = (
+            *(run_id, "shop", workflow, status, f"order-{i}", is_open, created, 3, json_dumps(doc)),
+            *(closed, doc["version"], cls),
+        )
         timers = [(run_id, "step", "sleep", f"1:nap#{i}", wake)] if wake else []
         yield run, timers
 
@@ -113,7 +118,7 @@ def seed_sqlite(url: str, count: int) -> None:
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
-            " closed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " closed_at, workflow_version, error_class) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             batch_runs,
         )
         conn.executemany(
@@ -156,6 +161,7 @@ def seed_postgres(url: str, count: int) -> None:
                     columns=[
                         *("run_id", "app", "workflow", "status", "business_key"),
                         *("is_open", "created_at", "seq", "doc", "closed_at"),
+                        *("workflow_version", "error_class"),
                     ],
                 )
                 await conn.copy_records_to_table(
@@ -247,6 +253,8 @@ def cases(count: int) -> list[Case]:
             None,
         ),
         ("runs: errorClass=card_declined (no status)", q(error_class="card_declined"), None),
+        ("runs: errorClass=run_timeout (0.5% of runs)", q(error_class="run_timeout"), None),
+        ("runs: errorClass=card_declined, page at the middle", q(error_class="card_declined"), mid),
         (
             "runs: created in one hour",
             q(created_from=T0 + count * 5, created_to=T0 + count * 5 + 3_600_000),
@@ -370,6 +378,8 @@ def main() -> None:
         full = (
             "FULL SCAN"
             if (" SCAN runs" in f" {text}" and "USING" not in text) or "Seq Scan on runs" in text
+            else "SORT"
+            if "TEMP B-TREE FOR ORDER BY" in text or re.search(r"(?<!Incremental )Sort", text)
             else ""
         )
         table.append([*row, full, text[:160]])
