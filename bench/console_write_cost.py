@@ -1,0 +1,238 @@
+"""What the operator console costs the write path: the `run_counts` triggers and its indexes.
+
+    python bench/console_write_cost.py [--backend sqlite|postgres|both] [--seconds 4] [--rounds 3]
+    python bench/console_write_cost.py --quick
+
+The overview reads runs by status per app from counters kept by triggers on `runs` (migration
+0020), and the run search walks five indexes of migrations 0020 and 0021. Both are paid by every
+commit that inserts a run or changes its status. This measures units of work committed per
+second through the `Store` (group commit, as the engine commits) on three databases side by side:
+
+- `shipped`: the schema as migrated;
+- `no counters`: the same without the counter triggers;
+- `bare`: without the triggers and without the console's indexes (`runs_by_status`,
+  `runs_by_workflow`, `runs_by_business_key`, `runs_by_version`, `runs_by_error_class`).
+
+Two paths: **start** (a new run and its first event: the insert trigger) and **signal** (a run
+changes status, waiting <-> running, with one event: the update trigger, every time). The
+variants are measured interleaved, round after round, so machine load hits them alike; each
+figure is the median of the rounds and the ratios are taken within the same run. PostgreSQL runs
+on a throwaway cluster with fsync off (as the tests do), so the figures are CPU and lock cost,
+not the disk's: an upper bound of the relative cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import attrs
+import trio
+
+from bench import common as c
+from foliot.storage.base import Store, UnitOfWork
+from foliot.storage.factory import open_store
+from foliot.workflow.model import Event, Run
+
+T0 = 1_800_000_000_000
+VARIANTS = ("shipped", "no counters", "bare")
+PATHS = ("start", "signal")
+INDEXES = (
+    "runs_by_status",
+    "runs_by_workflow",
+    "runs_by_business_key",
+    "runs_by_version",
+    "runs_by_error_class",
+)
+TRIGGERS = {
+    "sqlite": [
+        "DROP TRIGGER run_counts_insert",
+        "DROP TRIGGER run_counts_update",
+        "DROP TRIGGER run_counts_delete",
+    ],
+    "postgres": ["DROP TRIGGER run_counts_insert_delete ON runs", "DROP TRIGGER run_counts_update ON runs"],
+}
+
+
+def make_run(run_id: str, status: str = "waiting", seq: int = 1) -> Run:
+    return Run(
+        run_id=run_id,
+        app="app",
+        workflow="wf",
+        version=1,
+        status=status,
+        input={"orderId": 7, "lines": [1, 2, 3]},
+        state={},
+        generation=1,
+        created_at=T0,
+        updated_at=T0,
+        trace_id="t",
+        business_key=f"k-{run_id}",
+        seq=seq,
+    )
+
+
+def drops(backend: str, variant: str) -> list[str]:
+    if variant == "shipped":
+        return []
+    out = list(TRIGGERS[backend])
+    if variant == "bare":
+        out += [f"DROP INDEX {name}" for name in INDEXES]
+    return out
+
+
+async def execute(store: Store, statements: list[str]) -> None:
+    """Run DDL behind the protocol's back (bench only)."""
+    from foliot.storage.sqlite import SqliteStore
+
+    if isinstance(store, SqliteStore):
+
+        def fn(conn: Any) -> None:
+            for sql in statements:
+                conn.execute(sql)
+
+        await store._write(fn)
+    else:
+
+        async def afn(conn: Any) -> None:
+            for sql in statements:
+                await conn.execute(sql)
+
+        await store._call(afn, write=True)  # type: ignore[attr-defined]
+
+
+async def starts(store: Store, callers: int, seconds: float, tag: str) -> float:
+    done = 0
+    stop = time.perf_counter() + seconds
+
+    async def caller(n: int) -> None:
+        nonlocal done
+        i = 0
+        while time.perf_counter() < stop:
+            run_id = f"{tag}-{n}-{i}"
+            i += 1
+            await store.commit(UnitOfWork(make_run(run_id), None, (Event(1, T0, 1, "run_started"),)))
+            done += 1
+
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for n in range(callers):
+            nursery.start_soon(caller, n)
+    return done / (time.perf_counter() - t0)
+
+
+async def signals(store: Store, runs: list[Run], seconds: float) -> float:
+    """Each caller moves its own run waiting <-> running, one event per commit."""
+    done = 0
+    stop = time.perf_counter() + seconds
+
+    async def caller(k: int) -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            run = runs[k]
+            status = "running" if run.status == "waiting" else "waiting"
+            new = attrs.evolve(run, status=status, seq=run.seq + 1, updated_at=run.updated_at + 1)
+            event = Event(new.seq, new.updated_at, 1, "signal_received", None, None, {"name": "go"})
+            await store.commit(UnitOfWork(new, run.seq, (event,)))
+            runs[k] = new
+            done += 1
+
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for k in range(len(runs)):
+            nursery.start_soon(caller, k)
+    return done / (time.perf_counter() - t0)
+
+
+@asynccontextmanager
+async def variant_store(url: str, backend: str, variant: str) -> AsyncIterator[Store]:
+    async with open_store(url) as store:
+        await store.migrate()
+        await execute(store, drops(backend, variant))
+        yield store
+
+
+def one_backend(backend: str, args: argparse.Namespace) -> list[list[Any]]:
+    work = c.tmpdir(f"write-cost-{backend}")
+    cluster = c.pg_cluster() if backend == "postgres" else None
+    urls = {}
+    for v in VARIANTS:
+        sub = work / v.replace(" ", "-")
+        sub.mkdir()
+        urls[v] = c.database_url(backend, sub, cluster)
+    rates: dict[tuple[str, str], list[float]] = {(p, v): [] for p in PATHS for v in VARIANTS}
+
+    async def go() -> None:
+        async with AsyncExitStack() as stack:
+            stores = {
+                v: await stack.enter_async_context(variant_store(urls[v], backend, v)) for v in VARIANTS
+            }
+            parked: dict[str, list[Run]] = {}
+            for v, store in stores.items():
+                parked[v] = [make_run(f"sig-{k}") for k in range(args.callers)]
+                for run in parked[v]:
+                    await store.commit(UnitOfWork(run, None))
+            for r in range(args.rounds):
+                # rotate the order each round: no variant always runs first or last
+                order = VARIANTS[r % 3 :] + VARIANTS[: r % 3]
+                for v in order:
+                    rate = await starts(stores[v], args.callers, args.seconds, f"r{r}")
+                    rates["start", v].append(rate)
+                    rate = await signals(stores[v], parked[v], args.seconds)
+                    rates["signal", v].append(rate)
+                line = ", ".join(f"{p}/{v} {rates[p, v][-1]:,.0f}" for p in PATHS for v in VARIANTS)
+                print(f"  round {r + 1}: {line}", flush=True)
+
+    trio.run(go)
+    out = []
+    for p in PATHS:
+        med = {v: statistics.median(rates[p, v]) for v in VARIANTS}
+        out.append(
+            [
+                backend,
+                p,
+                *(f"{med[v]:,.0f}" for v in VARIANTS),
+                f"{med['shipped'] / med['no counters']:.2f}x",
+                f"{med['shipped'] / med['bare']:.2f}x",
+            ]
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of each measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
+    parser.add_argument("--callers", type=int, default=32, help="concurrent committers")
+    parser.add_argument("--quick", action="store_true", help="1 s, 1 round")
+    args = c.parse_args(parser, seconds=1.0, rounds=1)
+    c.header("console write cost: counter triggers and search indexes", args)
+    rows = []
+    for backend in ("sqlite", "postgres") if args.backend == "both" else (args.backend,):
+        rows += one_backend(backend, args)
+    print(
+        c.table(
+            "units of work per second (median of the rounds)",
+            [
+                *("store", "path"),
+                *VARIANTS,
+                *("shipped / no counters", "shipped / bare"),
+            ],
+            rows,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
