@@ -4,14 +4,15 @@
     python bench/console_write_cost.py --quick
 
 The overview reads runs by status per app from counters kept by triggers on `runs` (migration
-0020), and the run search walks five indexes of migrations 0020 and 0021. Both are paid by every
+0020), and the run search walks six indexes of migrations 0020 and 0021. Both are paid by every
 commit that inserts a run or changes its status. This measures units of work committed per
 second through the `Store` (group commit, as the engine commits) on three databases side by side:
 
 - `shipped`: the schema as migrated;
 - `no counters`: the same without the counter triggers;
 - `bare`: without the triggers and without the console's indexes (`runs_by_status`,
-  `runs_by_workflow`, `runs_by_business_key`, `runs_by_version`, `runs_by_error_class`).
+  `runs_by_workflow`, `runs_by_business_key`, `runs_by_version`, `runs_by_error_class`,
+  `runs_by_status_error_class`).
 
 Two paths: **start** (a new run and its first event: the insert trigger) and **signal** (a run
 changes status, waiting <-> running, with one event: the update trigger, every time). The

@@ -156,6 +156,7 @@ async def test_migration_0021_fills_the_search_columns(store: Store) -> None:
         store,
         "DROP INDEX runs_by_version",
         "DROP INDEX runs_by_error_class",
+        "DROP INDEX runs_by_status_error_class",
         "ALTER TABLE runs DROP COLUMN workflow_version",
         "ALTER TABLE runs DROP COLUMN error_class",
         "DELETE FROM schema_migrations WHERE version = 21",
@@ -174,7 +175,7 @@ SEARCHES = [
     (RunQuery("app", workflow="wf", version=2), "runs_by_version"),
     (RunQuery("app", business_key="k"), "runs_by_business_key"),
     (RunQuery("app", error_class="boom"), "runs_by_error_class"),
-    (RunQuery("app", status="failed", error_class="boom"), "runs_by_error_class"),
+    (RunQuery("app", status="failed", error_class="boom"), "runs_by_status_error_class"),
     (RunQuery("app", workflow="wf", version=2, status="failed"), "runs_by_"),
 ]
 
