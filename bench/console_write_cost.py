@@ -9,6 +9,8 @@ commit that inserts a run or changes its status. This measures units of work com
 second through the `Store` (group commit, as the engine commits) on three databases side by side:
 
 - `shipped`: the schema as migrated;
+- `row counters` (PostgreSQL): inserts and deletes counted by a row trigger, as migration 0020
+  did before 0022 counted them once per statement;
 - `no counters`: the same without the counter triggers;
 - `bare`: without the triggers and without the console's indexes (`runs_by_status`,
   `runs_by_workflow`, `runs_by_business_key`, `runs_by_version`, `runs_by_error_class`,
@@ -44,7 +46,7 @@ from foliot.storage.factory import open_store
 from foliot.workflow.model import Event, Run
 
 T0 = 1_800_000_000_000
-VARIANTS = ("shipped", "no counters", "bare")
+VARIANTS = ("shipped", "row counters", "no counters", "bare")
 PATHS = ("start", "signal")
 INDEXES = (
     "runs_by_status",
@@ -52,6 +54,7 @@ INDEXES = (
     "runs_by_business_key",
     "runs_by_version",
     "runs_by_error_class",
+    "runs_by_status_error_class",
 )
 TRIGGERS = {
     "sqlite": [
@@ -59,8 +62,25 @@ TRIGGERS = {
         "DROP TRIGGER run_counts_update",
         "DROP TRIGGER run_counts_delete",
     ],
-    "postgres": ["DROP TRIGGER run_counts_insert_delete ON runs", "DROP TRIGGER run_counts_update ON runs"],
+    "postgres": [
+        "DROP TRIGGER run_counts_insert ON runs",
+        "DROP TRIGGER run_counts_delete ON runs",
+        "DROP TRIGGER run_counts_update ON runs",
+    ],
 }
+# PostgreSQL's counters as migration 0020 left them (a row trigger on inserts and deletes too),
+# before 0022 counted those once per statement.
+ROW_COUNTERS = [
+    "DROP TRIGGER run_counts_insert ON runs",
+    "DROP TRIGGER run_counts_delete ON runs",
+    "CREATE TRIGGER run_counts_insert_delete AFTER INSERT OR DELETE ON runs"
+    " FOR EACH ROW EXECUTE FUNCTION foliot_run_counts()",
+]
+
+
+def variants(backend: str) -> tuple[str, ...]:
+    """SQLite's triggers are row triggers only: no `row counters` variant there."""
+    return VARIANTS if backend == "postgres" else tuple(v for v in VARIANTS if v != "row counters")
 
 
 def make_run(run_id: str, status: str = "waiting", seq: int = 1) -> Run:
@@ -84,6 +104,8 @@ def make_run(run_id: str, status: str = "waiting", seq: int = 1) -> Run:
 def drops(backend: str, variant: str) -> list[str]:
     if variant == "shipped":
         return []
+    if variant == "row counters":
+        return list(ROW_COUNTERS)
     out = list(TRIGGERS[backend])
     if variant == "bare":
         out += [f"DROP INDEX {name}" for name in INDEXES]
@@ -162,20 +184,19 @@ async def variant_store(url: str, backend: str, variant: str) -> AsyncIterator[S
 
 
 def one_backend(backend: str, args: argparse.Namespace) -> list[list[Any]]:
+    names = variants(backend)
     work = c.tmpdir(f"write-cost-{backend}")
     cluster = c.pg_cluster() if backend == "postgres" else None
     urls = {}
-    for v in VARIANTS:
+    for v in names:
         sub = work / v.replace(" ", "-")
         sub.mkdir()
         urls[v] = c.database_url(backend, sub, cluster)
-    rates: dict[tuple[str, str], list[float]] = {(p, v): [] for p in PATHS for v in VARIANTS}
+    rates: dict[tuple[str, str], list[float]] = {(p, v): [] for p in PATHS for v in names}
 
     async def go() -> None:
         async with AsyncExitStack() as stack:
-            stores = {
-                v: await stack.enter_async_context(variant_store(urls[v], backend, v)) for v in VARIANTS
-            }
+            stores = {v: await stack.enter_async_context(variant_store(urls[v], backend, v)) for v in names}
             parked: dict[str, list[Run]] = {}
             for v, store in stores.items():
                 parked[v] = [make_run(f"sig-{k}") for k in range(args.callers)]
@@ -183,24 +204,26 @@ def one_backend(backend: str, args: argparse.Namespace) -> list[list[Any]]:
                     await store.commit(UnitOfWork(run, None))
             for r in range(args.rounds):
                 # rotate the order each round: no variant always runs first or last
-                order = VARIANTS[r % 3 :] + VARIANTS[: r % 3]
+                order = names[r % len(names) :] + names[: r % len(names)]
                 for v in order:
                     rate = await starts(stores[v], args.callers, args.seconds, f"r{r}")
                     rates["start", v].append(rate)
                     rate = await signals(stores[v], parked[v], args.seconds)
                     rates["signal", v].append(rate)
-                line = ", ".join(f"{p}/{v} {rates[p, v][-1]:,.0f}" for p in PATHS for v in VARIANTS)
+                line = ", ".join(f"{p}/{v} {rates[p, v][-1]:,.0f}" for p in PATHS for v in names)
                 print(f"  round {r + 1}: {line}", flush=True)
 
     trio.run(go)
     out = []
     for p in PATHS:
-        med = {v: statistics.median(rates[p, v]) for v in VARIANTS}
+        med = {v: statistics.median(rates[p, v]) for v in names}
+        row = med.get("row counters")
         out.append(
             [
                 backend,
                 p,
-                *(f"{med[v]:,.0f}" for v in VARIANTS),
+                *(f"{med[v]:,.0f}" if v in med else "—" for v in VARIANTS),
+                f"{med['shipped'] / row:.2f}x" if row else "—",
                 f"{med['shipped'] / med['no counters']:.2f}x",
                 f"{med['shipped'] / med['bare']:.2f}x",
             ]
@@ -228,7 +251,7 @@ def main() -> None:
             [
                 *("store", "path"),
                 *VARIANTS,
-                *("shipped / no counters", "shipped / bare"),
+                *("shipped / row counters", "shipped / no counters", "shipped / bare"),
             ],
             rows,
         )

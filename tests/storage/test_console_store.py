@@ -194,3 +194,26 @@ async def test_every_run_search_walks_an_index_in_order(store: Store, query: Run
         assert "TEMP B-TREE" not in plan and "Sort" not in plan, (query, plan)
         assert not any(line.startswith("SCAN runs") for line in plan.splitlines()), plan
         assert "Seq Scan" not in plan or not postgres, plan
+
+
+async def test_run_counts_follow_batched_starts_and_pruning(store: Store) -> None:
+    """Starts committed together (group commit writes them as one statement) and a page of runs
+    pruned at once are counted exactly (PostgreSQL counts them per statement, migration 0022)."""
+    import trio
+
+    async def start(i: int) -> None:
+        status = "completed" if i % 4 == 0 else "waiting"
+        run = make_run(f"b{i:02}", status=status, closed_at=T0 + 1 if status == "completed" else None)
+        await store.commit(UnitOfWork(attrs.evolve(run, app="other" if i % 5 == 0 else "app"), None))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(40):
+            nursery.start_soon(start, i)
+    expected: dict[tuple[str, str], int] = {}
+    for i in range(40):
+        key = ("other" if i % 5 == 0 else "app", "completed" if i % 4 == 0 else "waiting")
+        expected[key] = expected.get(key, 0) + 1
+    assert await store.run_counts() == expected
+    assert await store.prune_closed_runs(T0 + 100, 1000) == 10
+    assert await store.run_counts() == {k: n for k, n in expected.items() if k[1] == "waiting"}
+    assert await store.count_open_runs() == {"waiting": 30}
