@@ -50,6 +50,7 @@ STUCK = {
     ],
 }
 WAITER = {"name": "await-payment", "steps": [{"name": "pay", "type": "wait", "signal": "paid"}]}
+PICK = {"name": "pick", "steps": [{"name": "pick", "type": "task", "queue": "warehouse"}]}
 
 
 def _driver() -> Any:
@@ -215,6 +216,13 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
     done = await until(api, run_id, "completed")
     assert done["state"]["fix"] is True and done["generation"] == 2
 
+    # a pull queue with a backlog, sampled twice, for the Queues page's chart
+    await api.register(PICK)
+    await api.engine.sampler.sample_once()
+    for i in range(3):
+        await until(api, (await api.start("pick", {"orderId": i}))["runId"], "running")
+    await api.engine.sampler.sample_once()
+
     def more_shots() -> None:
         driver = _driver()
         try:
@@ -233,10 +241,12 @@ async def test_find_a_stuck_run_read_why_fix_it_and_see_it_complete(api: Api, tm
             ):
                 page.get(base + path)
                 driver.save_screenshot(str(shots / f"{name}.png"))
+                seen[name] = driver.page_source
         finally:
             driver.quit()
 
     await trio.to_thread.run_sync(more_shots)
+    assert 'aria-label="orders/warehouse: backlog"' in seen["queues"]
     assert sorted(p.name for p in shots.glob("*.png")) == sorted(  # noqa: ASYNC240
         f"{n}.png"
         for n in (
