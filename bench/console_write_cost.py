@@ -48,6 +48,7 @@ from bench import common as c
 from foliot.storage.base import Store, UnitOfWork
 from foliot.storage.factory import open_store
 from foliot.workflow.model import Event, Run
+from tests.storage.test_contract import make_run as contract_run
 from tests.storage.test_contract import raw
 
 T0 = 1_800_000_000_000
@@ -88,22 +89,9 @@ def variants(backend: str) -> tuple[str, ...]:
     return VARIANTS if backend == "postgres" else tuple(v for v in VARIANTS if v != "row counters")
 
 
-def make_run(run_id: str, status: str = "waiting", seq: int = 1) -> Run:
-    return Run(
-        run_id=run_id,
-        app="app",
-        workflow="wf",
-        version=1,
-        status=status,
-        input={"orderId": 7, "lines": [1, 2, 3]},
-        state={},
-        generation=1,
-        created_at=T0,
-        updated_at=T0,
-        trace_id="t",
-        business_key=f"k-{run_id}",
-        seq=seq,
-    )
+def make_run(run_id: str) -> Run:
+    """A waiting run with a business key (so `runs_by_business_key` is written too)."""
+    return contract_run(run_id, bk=f"k-{run_id}", created=T0, seq=1)
 
 
 def drops(backend: str, variant: str) -> list[str]:
