@@ -13,7 +13,7 @@ import functools
 import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
@@ -47,6 +47,19 @@ _OWN_CLASSES = frozenset(
     {"timeout", "connection_error", "invalid_output", "output_too_large", "invalid_next"}
 )
 _HTTP_CLASS = re.compile(r"http_([345])\d\d")
+
+# Run events the console's per-app trends count, and the tally slot each one counts in:
+# started, completed, failed (failed or timed out).
+RUN_EVENTS: Final = {"run_started": 0, "run_completed": 1, "run_failed": 2, "run_timed_out": 2}
+
+
+def tally_run_events(tally: dict[str, list[int]], unit: UnitOfWork) -> None:
+    """Count a committed unit's run starts, completions and failures under its app."""
+    for event in unit.events:
+        slot = RUN_EVENTS.get(event.type)
+        if slot is not None:
+            tally.setdefault(unit.run.app, [0, 0, 0])[slot] += 1
+
 
 _PUSH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -108,6 +121,9 @@ class Metrics:
         )
         for outcome in OUTCOMES:  # every series exists from the start, at 0
             self.push_outcomes.labels(outcome)
+        # app -> [started, completed, failed] since this engine started: the console's per-app
+        # trends (not exported: app names are no fixed vocabulary).
+        self.run_tally: dict[str, list[int]] = {}
         self._collector: EngineCollector | None = None
 
     def attach(self, engine: Engine) -> None:
@@ -138,6 +154,7 @@ class Metrics:
         inner: Callable[[UnitOfWork], Awaitable[None]] = inspect.unwrap(store.commit)
         histogram = self.commit_seconds.labels(backend_label(store))
         in_progress = self.commits_in_progress
+        tally = self.run_tally
 
         @functools.wraps(inner)
         async def commit(unit: UnitOfWork) -> None:
@@ -148,6 +165,7 @@ class Metrics:
             finally:
                 in_progress.dec()
                 histogram.observe(trio.current_time() - started)
+            tally_run_events(tally, unit)
 
         store.commit = commit  # type: ignore[method-assign]
 

@@ -4,8 +4,11 @@ One engine-owned Trio task (`Sampler.serve`) reads, every `FOLIOT_TREND_INTERVAL
 values the engine already has: open runs by status (the `run_counts` counters), live actors,
 timers in memory and the last timer lag, pushes answered in the interval (ok / failed) and their
 p50 / p99 latency (from the push histogram's buckets, the interval's difference), and the pull
-queues' total backlog. Each series is a ring of `FOLIOT_TREND_SAMPLES` (360: one hour) samples
-allocated once: memory is fixed whatever the load. History is lost at a restart; Prometheus
+queues' total backlog; per app, the runs started, completed and failed in the interval (the
+metrics' tally of committed run events); per pull queue, its backlog and waiting pollers. Each
+series is a ring of `FOLIOT_TREND_SAMPLES` (360: one hour) samples allocated once, and the
+per-app and per-queue series exist for at most `MAX_KEYS` keys each (later ones are summed under
+OTHER): memory is fixed whatever the load. History is lost at a restart; Prometheus
 (`/metrics`) is the long-term store (docs/decisions.md).
 
 `Ring` and `sparkline` are pure; time comes from the engine's clock (Trio's), so tests run the
@@ -49,6 +52,19 @@ SERIES: Final[dict[str, tuple[str, str]]] = {
     "pushes.p99Ms": ("push p99", "ms"),
     "queues.backlog": ("queue backlog", ""),
 }
+# Per app and per pull queue: a ring per (key, series) for at most MAX_KEYS keys each, the first
+# ones seen; any later key is summed under OTHER, so memory stays bounded whatever the tenants do.
+APP_SERIES: Final[dict[str, tuple[str, str]]] = {
+    "started": ("runs started / interval", ""),
+    "completed": ("runs completed / interval", ""),
+    "failed": ("runs failed / interval", ""),
+}
+QUEUE_SERIES: Final[dict[str, tuple[str, str]]] = {
+    "backlog": ("backlog", ""),
+    "pollers": ("pollers waiting", ""),
+}
+MAX_KEYS: Final = 20
+OTHER: Final = "(others)"  # no app or queue name starts with "("
 PUSH_HISTOGRAM: Final = "foliot_push_latency_seconds"
 OK_OUTCOMES: Final = frozenset({"ok", "accepted"})
 
@@ -92,11 +108,15 @@ class Trends:
     interval_ms: int
     capacity: int
     series: dict[str, Ring] = attrs.field(init=False)
+    apps: KeyedTrends = attrs.field(init=False)
+    queues: KeyedTrends = attrs.field(init=False)
     last_at: int | None = None
 
     def __attrs_post_init__(self) -> None:
         self.capacity = max(self.capacity, 1)
         self.series = {name: Ring(self.capacity) for name in SERIES}
+        self.apps = KeyedTrends(APP_SERIES, self.capacity)
+        self.queues = KeyedTrends(QUEUE_SERIES, self.capacity)
 
     def record(self, at_ms: int, values: Mapping[str, float | None]) -> None:
         """One sample of every series at `at_ms`; a series missing from `values` gets a gap."""
@@ -121,7 +141,61 @@ class Trends:
                 }
                 for name, ring in self.series.items()
             },
+            "apps": self.apps.as_json(),
+            "queues": self.queues.as_json(),
         }
+
+
+class KeyedTrends:
+    """The same few series for each of a set of keys (apps, queues): one ring per (key, series),
+    at most `max_keys` keys plus OTHER, which sums every key past the first `max_keys` seen.
+
+    Each sample gives every key already known a value (0 when it had none), so a quiet app's
+    line drops to zero instead of breaking; a key gets its rings when first seen."""
+
+    def __init__(self, names: Mapping[str, tuple[str, str]], capacity: int, max_keys: int = MAX_KEYS) -> None:
+        self.names = names
+        self.capacity = max(capacity, 1)
+        self.max_keys = max_keys
+        self.keys: dict[str, dict[str, Ring]] = {}
+
+    def _slot(self, key: str) -> str:
+        if key in self.keys:
+            return key
+        slot = key if len(self.keys) - (OTHER in self.keys) < self.max_keys else OTHER
+        if slot not in self.keys:
+            self.keys[slot] = {name: Ring(self.capacity) for name in self.names}
+        return slot
+
+    def record(self, at_ms: int, values: Mapping[str, Mapping[str, float]]) -> None:
+        """One sample: `values` maps a key to its series' values (a missing one is 0)."""
+        folded: dict[str, dict[str, float]] = {}
+        for key in sorted(values):  # sorted: which keys get their own rings does not hang on dict order
+            into = folded.setdefault(self._slot(key), {})
+            for name, value in values[key].items():
+                into[name] = into.get(name, 0.0) + value
+        for key, rings in self.keys.items():
+            got = folded.get(key, {})
+            for name, ring in rings.items():
+                ring.add(at_ms, got.get(name, 0.0))
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            key: {
+                name: {
+                    "label": self.names[name][0],
+                    "unit": self.names[name][1],
+                    "points": [[at, v] for at, v in ring.points()],
+                }
+                for name, ring in rings.items()
+            }
+            for key, rings in self.keys.items()
+        }
+
+
+def queue_key(app: str, queue: str) -> str:
+    """A pull queue's key in the queue trends (`/` is in no name)."""
+    return f"{app}/{queue}"
 
 
 # ---------------------------------------------------------------------- reading the engine
@@ -178,6 +252,7 @@ class Sampler:
         self.trends = trends
         self._buckets: Buckets = {}
         self._outcomes: dict[str, int] = {}
+        self._tally: dict[str, tuple[int, ...]] = {}
         self.failures = 0
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -220,7 +295,28 @@ class Sampler:
             values[name] = None if seconds is None else seconds * 1000
         self._buckets = buckets
         values["queues.backlog"] = eng.queues.total()
-        self.trends.record(eng.clock.now(), values)
+        now = eng.clock.now()
+        self.trends.record(now, values)
+        self.trends.apps.record(now, self._per_app(eng.metrics.run_tally))
+        self.trends.queues.record(
+            now,
+            {
+                queue_key(app, queue): {
+                    "backlog": eng.queues.depth(app, queue),
+                    "pollers": eng.queues.waiting_on(app, queue),
+                }
+                for app, queue in eng.queues.known_queues()
+            },
+        )
+
+    def _per_app(self, tally: Mapping[str, Sequence[int]]) -> dict[str, dict[str, float]]:
+        """Each app's runs started, completed and failed since the last sample."""
+        out: dict[str, dict[str, float]] = {}
+        for app, counts in tally.items():
+            before = self._tally.get(app, (0, 0, 0))
+            out[app] = {name: float(counts[i] - before[i]) for i, name in enumerate(APP_SERIES)}
+            self._tally[app] = tuple(counts)
+        return out
 
 
 # ---------------------------------------------------------------------- sparklines
@@ -301,6 +397,25 @@ def sparkline(
         f"max {escape(number(high) + suffix)} · now {now_text}</span>"
     )
     return head + "".join(body) + "</svg>" + labels
+
+
+def keyed_sparklines(trends: Trends, keyed: KeyedTrends) -> dict[str, dict[str, str]]:
+    """Every key's sparklines over the trends' window: key -> series name -> SVG."""
+    start, end = trends.window()
+    return {
+        key: {
+            name: sparkline(
+                ring.points(),
+                start_ms=start,
+                end_ms=end,
+                interval_ms=trends.interval_ms,
+                label=f"{key}: {keyed.names[name][0]}",
+                unit=keyed.names[name][1],
+            )
+            for name, ring in rings.items()
+        }
+        for key, rings in keyed.keys.items()
+    }
 
 
 def sparklines(trends: Trends) -> dict[str, str]:

@@ -292,6 +292,10 @@ async def overview() -> Response:
         },
         queues=queues,
         spark=Markups(trends.sparklines(eng.trends)),
+        app_spark=keyed_markups(trends.keyed_sparklines(eng.trends, eng.trends.apps)),
+        queue_spark=keyed_markups(trends.keyed_sparklines(eng.trends, eng.trends.queues)),
+        queue_key=trends.queue_key,
+        other=trends.OTHER,
         trend_interval_s=eng.trends.interval_ms // 1000,
         trend_span=human(eng.trends.interval_ms * eng.trends.capacity),
     )
@@ -302,6 +306,10 @@ class Markups(dict[str, Markup]):
 
     def __init__(self, svgs: dict[str, str]) -> None:
         super().__init__({name: Markup(svg) for name, svg in svgs.items()})
+
+
+def keyed_markups(svgs: dict[str, dict[str, str]]) -> dict[str, Markups]:
+    return {key: Markups(by_name) for key, by_name in svgs.items()}
 
 
 @blueprint.get("/trends.json")
@@ -674,7 +682,15 @@ async def queues() -> Response:
                 "pollers": pollers,
             }
         )
-    return await render("queues.html", queues=out, since=eng.started_at)
+    return await render(
+        "queues.html",
+        queues=out,
+        since=eng.started_at,
+        queue_spark=keyed_markups(trends.keyed_sparklines(eng.trends, eng.trends.queues)),
+        queue_key=trends.queue_key,
+        other=trends.OTHER,
+        trend_span=human(eng.trends.interval_ms * eng.trends.capacity),
+    )
 
 
 # ---------------------------------------------------------------------- workflows

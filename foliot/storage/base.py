@@ -325,6 +325,13 @@ def step_columns(run: Run) -> tuple[str | None, int | None]:
     return run.current_step, since
 
 
+def search_columns(run: Run) -> tuple[int, str | None]:
+    """The `runs.workflow_version` and `runs.error_class` columns (migration 0021), which the
+    console's run search walks by index. The class is kept as its JSON text, as the document
+    holds it (`"card_declined"`): any text a handler sends, \\u0000 included, compares exactly."""
+    return run.version, None if run.error is None else json_dumps(run.error.cls)
+
+
 OVERDUE_SQL: Final = (
     "SELECT app, workflow, current_step, status, COUNT(*) AS n, MIN(step_since) AS oldest"
     " FROM runs WHERE is_open = {true} AND step_since < {p1}"

@@ -21,6 +21,7 @@ from .base import (
     event_rows,
     idempotency_row,
     run_row,
+    search_columns,
     signal_id_rows,
     step_columns,
     task_rows,
@@ -32,8 +33,9 @@ from .base import (
 class BatchRows:
     """The rows of several units, table by table.
 
-    `inserts` are `run_row` + `step_columns`; `updates` are `(run_id, status, is_open, seq, doc,
-    workflow, closed_at, expected_seq, current_step, step_since)`; a
+    `inserts` are `run_row` + `step_columns` + `search_columns`; `updates` are `(run_id, status,
+    is_open, seq, doc, workflow, closed_at, expected_seq, current_step, step_since,
+    workflow_version, error_class)`; a
     store must refuse the batch unless every one of them matched its row. `replaced_timers` are
     the runs whose timer rows are deleted before `timers` are inserted (a new run has none).
     `idempotency` holds plain inserts; `idempotency_replacing` the inserts that may replace an
@@ -73,8 +75,9 @@ def batch_rows(units: list[UnitOfWork]) -> BatchRows | None:
         runs.add(run.run_id)
         row = run_row(run)
         step, since = step_columns(run)
+        version, error_class = search_columns(run)
         if unit.expected_seq is None:
-            inserts.append((*row, step, since))
+            inserts.append((*row, step, since, version, error_class))
         else:
             updates.append(
                 (
@@ -88,6 +91,8 @@ def batch_rows(units: list[UnitOfWork]) -> BatchRows | None:
                     unit.expected_seq,
                     step,
                     since,
+                    version,
+                    error_class,
                 )
             )
             replaced.append(run.run_id)

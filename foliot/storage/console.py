@@ -1,16 +1,21 @@
 """What the operator console reads and stores, shared by both backends: records and SQL.
 
-Every list is a keyset-paginated query on an index of migration 0020 (`runs_by_app`,
-`runs_by_status`, `runs_by_workflow`, `runs_by_business_key`): `ORDER BY created_at DESC,
-run_id DESC` from a cursor, never an OFFSET. Version and error class are checked on the rows
-that index yields (they live in the document); docs/console.md shows the query plans.
+Every list is a keyset-paginated query on an index (`runs_by_app`, and of migrations 0020 and
+0021: `runs_by_status`, `runs_by_workflow`, `runs_by_business_key`, `runs_by_version`,
+`runs_by_error_class`): `ORDER BY created_at DESC, run_id DESC` from a cursor, never an
+OFFSET. Version and error class are generated columns computed from the run document
+(migration 0021); docs/console.md shows the query plans.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any, Final
 
 import attrs
+
+from ..workflow.model import OPEN_STATUSES
 
 ROLES: Final = ("viewer", "operator", "admin")
 
@@ -39,6 +44,16 @@ class RunQuery:
     created_to: int | None = None  # exclusive, ms
 
 
+def open_by_status(counts: Mapping[tuple[str, str], int]) -> dict[str, int]:
+    """Open runs by status, every app summed, from the `run_counts` counters (`Store.run_counts`):
+    what `/metrics` and the console's trends read every few seconds, so never a scan of `runs`."""
+    out: dict[str, int] = {}
+    for (_app, status), n in counts.items():
+        if status in OPEN_STATUSES and n:
+            out[status] = out.get(status, 0) + n
+    return out
+
+
 def run_count_sql(q: RunQuery, cap: int, *, postgres: bool) -> tuple[str, list[Any]]:
     """`SELECT COUNT(*)` of the runs `q` selects, counting no further than `cap`."""
     sql, params = run_query_sql(q, cap, None, postgres=postgres)
@@ -65,11 +80,11 @@ def run_query_sql(
     if q.created_to is not None:
         clauses.append(f"created_at < {mark(q.created_to)}")
     if q.version is not None:
-        doc_version = "(doc::jsonb ->> 'version')::bigint" if postgres else "json_extract(doc, '$.version')"
-        clauses.append(f"{doc_version} = {mark(q.version)}")
+        clauses.append(f"workflow_version = {mark(q.version)}")
     if q.error_class is not None:
-        doc_class = "(doc::jsonb #>> '{error,cls}')" if postgres else "json_extract(doc, '$.error.cls')"
-        clauses.append(f"{doc_class} = {mark(q.error_class)}")
+        # The column holds the class as JSON text (migration 0021), encoded as the document is
+        # (`storage.base.json_dumps`): compare it encoded.
+        clauses.append(f"error_class = {mark(json.dumps(q.error_class, ensure_ascii=False))}")
     if after is not None:
         # A row-value comparison, not `created_at < ? OR (created_at = ? AND run_id < ?)`: SQLite
         # walks the index from the cursor only for this form (the OR form read every row before

@@ -62,6 +62,7 @@ from .base import (
     idempotency_row,
     prune_pick,
     run_row,
+    search_columns,
     signal_id_rows,
     step_columns,
     task_rows,
@@ -69,7 +70,7 @@ from .base import (
 )
 from .batch import BatchRows, batch_rows
 from .cluster import ClusterPostgres
-from .console import OperatorTokenRecord, RunQuery, run_count_sql, run_query_sql
+from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
 from .swf_postgres import SwfPostgres
 
 T = TypeVar("T")
@@ -1050,10 +1051,7 @@ class PostgresStore(SwfPostgres, ClusterPostgres):
         ]
 
     async def count_open_runs(self) -> dict[str, int]:
-        rows = await self._call(
-            lambda c: c.fetch("SELECT status, COUNT(*) AS n FROM runs WHERE is_open GROUP BY status")
-        )
-        return {r["status"]: r["n"] for r in rows}
+        return open_by_status(await self.run_counts())
 
 
 def _run(doc: str) -> Run:
@@ -1085,11 +1083,13 @@ async def _insert_secret(conn: asyncpg.Connection, secret: SecretRecord) -> None
 
 _INSERT_RUN = (
     "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
-    " closed_at, current_step, step_since) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+    " closed_at, current_step, step_since, workflow_version, error_class)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
 )
 _UPDATE_RUN = (
     "UPDATE runs SET status = $2, is_open = $3, seq = $4, doc = $5, closed_at = $7,"
-    " current_step = $8, step_since = $9 WHERE run_id = $1 AND seq = $6"
+    " current_step = $8, step_since = $9, workflow_version = $10, error_class = $11"
+    " WHERE run_id = $1 AND seq = $6"
 )
 _INSERT_EVENT = (
     "INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
@@ -1121,8 +1121,9 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
     run = unit.run
     row = run_row(run)
     step, since = step_columns(run)
+    version, error_class = search_columns(run)
     if unit.expected_seq is None:
-        await conn.execute(_INSERT_RUN, *row, step, since)
+        await conn.execute(_INSERT_RUN, *row, step, since, version, error_class)
     else:
         status = await conn.execute(
             _UPDATE_RUN,
@@ -1135,6 +1136,8 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
             row[9],
             step,
             since,
+            version,
+            error_class,
         )
         if status != "UPDATE 1":
             raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")
@@ -1164,10 +1167,12 @@ async def _apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
 
 _UPDATE_RUNS = (
     "UPDATE runs AS r SET status = u.status, is_open = u.is_open, seq = u.seq, doc = u.doc,"
-    " closed_at = u.closed_at, current_step = u.current_step, step_since = u.step_since"
+    " closed_at = u.closed_at, current_step = u.current_step, step_since = u.step_since,"
+    " workflow_version = u.workflow_version, error_class = u.error_class"
     " FROM unnest($1::text[], $2::text[], $3::boolean[], $4::bigint[], $5::text[], $6::bigint[],"
-    " $7::bigint[], $8::text[], $9::bigint[])"
-    " AS u(run_id, status, is_open, seq, doc, closed_at, expected, current_step, step_since)"
+    " $7::bigint[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])"
+    " AS u(run_id, status, is_open, seq, doc, closed_at, expected, current_step, step_since,"
+    " workflow_version, error_class)"
     " WHERE r.run_id = u.run_id AND r.seq = u.expected RETURNING r.run_id"
 )
 _IDEMPOTENCY_HELD = (
@@ -1185,15 +1190,15 @@ async def _apply_units(conn: asyncpg.Connection, rows: BatchRows | None) -> None
     if rows.inserts:
         await conn.executemany(_INSERT_RUN, rows.inserts)
     if len(rows.updates) == 1:
-        run_id, status, is_open, seq, doc, _, closed, expected, step, since = rows.updates[0]
+        run_id, status, is_open, seq, doc, _, closed, expected, step, since, version, cls = rows.updates[0]
         done = await conn.execute(
-            _UPDATE_RUN, run_id, status, is_open, seq, doc, expected, closed, step, since
+            _UPDATE_RUN, run_id, status, is_open, seq, doc, expected, closed, step, since, version, cls
         )
         if done != "UPDATE 1":
             raise StaleWrite(f"run {run_id} changed underneath seq {expected}")
     elif rows.updates:
         columns = list(zip(*rows.updates, strict=True))
-        updated = await conn.fetch(_UPDATE_RUNS, *(columns[i] for i in (0, 1, 2, 3, 4, 6, 7, 8, 9)))
+        updated = await conn.fetch(_UPDATE_RUNS, *(columns[i] for i in (0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11)))
         if len(updated) != len(rows.updates):
             raise StaleWrite("a run changed underneath its expected seq")
     if rows.events:
@@ -1233,7 +1238,7 @@ def _only_new_runs(rows: BatchRows) -> bool:
 
 def _new_run_columns(rows: BatchRows) -> list[list[Any]]:
     return [
-        *_columns(rows.inserts, 12),
+        *_columns(rows.inserts, 14),
         *_columns(rows.events, 8),
         *_columns(rows.tasks, 11),
         *_columns(rows.timers, 5),
@@ -1245,24 +1250,24 @@ def _new_run_columns(rows: BatchRows) -> list[list[Any]]:
 # Every table a start writes, in one statement (array parameters, one per column).
 _INSERT_NEW_RUNS = (
     "WITH new_runs AS (INSERT INTO runs (run_id, app, workflow, status, business_key, is_open,"
-    " created_at, seq, doc, closed_at, current_step, step_since) SELECT * FROM unnest($1::text[],"
-    " $2::text[], $3::text[],"
+    " created_at, seq, doc, closed_at, current_step, step_since, workflow_version, error_class)"
+    " SELECT * FROM unnest($1::text[], $2::text[], $3::text[],"
     " $4::text[], $5::text[], $6::boolean[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[],"
-    " $11::text[], $12::bigint[])),"
+    " $11::text[], $12::bigint[], $13::bigint[], $14::text[])),"
     " new_events AS (INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
-    " SELECT * FROM unnest($13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::text[],"
-    " $18::text[], $19::bigint[], $20::text[])),"
+    " SELECT * FROM unnest($15::text[], $16::bigint[], $17::bigint[], $18::bigint[], $19::text[],"
+    " $20::text[], $21::bigint[], $22::text[])),"
     " new_tasks AS (INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
-    " close_reason, deadline, created_at) SELECT * FROM unnest($21::text[], $22::text[], $23::text[],"
-    " $24::bigint[], $25::text[], $26::bigint[], $27::text[], $28::text[], $29::text[], $30::bigint[],"
-    " $31::bigint[]) ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
+    " close_reason, deadline, created_at) SELECT * FROM unnest($23::text[], $24::text[], $25::text[],"
+    " $26::bigint[], $27::text[], $28::bigint[], $29::text[], $30::text[], $31::text[], $32::bigint[],"
+    " $33::bigint[]) ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
     " close_reason = excluded.close_reason, deadline = excluded.deadline),"
     " new_timers AS (INSERT INTO timers (run_id, slot, kind, key, due_at)"
-    " SELECT * FROM unnest($32::text[], $33::text[], $34::text[], $35::text[], $36::bigint[])),"
+    " SELECT * FROM unnest($34::text[], $35::text[], $36::text[], $37::text[], $38::bigint[])),"
     " new_signal_ids AS (INSERT INTO signal_ids (run_id, signal_id, at)"
-    " SELECT * FROM unnest($37::text[], $38::text[], $39::bigint[]))"
+    " SELECT * FROM unnest($39::text[], $40::text[], $41::bigint[]))"
     " INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-    " SELECT * FROM unnest($40::text[], $41::text[], $42::text[], $43::text[], $44::text[], $45::bigint[])"
+    " SELECT * FROM unnest($42::text[], $43::text[], $44::text[], $45::text[], $46::text[], $47::bigint[])"
 )
 
 

@@ -40,13 +40,14 @@ from .base import (
     idempotency_row,
     prune_pick,
     run_row,
+    search_columns,
     signal_id_rows,
     step_columns,
     task_rows,
     timer_rows,
 )
 from .batch import batch_rows, chunks
-from .console import OperatorTokenRecord, RunQuery, run_count_sql, run_query_sql
+from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
 from .swf_sqlite import SwfSqlite
 
 T = TypeVar("T")
@@ -571,13 +572,7 @@ class SqliteStore(SwfSqlite):
         ]
 
     async def count_open_runs(self) -> dict[str, int]:
-        rows = await self._read(
-            lambda c: c.execute(
-                "SELECT status, COUNT(*) AS n FROM runs WHERE is_open = 1 GROUP BY status"
-            ).fetchall(),
-            scan=True,
-        )
-        return {r["status"]: r["n"] for r in rows}
+        return open_by_status(await self.run_counts())
 
 
 def _loads(text: str) -> Any:
@@ -616,16 +611,19 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
     run = unit.run
     row = run_row(run)
     step, since = step_columns(run)
+    version, error_class = search_columns(run)
     if unit.expected_seq is None:
         conn.execute(
             "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
-            " closed_at, current_step, step_since) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (*row, step, since),
+            " closed_at, current_step, step_since, workflow_version, error_class)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (*row, step, since, version, error_class),
         )
     else:
         cur = conn.execute(
             "UPDATE runs SET status = ?, is_open = ?, seq = ?, doc = ?, workflow = ?, closed_at = ?,"
-            " current_step = ?, step_since = ? WHERE run_id = ? AND seq = ?",
+            " current_step = ?, step_since = ?, workflow_version = ?, error_class = ?"
+            " WHERE run_id = ? AND seq = ?",
             (
                 run.status,
                 run.is_open,
@@ -635,6 +633,8 @@ def _apply_unit(conn: sqlite3.Connection, unit: UnitOfWork) -> None:
                 row[9],
                 step,
                 since,
+                version,
+                error_class,
                 run.run_id,
                 unit.expected_seq,
             ),
@@ -697,7 +697,7 @@ def _statements(script: str) -> list[str]:
 
 _INSERT_RUN = (
     "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc, closed_at,"
-    " current_step, step_since) VALUES "
+    " current_step, step_since, workflow_version, error_class) VALUES "
 )
 _INSERT_EVENT = "INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data) VALUES "
 _UPSERT_TASK = (
@@ -734,7 +734,8 @@ def _apply_units(conn: sqlite3.Connection, units: list[UnitOfWork]) -> None:
     if rows.updates:
         cur = conn.executemany(
             "UPDATE runs SET status = ?2, is_open = ?3, seq = ?4, doc = ?5, workflow = ?6, closed_at = ?7,"
-            " current_step = ?9, step_since = ?10 WHERE run_id = ?1 AND seq = ?8",
+            " current_step = ?9, step_since = ?10, workflow_version = ?11, error_class = ?12"
+            " WHERE run_id = ?1 AND seq = ?8",
             rows.updates,
         )
         if cur.rowcount != len(rows.updates):

@@ -453,8 +453,11 @@ async def test_bulk_cancel_shows_the_count_asks_and_cancels_exactly_those(api: A
 
 async def test_overview_draws_the_trends_and_serves_them_as_json(api: Api) -> None:
     await api.register(WAITER)
+    await api.register({"name": "pull", "steps": [{"name": "p", "type": "task", "queue": "warehouse"}]})
     run = await api.start("w")
     await api.until(run["runId"], "waiting")
+    queued = await api.start("pull")
+    await api.until(queued["runId"], "running")
     await api.engine.sampler.sample_once()  # one more sample now (the first was at start-up)
     async with browser(api) as c:
         refused = await c.get("/console/trends.json")
@@ -462,7 +465,12 @@ async def test_overview_draws_the_trends_and_serves_them_as_json(api: Api) -> No
         await login(api, ADMIN, c)
         home = await c.get("/console/")
         assert home.status_code == 200
-        assert home.text.count('<svg class="spark"') == len(api.engine.trends.series)
+        # the engine's series, then the app's (started, completed, failed) and the queue's own
+        # (backlog, pollers waiting)
+        assert home.text.count('<svg class="spark"') == len(api.engine.trends.series) + 3 + 2
+        assert f'aria-label="{api.app}: runs started / interval"' in home.text
+        row = re.search(rf'aria-label="{api.app}/warehouse: backlog">(.*?)</span>', home.text, re.S)
+        assert row is not None and "now 1</span>" in row.group(0)
         assert "<polyline" in home.text
         row = re.search(r"<th>waiting</th><td>(.*?)</td></tr>", home.text, re.S)
         assert row is not None and "min 0 · max 1 · now 1</span>" in row.group(1)
@@ -475,4 +483,10 @@ async def test_overview_draws_the_trends_and_serves_them_as_json(api: Api) -> No
         assert body.json()["intervalMs"] == 10_000 and body.json()["samples"] == 360
         assert series["runs.waiting"]["points"][-1][1] == 1
         assert series["runs.waiting"]["points"][0][1] == 0
+        started = body.json()["apps"][api.app]["started"]["points"]
+        assert sum(v for _, v in started) == 2 and started[-1][1] == 2
+        queue = body.json()["queues"][f"{api.app}/warehouse"]
+        assert queue["backlog"]["points"][-1][1] == 1 and queue["pollers"]["points"][-1][1] == 0
+        page = await c.get("/console/queues")
+        assert f'aria-label="{api.app}/warehouse: pollers waiting"' in page.text
         assert (await c.get("/console/trends.json?x=1")).status_code == 400

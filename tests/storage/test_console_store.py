@@ -9,11 +9,11 @@ import attrs
 import pytest
 
 from foliot.storage.base import Store, UnitOfWork
-from foliot.storage.console import OperatorTokenRecord, RunQuery
+from foliot.storage.console import OperatorTokenRecord, RunQuery, run_query_sql
 from foliot.storage.factory import open_store
 from foliot.workflow.model import ErrorInfo, Run, Timer
 
-from .test_contract import T0, make_run
+from .test_contract import T0, make_run, query_plan, raw
 
 
 @pytest.fixture
@@ -124,3 +124,96 @@ async def test_operator_tokens(store: Store) -> None:
     assert not await store.revoke_operator_token("op_zz", T0 + 10)
     assert await store.get_operator_token("op_a") == attrs.evolve(a, revoked_at=T0 + 9)
     assert await store.list_operator_tokens() == [b]
+
+
+async def test_error_class_and_version_search_hostile_classes(store: Store) -> None:
+    """The generated search columns (migration 0021) take any class a handler may send,
+    \\u0000, quotes and non-ASCII included, without failing the write; the filter finds it."""
+    classes = ["nul\x00byte", 'quote"and\\\\slash', "ünï✓", "<script>x</script>", "plain"]
+    runs = []
+    for i, cls in enumerate(classes):
+        run = make_run(f"h{i}", status="failed", error=ErrorInfo("s", cls, "m"))
+        await store.commit(UnitOfWork(attrs.evolve(run, version=7 + i), None))
+        runs.append(run)
+    await store.commit(UnitOfWork(make_run("ok", status="running"), None))
+    for i, cls in enumerate(classes):
+        found = await store.query_runs(RunQuery("app", error_class=cls), 10, None)
+        assert [r.run_id for r in found] == [f"h{i}"], cls
+        found = await store.query_runs(RunQuery("app", workflow=runs[i].workflow, version=7 + i), 10, None)
+        assert [r.run_id for r in found] == [f"h{i}"]
+    # a run that recovers leaves the error-class search (the column follows the document)
+    await change(store, runs[4], status="running", error=None)
+    assert await store.query_runs(RunQuery("app", error_class="plain"), 10, None) == []
+    assert await store.count_open_runs() == {"running": 2}
+
+
+async def test_migration_0021_fills_the_search_columns(store: Store) -> None:
+    """Runs stored before 0021 get their version and error class from their documents."""
+    failed = make_run("m1", status="failed", error=ErrorInfo("s", "card_declined", "m"))
+    await store.commit(UnitOfWork(attrs.evolve(failed, version=3), None))
+    await store.commit(UnitOfWork(make_run("m2", status="running"), None))
+    await raw(
+        store,
+        "DROP INDEX runs_by_version",
+        "DROP INDEX runs_by_error_class",
+        "DROP INDEX runs_by_status_error_class",
+        "ALTER TABLE runs DROP COLUMN workflow_version",
+        "ALTER TABLE runs DROP COLUMN error_class",
+        "DELETE FROM schema_migrations WHERE version = 21",
+    )
+    await store.migrate()
+    found = await store.query_runs(RunQuery("app", error_class="card_declined"), 10, None)
+    assert [r.run_id for r in found] == ["m1"]
+    found = await store.query_runs(RunQuery("app", workflow=failed.workflow, version=3), 10, None)
+    assert [r.run_id for r in found] == ["m1"]
+
+
+SEARCHES = [
+    (RunQuery("app"), "runs_by_app"),
+    (RunQuery("app", status="failed"), "runs_by_status"),
+    (RunQuery("app", workflow="wf"), "runs_by_workflow"),
+    (RunQuery("app", workflow="wf", version=2), "runs_by_version"),
+    (RunQuery("app", business_key="k"), "runs_by_business_key"),
+    (RunQuery("app", error_class="boom"), "runs_by_error_class"),
+    (RunQuery("app", status="failed", error_class="boom"), "runs_by_status_error_class"),
+    (RunQuery("app", workflow="wf", version=2, status="failed"), "runs_by_"),
+]
+
+
+@pytest.mark.parametrize(("query", "index"), SEARCHES)
+async def test_every_run_search_walks_an_index_in_order(store: Store, query: RunQuery, index: str) -> None:
+    """Each filter the console offers is answered by an index walked in the list's order (no
+    sort), from the keyset cursor too: its time does not grow with the table."""
+    from foliot.storage.sqlite import SqliteStore
+
+    postgres = not isinstance(store, SqliteStore)
+    for after in (None, (T0, "r5")):
+        sql, params = run_query_sql(query, 51, after, postgres=True)
+        plan = await query_plan(store, sql, *params)
+        assert index in plan, (query, plan)
+        assert "TEMP B-TREE" not in plan and "Sort" not in plan, (query, plan)
+        assert not any(line.startswith("SCAN runs") for line in plan.splitlines()), plan
+        assert "Seq Scan" not in plan or not postgres, plan
+
+
+async def test_run_counts_follow_batched_starts_and_pruning(store: Store) -> None:
+    """Starts committed together (group commit writes them as one statement) and a page of runs
+    pruned at once are counted exactly (PostgreSQL counts them per statement, migration 0022)."""
+    import trio
+
+    async def start(i: int) -> None:
+        status = "completed" if i % 4 == 0 else "waiting"
+        run = make_run(f"b{i:02}", status=status, closed_at=T0 + 1 if status == "completed" else None)
+        await store.commit(UnitOfWork(attrs.evolve(run, app="other" if i % 5 == 0 else "app"), None))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(40):
+            nursery.start_soon(start, i)
+    expected: dict[tuple[str, str], int] = {}
+    for i in range(40):
+        key = ("other" if i % 5 == 0 else "app", "completed" if i % 4 == 0 else "waiting")
+        expected[key] = expected.get(key, 0) + 1
+    assert await store.run_counts() == expected
+    assert await store.prune_closed_runs(T0 + 100, 1000) == 10
+    assert await store.run_counts() == {k: n for k, n in expected.items() if k[1] == "waiting"}
+    assert await store.count_open_runs() == {"waiting": 30}

@@ -112,3 +112,57 @@ def test_sparkline_escapes_labels_and_carries_no_script() -> None:
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in svg
     assert "&lt;b&gt;" in svg
     assert "style=" not in svg and not re.search(r"\son\w+=", svg)  # no handlers, no inline style
+
+
+def test_keyed_trends_are_bounded_and_fill_quiet_keys_with_zero() -> None:
+    from foliot.console.trends import APP_SERIES, OTHER, KeyedTrends
+
+    keyed = KeyedTrends(APP_SERIES, capacity=3, max_keys=2)
+    keyed.record(10, {"b": {"started": 1}, "a": {"started": 2, "failed": 1}})
+    assert list(keyed.keys) == ["a", "b"]
+    keyed.record(20, {"c": {"started": 4}, "d": {"started": 1}, "a": {"completed": 3}})
+    assert list(keyed.keys) == ["a", "b", OTHER]  # c and d summed under OTHER
+    assert keyed.keys[OTHER]["started"].points() == [(20, 5.0)]
+    assert keyed.keys["a"]["started"].points() == [(10, 2.0), (20, 0.0)]  # quiet: zero, no gap
+    assert keyed.keys["a"]["completed"].points() == [(10, 0.0), (20, 3.0)]
+    assert keyed.keys["b"]["started"].points() == [(10, 1.0), (20, 0.0)]
+    for at in range(30, 200, 10):
+        keyed.record(at, {f"k{at}": {"started": 1}})
+    assert len(keyed.keys) == 3  # never more than max_keys + OTHER
+    assert all(len(ring) <= 3 for rings in keyed.keys.values() for ring in rings.values())
+    body = keyed.as_json()
+    assert set(body) == {"a", "b", OTHER}
+    assert body[OTHER]["started"] == {
+        "label": "runs started / interval",
+        "unit": "",
+        "points": [[170, 1.0], [180, 1.0], [190, 1.0]],
+    }  # type: ignore[index]
+
+
+def test_run_events_are_tallied_per_app() -> None:
+    from foliot.metrics import tally_run_events
+    from foliot.storage.base import UnitOfWork
+    from foliot.workflow.model import Event
+
+    from ..storage.test_contract import make_run
+
+    tally: dict[str, list[int]] = {}
+    run = make_run("r1")
+    events = ("run_started", "task_completed", "run_completed", "run_failed", "run_timed_out", "run_stuck")
+    tally_run_events(tally, UnitOfWork(run, None, tuple(Event(i, 0, 1, t) for i, t in enumerate(events))))
+    tally_run_events(tally, UnitOfWork(run, 1, (Event(9, 0, 1, "signal_received"),)))
+    assert tally == {run.app: [1, 1, 2]}
+
+
+def test_keyed_sparklines_escape_and_label_each_key() -> None:
+    from foliot.console.trends import keyed_sparklines
+
+    trends = Trends(10_000, 4)
+    trends.record(1_000, {})
+    trends.queues.record(1_000, {"<script>/q": {"backlog": 3, "pollers": 1}})
+    svgs = keyed_sparklines(trends, trends.queues)
+    assert set(svgs) == {"<script>/q"} and set(svgs["<script>/q"]) == {"backlog", "pollers"}
+    assert (
+        "<script>" not in svgs["<script>/q"]["backlog"]
+        and "&lt;script&gt;/q: backlog" in svgs["<script>/q"]["backlog"]
+    )
