@@ -333,20 +333,12 @@ class SwfPostgres:
     async def swf_list_executions(
         self, query: SwfQuery, after: SwfCursor | None, limit: int
     ) -> list[SwfStored]:
-        where, args, order = _listing_where(query, after)
-        args.append(limit)
-        sql = (
-            "SELECT e.version, e.doc FROM swf_listing l JOIN swf_executions e"
-            " ON e.region = l.region AND e.run_id = l.run_id"
-            f" WHERE {where} ORDER BY {order} LIMIT ${len(args)}"
-        )
+        sql, args = list_sql(query, after, limit)
         rows = await self._call(lambda c: c.fetch(sql, *args))
         return [stored_execution(query.region, r[0], r[1]) for r in rows]
 
     async def swf_count_executions(self, query: SwfQuery, cap: int) -> int:
-        where, args, _ = _listing_where(query, None)
-        args.append(cap)
-        sql = f"SELECT COUNT(*) FROM (SELECT 1 FROM swf_listing l WHERE {where} LIMIT ${len(args)}) AS t"
+        sql, args = count_sql(query, cap)
         return int(await self._call(lambda c: c.fetchval(sql, *args)))
 
     async def swf_claim_task(
@@ -354,12 +346,7 @@ class SwfPostgres:
     ) -> SwfTask | None:
         row = await self._call(
             lambda c: c.fetchrow(
-                "UPDATE swf_tasks t SET claimed_until = $6 FROM (SELECT region, run_id, scheduled_event_id"
-                " FROM swf_tasks WHERE region = $1 AND domain = $2 AND kind = $3 AND task_list = $4"
-                " AND (claimed_until IS NULL OR claimed_until <= $5)"
-                " ORDER BY priority DESC, scheduled_at, run_id, scheduled_event_id LIMIT 1"
-                " FOR UPDATE SKIP LOCKED) AS c WHERE t.region = c.region AND t.run_id = c.run_id"
-                " AND t.scheduled_event_id = c.scheduled_event_id RETURNING t.*",
+                CLAIM_SQL,
                 region,
                 domain,
                 kind,
@@ -406,10 +393,7 @@ class SwfPostgres:
                 if len(candidates) >= limit:
                     break
                 rows = await conn.fetch(
-                    "SELECT l.region, l.run_id, e.last_event_id FROM swf_listing l JOIN swf_executions e"
-                    " ON e.region = l.region AND e.run_id = l.run_id WHERE l.region = $1 AND l.domain = $2"
-                    " AND l.facet = '' AND l.closed_at IS NOT NULL AND l.closed_at <= $3"
-                    " ORDER BY l.closed_at LIMIT $4",
+                    EXPIRED_SQL,
                     region,
                     domain,
                     now - retention_ms(days),
@@ -429,6 +413,42 @@ class SwfPostgres:
             return len(keys)
 
         return await self._call(fn, write=True)
+
+
+# Claim the next claimable task of a task list: (region, domain, kind, task_list, now, until).
+CLAIM_SQL = (
+    "UPDATE swf_tasks t SET claimed_until = $6 FROM (SELECT region, run_id, scheduled_event_id"
+    " FROM swf_tasks WHERE region = $1 AND domain = $2 AND kind = $3 AND task_list = $4"
+    " AND (claimed_until IS NULL OR claimed_until <= $5)"
+    " ORDER BY priority DESC, scheduled_at, run_id, scheduled_event_id LIMIT 1"
+    " FOR UPDATE SKIP LOCKED) AS c WHERE t.region = c.region AND t.run_id = c.run_id"
+    " AND t.scheduled_event_id = c.scheduled_event_id RETURNING t.*"
+)
+# A domain's executions closed by a cutoff, oldest first: (region, domain, cutoff, limit).
+EXPIRED_SQL = (
+    "SELECT l.region, l.run_id, e.last_event_id FROM swf_listing l JOIN swf_executions e"
+    " ON e.region = l.region AND e.run_id = l.run_id WHERE l.region = $1 AND l.domain = $2"
+    " AND l.facet = '' AND l.closed_at IS NOT NULL AND l.closed_at <= $3"
+    " ORDER BY l.closed_at LIMIT $4"
+)
+
+
+def list_sql(query: SwfQuery, after: SwfCursor | None, limit: int) -> tuple[str, list[Any]]:
+    """A listing page's statement and arguments: one range of a `swf_listing` index, in its order."""
+    where, args, order = _listing_where(query, after)
+    args.append(limit)
+    sql = (
+        "SELECT e.version, e.doc FROM swf_listing l JOIN swf_executions e"
+        " ON e.region = l.region AND e.run_id = l.run_id"
+        f" WHERE {where} ORDER BY {order} LIMIT ${len(args)}"
+    )
+    return sql, args
+
+
+def count_sql(query: SwfQuery, cap: int) -> tuple[str, list[Any]]:
+    where, args, _ = _listing_where(query, None)
+    args.append(cap)
+    return f"SELECT COUNT(*) FROM (SELECT 1 FROM swf_listing l WHERE {where} LIMIT ${len(args)}) AS t", args
 
 
 def _listing_where(query: SwfQuery, after: SwfCursor | None) -> tuple[str, list[Any], str]:

@@ -318,31 +318,20 @@ class SwfSqlite:
     async def swf_list_executions(
         self, query: SwfQuery, after: SwfCursor | None, limit: int
     ) -> list[SwfStored]:
-        where, args, order = _listing_where(query, after)
-        sql = (
-            "SELECT e.version, e.doc FROM swf_listing l JOIN swf_executions e"
-            " ON e.region = l.region AND e.run_id = l.run_id"
-            f" WHERE {where} ORDER BY {order} LIMIT ?"
-        )
-        rows = await self._read(lambda c: c.execute(sql, (*args, limit)).fetchall(), scan=True)
+        sql, args = list_sql(query, after, limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
         return [stored_execution(query.region, r[0], r[1]) for r in rows]
 
     async def swf_count_executions(self, query: SwfQuery, cap: int) -> int:
-        where, args, _ = _listing_where(query, None)
-        sql = f"SELECT COUNT(*) FROM (SELECT 1 FROM swf_listing l WHERE {where} LIMIT ?)"
-        row = await self._read(lambda c: c.execute(sql, (*args, cap)).fetchone(), scan=True)
+        sql, args = count_sql(query, cap)
+        row = await self._read(lambda c: c.execute(sql, args).fetchone(), scan=True)
         return int(row[0])
 
     async def swf_claim_task(
         self, region: str, domain: str, kind: str, task_list: str, now: int, lease_ms: int
     ) -> SwfTask | None:
         def fn(conn: sqlite3.Connection) -> SwfTask | None:
-            row = conn.execute(
-                "SELECT * FROM swf_tasks WHERE region = ? AND domain = ? AND kind = ? AND task_list = ?"
-                " AND (claimed_until IS NULL OR claimed_until <= ?)"
-                " ORDER BY priority DESC, scheduled_at, run_id, scheduled_event_id LIMIT 1",
-                (region, domain, kind, task_list, now),
-            ).fetchone()
+            row = conn.execute(NEXT_TASK_SQL, (region, domain, kind, task_list, now)).fetchone()
             if row is None:
                 return None
             until = now + lease_ms
@@ -384,11 +373,7 @@ class SwfSqlite:
                 if len(candidates) >= limit:
                     break
                 candidates += conn.execute(
-                    "SELECT l.region, l.run_id, e.last_event_id FROM swf_listing l JOIN swf_executions e"
-                    " ON e.region = l.region AND e.run_id = l.run_id WHERE l.region = ? AND l.domain = ?"
-                    " AND l.facet = '' AND l.closed_at IS NOT NULL AND l.closed_at <= ?"
-                    " ORDER BY l.closed_at LIMIT ?",
-                    (region, domain, now - retention_ms(days), limit - len(candidates)),
+                    EXPIRED_SQL, (region, domain, now - retention_ms(days), limit - len(candidates))
                 ).fetchall()
             keys = prune_keys(candidates, limit)
             for table in ("swf_events", "swf_tasks", "swf_listing", "swf_executions"):
@@ -396,6 +381,37 @@ class SwfSqlite:
             return len(keys)
 
         return await self._write(fn)
+
+
+# The next claimable task of a task list: (region, domain, kind, task_list, now).
+NEXT_TASK_SQL = (
+    "SELECT * FROM swf_tasks WHERE region = ? AND domain = ? AND kind = ? AND task_list = ?"
+    " AND (claimed_until IS NULL OR claimed_until <= ?)"
+    " ORDER BY priority DESC, scheduled_at, run_id, scheduled_event_id LIMIT 1"
+)
+# A domain's executions closed by a cutoff, oldest first: (region, domain, cutoff, limit).
+EXPIRED_SQL = (
+    "SELECT l.region, l.run_id, e.last_event_id FROM swf_listing l JOIN swf_executions e"
+    " ON e.region = l.region AND e.run_id = l.run_id WHERE l.region = ? AND l.domain = ?"
+    " AND l.facet = '' AND l.closed_at IS NOT NULL AND l.closed_at <= ?"
+    " ORDER BY l.closed_at LIMIT ?"
+)
+
+
+def list_sql(query: SwfQuery, after: SwfCursor | None, limit: int) -> tuple[str, list[Any]]:
+    """A listing page's statement and arguments: one range of a `swf_listing` index, in its order."""
+    where, args, order = _listing_where(query, after)
+    sql = (
+        "SELECT e.version, e.doc FROM swf_listing l JOIN swf_executions e"
+        " ON e.region = l.region AND e.run_id = l.run_id"
+        f" WHERE {where} ORDER BY {order} LIMIT ?"
+    )
+    return sql, [*args, limit]
+
+
+def count_sql(query: SwfQuery, cap: int) -> tuple[str, list[Any]]:
+    where, args, _ = _listing_where(query, None)
+    return f"SELECT COUNT(*) FROM (SELECT 1 FROM swf_listing l WHERE {where} LIMIT ?)", [*args, cap]
 
 
 def _listing_where(query: SwfQuery, after: SwfCursor | None) -> tuple[str, list[Any], str]:

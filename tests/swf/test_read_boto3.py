@@ -8,6 +8,7 @@ changes nothing."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -20,8 +21,10 @@ from ..unit.swf_kit import shape_errors
 from .conftest import Swf, call, raises
 from .store_kit import REFUND, WF2, Live, decision, schedule, start
 
-T = 1_790_000_000_000  # epoch ms (September 2026)
-S = T // 1000  # the same, in the epoch seconds boto3 sends
+# Executions start an hour ago (whole seconds), well inside their domain's 30-day retention,
+# so the server's pruner never takes them during a test.
+S = int(time.time()) - 3600  # epoch seconds, as boto3 sends them
+T = S * 1000  # epoch ms, as the store keeps them
 
 
 def store_of(swf: Swf) -> Store:
