@@ -38,6 +38,14 @@ async def domain(swf: Swf, name: str = "d", region: str = "us-east-1") -> Any:
     return c
 
 
+async def all_pages(fn: Any, **kw: Any) -> list[dict[str, Any]]:
+    """Every page of a paginated call, following `nextPageToken` to the end."""
+    pages = [await call(fn, **kw)]
+    while "nextPageToken" in pages[-1]:
+        pages.append(await call(fn, **kw, nextPageToken=pages[-1]["nextPageToken"]))
+    return pages
+
+
 def run_ids(answer: dict[str, Any]) -> list[str]:
     return [i["execution"]["runId"] for i in answer["executionInfos"]]
 
@@ -126,22 +134,15 @@ async def test_history_pages_forward_and_reverse(swf: Swf) -> None:
     assert whole["events"][0]["eventType"] == "WorkflowExecutionStarted"
     assert whole["events"][4]["markerRecordedEventAttributes"]["markerName"] == "m0"
     for reverse in (False, True):
-        seen: list[int] = []
-        kw: dict[str, Any] = {}
-        while True:
-            page = await call(
-                c.get_workflow_execution_history,
-                domain="d",
-                execution=ex,
-                maximumPageSize=3,
-                reverseOrder=reverse,
-                **kw,
-            )
-            assert len(page["events"]) <= 3
-            seen += [e["eventId"] for e in page["events"]]
-            if "nextPageToken" not in page:
-                break
-            kw = {"nextPageToken": page["nextPageToken"]}
+        pages = await all_pages(
+            c.get_workflow_execution_history,
+            domain="d",
+            execution=ex,
+            maximumPageSize=3,
+            reverseOrder=reverse,
+        )
+        assert all(len(page["events"]) <= 3 for page in pages)
+        seen = [e["eventId"] for page in pages for e in page["events"]]
         ids = list(range(1, total + 1))
         assert seen == (ids[::-1] if reverse else ids)
     first = await call(c.get_workflow_execution_history, domain="d", execution=ex, maximumPageSize=2)
@@ -285,21 +286,15 @@ async def test_listing_pages_and_refusals_change_nothing(swf: Swf) -> None:
         await start(store, f"wf-{i}", f"r{i}", T + 1000 * (i // 2))  # start times tie in pairs
     window = {"oldestDate": S}
     for reverse in (False, True):
-        seen: list[str] = []
-        kw: dict[str, Any] = {}
-        while True:
-            page = await call(
-                c.list_open_workflow_executions,
-                domain="d",
-                startTimeFilter=window,
-                maximumPageSize=2,
-                reverseOrder=reverse,
-                **kw,
-            )
-            seen += run_ids(page)
-            if "nextPageToken" not in page:
-                break
-            kw = {"nextPageToken": page["nextPageToken"]}
+        pages = await all_pages(
+            c.list_open_workflow_executions,
+            domain="d",
+            startTimeFilter=window,
+            maximumPageSize=2,
+            reverseOrder=reverse,
+        )
+        assert [len(run_ids(page)) for page in pages] == [2, 2, 2, 1]
+        seen = [run_id for page in pages for run_id in run_ids(page)]
         ordered = [f"r{i}" for i in range(7)]  # ties: by workflow id, then run id
         assert seen == (ordered if reverse else ordered[::-1])
     first = await call(c.list_open_workflow_executions, domain="d", startTimeFilter=window, maximumPageSize=2)
