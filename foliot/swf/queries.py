@@ -10,12 +10,15 @@ counts stop at `COUNT_CAP` and say `truncated`.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 from typing import Any, Final, NoReturn
 
 from ..storage.swf import (
     ACTIVITY_TASK,
     DECISION,
+    SwfCursor,
     SwfQuery,
     SwfStored,
     facet_close_status,
@@ -26,7 +29,7 @@ from ..storage.swf import (
 from . import history
 from .errors import UnknownResourceFault, ValidationException
 from .faults import Fault
-from .registry import Action, Ctx, domain_of, next_token, page_size, read_token
+from .registry import Action, Ctx, domain_of, page_size
 
 COUNT_CAP: Final = 100_000  # counts stop here and answer `truncated: true`
 
@@ -88,22 +91,51 @@ def execution_query(region: str, body: dict[str, Any], open_: bool) -> SwfQuery:
     )
 
 
-def listing_scope(action: str, region: str, body: dict[str, Any]) -> list[Any]:
+def digest(*parts: Any) -> str:
+    """A short stand-in for what a page token is bound to: tokens stay far under the 2,048
+    characters of SWF's `PageToken`, whatever the names and ids in the request hold."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()[:18]).decode()
+
+
+def listing_scope(action: str, region: str, body: dict[str, Any]) -> str:
     """What a listing's page token is bound to: the action, region and every argument but
     the page size and the token itself."""
     args = {k: v for k, v in body.items() if k not in ("nextPageToken", "maximumPageSize") and v is not None}
-    return [action, region, json.dumps(args, sort_keys=True, separators=(",", ":"))]
+    return digest(action, region, args)
 
 
-def cursor_key(stored: SwfStored, by_close: bool) -> list[str]:
+def listing_token(scope: str, stored: SwfStored, by_close: bool) -> str:
+    """The token of the page after `stored` (the last execution returned)."""
     ex = stored.execution
     time = ex.closed_at if by_close else ex.started_at
-    return [str(time), ex.workflow_id, ex.run_id]
+    raw = json.dumps([scope, time, ex.workflow_id, ex.run_id], separators=(",", ":"), ensure_ascii=False)
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def read_listing_token(token: str, scope: str) -> SwfCursor:
+    """The position a listing token continues from; `ValidationException` when it is not a
+    token of this listing with these arguments."""
+    try:
+        parts = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    except (ValueError, TypeError):
+        parts = None
+    if (
+        not isinstance(parts, list)
+        or len(parts) != 4
+        or parts[0] != scope
+        or type(parts[1]) is not int
+        or not all(isinstance(p, str) for p in parts[2:])
+    ):
+        raise ValidationException(
+            "Invalid nextPageToken: it was not returned by this action with these arguments"
+        )
+    return parts[1], parts[2], parts[3]
 
 
 def history_scope(region: str, body: dict[str, Any]) -> str:
     execution = body["execution"]
-    return json.dumps([region, body["domain"], execution["workflowId"], execution["runId"]])
+    return digest(region, body["domain"], execution["workflowId"], execution["runId"])
 
 
 def _fail(fault: Fault) -> NoReturn:
@@ -155,16 +187,14 @@ def list_executions(open_: bool) -> Action:
     async def action(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
         query = execution_query(ctx.region, body, open_)
         scope = listing_scope(action_name, ctx.region, body)
-        after = read_token(body, scope, 3)
-        if after is not None and not after[0].lstrip("-").isdigit():
-            raise ValidationException("Invalid nextPageToken")
+        token = body.get("nextPageToken")
+        cursor = None if token is None else read_listing_token(token, scope)
         await domain_of(ctx, query.domain)
         size = page_size(body)
-        cursor = None if after is None else (int(after[0]), after[1], after[2])
         rows = await ctx.store.swf_list_executions(query, cursor, size + 1)
         out: dict[str, Any] = {"executionInfos": [history.execution_info(s.execution) for s in rows[:size]]}
         if len(rows) > size:
-            out["nextPageToken"] = next_token(scope, cursor_key(rows[size - 1], query.by_close))
+            out["nextPageToken"] = listing_token(scope, rows[size - 1], query.by_close)
         return out
 
     return action

@@ -3,11 +3,13 @@ listing keys and pending tasks an execution is stored under."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from foliot.storage.swf import (
     ACTIVITY_TASK,
     DECISION,
+    SwfStored,
     facet_close_status,
     facet_tag,
     facet_type,
@@ -18,8 +20,15 @@ from foliot.storage.swf import (
 )
 from foliot.swf import messages as m
 from foliot.swf.errors import ValidationException
-from foliot.swf.history import pending_offers
-from foliot.swf.queries import execution_query, listing_scope, ms
+from foliot.swf.history import encode_token, pending_offers
+from foliot.swf.queries import (
+    execution_query,
+    history_scope,
+    listing_scope,
+    listing_token,
+    ms,
+    read_listing_token,
+)
 
 from .swf_kit import Kit, schedule
 
@@ -124,3 +133,25 @@ def test_pending_tasks_follow_the_document() -> None:
 def test_retention_periods() -> None:
     assert retention_ms("NONE") == 0 == retention_ms("0")
     assert retention_ms("90") == 90 * 86_400_000
+
+
+def test_listing_tokens_round_trip_and_stay_short() -> None:
+    body = {"domain": "é" * 256, "startTimeFilter": W, "executionFilter": {"workflowId": "😀" * 256}}
+    scope = listing_scope("ListOpenWorkflowExecutions", "r", body)
+    kit = Kit()
+    ex = attrs.evolve(kit.ex, workflow_id="😀" * 256, run_id="R" * 64, closed_at=5)
+    stored = SwfStored("r", ex, 1)
+    token = listing_token(scope, stored, False)
+    assert len(token) <= 2048  # SWF's PageToken
+    assert read_listing_token(token, scope) == (ex.started_at, ex.workflow_id, ex.run_id)
+    assert read_listing_token(listing_token(scope, stored, True), scope) == (5, ex.workflow_id, ex.run_id)
+    other = listing_scope("ListOpenWorkflowExecutions", "r", {**body, "reverseOrder": True})
+    for bad_scope, bad_token in [(other, token), (scope, token[:-4]), (scope, "x"), (scope, "W10")]:
+        with pytest.raises(ValidationException, match="nextPageToken"):
+            read_listing_token(bad_token, bad_scope)
+    history_token = encode_token(
+        25_000,
+        True,
+        history_scope("r", {"domain": "é" * 256, "execution": {"workflowId": "😀" * 256, "runId": "R" * 64}}),
+    )
+    assert len(history_token) <= 2048
