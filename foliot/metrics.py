@@ -231,6 +231,11 @@ class EngineCollector:
             pruner.pruned_idempotency,
         )
         yield _counter(
+            "foliot_pruned_swf_executions",
+            "Closed SWF executions deleted, with their history, after their domain's retention.",
+            pruner.pruned_swf_executions,
+        )
+        yield _counter(
             "foliot_prune_failures",
             "Pruning passes that failed (retried at the next interval).",
             pruner.failures,

@@ -3,8 +3,10 @@
 One task, off the hot path, makes a pass at start-up and then every `prune_interval_ms` (on
 the engine's clock, so tests drive it with MockClock). A pass deletes, in small transactions
 until nothing is left to delete, idempotency records older than their TTL and runs closed
-longer ago than the retention period with their events, tasks, timers and signal ids. Open
-runs are never touched. The counters are exposed on `/metrics`.
+longer ago than the retention period with their events, tasks, timers and signal ids, and SWF
+executions closed longer ago than their domain's `workflowExecutionRetentionPeriodInDays`
+(always on: SWF has no "keep forever") with their history, tasks and listing rows. Open runs
+and open executions are never touched. The counters are exposed on `/metrics`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Pruner:
         self.batch = batch
         self.pruned_runs = 0
         self.pruned_idempotency = 0
+        self.pruned_swf_executions = 0
         self.passes = 0
         self.failures = 0
         self.last_run_at: int | None = None  # epoch ms when the last complete pass finished
@@ -61,8 +64,6 @@ class Pruner:
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-        if self.retention_ms is None and self.idempotency_ttl_ms is None:
-            return
         while True:
             await self.prune_once()
             await self.clock.sleep_until(self.clock.now() + self.interval_ms)
@@ -75,6 +76,7 @@ class Pruner:
                 await self._drain(self.store.prune_idempotency, now - self.idempotency_ttl_ms, "idempotency")
             if self.retention_ms is not None:
                 await self._drain(self.store.prune_closed_runs, now - self.retention_ms, "runs")
+            await self._drain(self.store.swf_prune_closed, now, "swf")  # per domain, cutoff inside
         except Exception:
             self.failures += 1
             log.exception("pruning failed; retrying in %d s", self.interval_ms // 1000)
@@ -89,6 +91,8 @@ class Pruner:
             deleted = await prune(before, self.batch)
             if what == "runs":
                 self.pruned_runs += deleted
+            elif what == "swf":
+                self.pruned_swf_executions += deleted
             else:
                 self.pruned_idempotency += deleted
             total += deleted
@@ -97,4 +101,5 @@ class Pruner:
             # Rest as long as the batch took: a backlog takes at most half of the store's time.
             await trio.sleep(trio.current_time() - started)
         if total:
-            log.info("pruned %d %s", total, "closed runs" if what == "runs" else "idempotency records")
+            noun = {"runs": "closed runs", "swf": "closed SWF executions"}.get(what, "idempotency records")
+            log.info("pruned %d %s", total, noun)

@@ -19,7 +19,7 @@ from quart import Blueprint, Response, current_app, request
 
 from ..errors import Conflict as ApiConflict
 from ..errors import NotFound, StorageUnavailable
-from ..swf import registry, shapes, sigv4
+from ..swf import queries, registry, shapes, sigv4
 from ..swf.errors import (
     InternalFailure,
     NotImplementedFault,
@@ -44,7 +44,7 @@ BODY_MAX_DEPTH = 64  # SWF payloads (input, result, details) are strings: shapes
 
 # The actions served, by SWF action name. The model's other actions are validated, then answer
 # NotImplemented; the execution actions join this table when they are built.
-ACTIONS: dict[str, Action] = {**registry.ACTIONS}
+ACTIONS: dict[str, Action] = {**registry.ACTIONS, **queries.ACTIONS}
 
 
 def keys() -> SwfKeys:

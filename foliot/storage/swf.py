@@ -385,6 +385,10 @@ class SwfExecutionStore(Protocol):
         ...
 
 
+class SwfStore(SwfRegistryStore, SwfExecutionStore, Protocol):
+    """Everything SWF needs from a store (both backends are one)."""
+
+
 def other_status(status: str) -> str:
     return DEPRECATED if status == REGISTERED else REGISTERED
 

@@ -10,12 +10,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 
-from ..errors import StaleWrite, UniqueViolation
 from ..swf.events import HistoryEvent
 from .base import prune_keys
 from .swf import (
     DEPRECATED,
-    SWF_OPEN_WORKFLOW_UNIQUE,
     Insert,
     SwfCredential,
     SwfCursor,
@@ -27,17 +25,23 @@ from .swf import (
     SwfUnit,
     attrs_tuple,
     event_from_row,
-    event_rows,
-    execution_row,
-    facet_close_status,
-    facets,
-    listing_rows,
     other_status,
-    pending_tasks,
     retention_ms,
     stored_execution,
-    task_rows,
-    units_of,
+)
+from .swf_sql import (
+    EXPIRED_SQL,
+    LOAD_SQL,
+    PENDING_COUNT_SQL,
+    PRUNED_TABLES,
+    RELEASE_SQL,
+    count_sql,
+    events_sql,
+    find_sql,
+    list_sql,
+    numbered,
+    open_page_sql,
+    unit_statements,
 )
 
 T = TypeVar("T")
@@ -274,92 +278,56 @@ class SwfPostgres:
 
     async def swf_commit(self, unit: SwfUnit) -> None:
         async def fn(conn: asyncpg.Connection) -> None:
-            for one in units_of(unit):
-                await _apply_swf_unit(conn, one)
+            for stmt in unit_statements(unit):
+                if stmt.many:
+                    await conn.executemany(numbered(stmt.sql), stmt.rows)
+                    continue
+                status = await conn.execute(numbered(stmt.sql), *stmt.args)
+                if stmt.refusal is not None and not status.endswith(" 1"):
+                    raise stmt.refusal
 
         await self._call(fn, write=True)
 
     async def swf_load(self, region: str, run_id: str) -> SwfStored | None:
-        row = await self._call(
-            lambda c: c.fetchrow(
-                "SELECT version, doc FROM swf_executions WHERE region = $1 AND run_id = $2", region, run_id
-            )
-        )
+        row = await self._call(lambda c: c.fetchrow(numbered(LOAD_SQL), region, run_id))
         return None if row is None else stored_execution(region, row[0], row[1])
 
     async def swf_find(
         self, region: str, domain: str, workflow_id: str, run_id: str | None = None
     ) -> SwfStored | None:
-        if run_id is None:
-            sql = (
-                "SELECT version, doc FROM swf_executions WHERE region = $1 AND domain = $2"
-                " AND workflow_id = $3 AND is_open = 1"
-            )
-            args: tuple[Any, ...] = (region, domain, workflow_id)
-        else:
-            sql = (
-                "SELECT version, doc FROM swf_executions WHERE region = $1 AND run_id = $4 AND domain = $2"
-                " AND workflow_id = $3"
-            )
-            args = (region, domain, workflow_id, run_id)
-        row = await self._call(lambda c: c.fetchrow(sql, *args))
+        sql, args = find_sql(region, domain, workflow_id, run_id)
+        row = await self._call(lambda c: c.fetchrow(numbered(sql), *args))
         return None if row is None else stored_execution(region, row[0], row[1])
 
     async def swf_open_executions(self, after: tuple[str, str] | None, limit: int) -> list[SwfStored]:
-        sql = "SELECT region, version, doc FROM swf_executions WHERE is_open = 1"
-        args: list[Any] = []
-        if after is not None:
-            args += after
-            sql += " AND (region, run_id) > ($1, $2)"
-        args.append(limit)
-        sql += f" ORDER BY region, run_id LIMIT ${len(args)}"
-        rows = await self._call(lambda c: c.fetch(sql, *args))
+        sql, args = open_page_sql(after, limit)
+        rows = await self._call(lambda c: c.fetch(numbered(sql), *args))
         return [stored_execution(r[0], r[1], r[2]) for r in rows]
 
     async def swf_events(
         self, region: str, run_id: str, after: int | None, reverse: bool, limit: int
     ) -> list[HistoryEvent]:
-        order, cmp = ("DESC", "<") if reverse else ("ASC", ">")
-        sql = "SELECT event_id, at, type, attrs FROM swf_events WHERE region = $1 AND run_id = $2"
-        args: list[Any] = [region, run_id]
-        if after is not None:
-            args.append(after)
-            sql += f" AND event_id {cmp} ${len(args)}"
-        args.append(limit)
-        sql += f" ORDER BY event_id {order} LIMIT ${len(args)}"
-        rows = await self._call(lambda c: c.fetch(sql, *args))
+        sql, args = events_sql(region, run_id, after, reverse, limit)
+        rows = await self._call(lambda c: c.fetch(numbered(sql), *args))
         return [event_from_row(*r) for r in rows]
 
     async def swf_list_executions(
         self, query: SwfQuery, after: SwfCursor | None, limit: int
     ) -> list[SwfStored]:
-        where, args, order = _listing_where(query, after)
-        args.append(limit)
-        sql = (
-            "SELECT e.version, e.doc FROM swf_listing l JOIN swf_executions e"
-            " ON e.region = l.region AND e.run_id = l.run_id"
-            f" WHERE {where} ORDER BY {order} LIMIT ${len(args)}"
-        )
-        rows = await self._call(lambda c: c.fetch(sql, *args))
+        sql, args = list_sql(query, after, limit)
+        rows = await self._call(lambda c: c.fetch(numbered(sql), *args))
         return [stored_execution(query.region, r[0], r[1]) for r in rows]
 
     async def swf_count_executions(self, query: SwfQuery, cap: int) -> int:
-        where, args, _ = _listing_where(query, None)
-        args.append(cap)
-        sql = f"SELECT COUNT(*) FROM (SELECT 1 FROM swf_listing l WHERE {where} LIMIT ${len(args)}) AS t"
-        return int(await self._call(lambda c: c.fetchval(sql, *args)))
+        sql, args = count_sql(query, cap)
+        return int(await self._call(lambda c: c.fetchval(numbered(sql), *args)))
 
     async def swf_claim_task(
         self, region: str, domain: str, kind: str, task_list: str, now: int, lease_ms: int
     ) -> SwfTask | None:
         row = await self._call(
             lambda c: c.fetchrow(
-                "UPDATE swf_tasks t SET claimed_until = $6 FROM (SELECT region, run_id, scheduled_event_id"
-                " FROM swf_tasks WHERE region = $1 AND domain = $2 AND kind = $3 AND task_list = $4"
-                " AND (claimed_until IS NULL OR claimed_until <= $5)"
-                " ORDER BY priority DESC, scheduled_at, run_id, scheduled_event_id LIMIT 1"
-                " FOR UPDATE SKIP LOCKED) AS c WHERE t.region = c.region AND t.run_id = c.run_id"
-                " AND t.scheduled_event_id = c.scheduled_event_id RETURNING t.*",
+                CLAIM_SQL,
                 region,
                 domain,
                 kind,
@@ -373,29 +341,12 @@ class SwfPostgres:
 
     async def swf_release_task(self, region: str, run_id: str, scheduled_event_id: int) -> None:
         await self._call(
-            lambda c: c.execute(
-                "UPDATE swf_tasks SET claimed_until = NULL WHERE region = $1 AND run_id = $2"
-                " AND scheduled_event_id = $3",
-                region,
-                run_id,
-                scheduled_event_id,
-            ),
-            write=True,
+            lambda c: c.execute(numbered(RELEASE_SQL), region, run_id, scheduled_event_id), write=True
         )
 
     async def swf_count_pending(self, region: str, domain: str, kind: str, task_list: str, cap: int) -> int:
-        count = await self._call(
-            lambda c: c.fetchval(
-                "SELECT COUNT(*) FROM (SELECT 1 FROM swf_tasks WHERE region = $1 AND domain = $2"
-                " AND kind = $3 AND task_list = $4 LIMIT $5) AS t",
-                region,
-                domain,
-                kind,
-                task_list,
-                cap,
-            )
-        )
-        return int(count)
+        args = (region, domain, kind, task_list, cap)
+        return int(await self._call(lambda c: c.fetchval(numbered(PENDING_COUNT_SQL), *args)))
 
     async def swf_prune_closed(self, now: int, limit: int) -> int:
         async def fn(conn: asyncpg.Connection) -> int:
@@ -406,10 +357,7 @@ class SwfPostgres:
                 if len(candidates) >= limit:
                     break
                 rows = await conn.fetch(
-                    "SELECT l.region, l.run_id, e.last_event_id FROM swf_listing l JOIN swf_executions e"
-                    " ON e.region = l.region AND e.run_id = l.run_id WHERE l.region = $1 AND l.domain = $2"
-                    " AND l.facet = '' AND l.closed_at IS NOT NULL AND l.closed_at <= $3"
-                    " ORDER BY l.closed_at LIMIT $4",
+                    numbered(EXPIRED_SQL),
                     region,
                     domain,
                     now - retention_ms(days),
@@ -419,7 +367,7 @@ class SwfPostgres:
             keys = prune_keys(candidates, limit)
             if keys:
                 regions, runs = [k[0] for k in keys], [k[1] for k in keys]
-                for table in ("swf_events", "swf_tasks", "swf_listing", "swf_executions"):
+                for table in PRUNED_TABLES:
                     await conn.execute(
                         f"DELETE FROM {table} t USING unnest($1::text[], $2::text[]) AS k(region, run_id)"
                         " WHERE t.region = k.region AND t.run_id = k.run_id",
@@ -431,95 +379,12 @@ class SwfPostgres:
         return await self._call(fn, write=True)
 
 
-def _listing_where(query: SwfQuery, after: SwfCursor | None) -> tuple[str, list[Any], str]:
-    """The WHERE clause (over `swf_listing l`), its arguments and the ORDER BY of a listing."""
-    time = "l.closed_at" if query.by_close else "l.started_at"
-    args: list[Any] = [query.region, query.domain, query.facet]
-    clauses = ["l.region = $1", "l.domain = $2", "l.facet = $3"]
-    if query.by_close:
-        clauses.append("l.closed_at IS NOT NULL")
-    else:
-        args.append(1 if query.open else 0)
-        clauses.append(f"l.is_open = ${len(args)}")
-    args.append(query.oldest)
-    clauses.append(f"{time} >= ${len(args)}")
-    if query.latest is not None:
-        args.append(query.latest)
-        clauses.append(f"{time} <= ${len(args)}")
-    direction, cmp = ("ASC", ">") if query.reverse else ("DESC", "<")
-    if after is not None:
-        args += after
-        n = len(args)
-        clauses.append(f"({time}, l.workflow_id, l.run_id) {cmp} (${n - 2}, ${n - 1}, ${n})")
-    order = f"{time} {direction}, l.workflow_id {direction}, l.run_id {direction}"
-    return " AND ".join(clauses), args, order
-
-
-async def _apply_swf_unit(conn: asyncpg.Connection, unit: SwfUnit) -> None:
-    ex, region = unit.execution, unit.region
-    row = execution_row(region, ex, unit.version)
-    if unit.expected_version is None:
-        status = await conn.execute(
-            "INSERT INTO swf_executions (region, run_id, domain, workflow_id, is_open, version,"
-            " last_event_id, started_at, closed_at, doc) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-            " ON CONFLICT (region, domain, workflow_id) WHERE is_open = 1 DO NOTHING",
-            *row,
-        )
-        if status != "INSERT 0 1":
-            raise UniqueViolation(SWF_OPEN_WORKFLOW_UNIQUE, f"{ex.domain}/{ex.workflow_id} is open already")
-    else:
-        status = await conn.execute(
-            "UPDATE swf_executions SET is_open = $1, version = $2, last_event_id = $3, closed_at = $4,"
-            " doc = $5 WHERE region = $6 AND run_id = $7 AND version = $8",
-            row[4],
-            row[5],
-            row[6],
-            row[8],
-            row[9],
-            region,
-            ex.run_id,
-            unit.expected_version,
-        )
-        if status != "UPDATE 1":
-            raise StaleWrite(f"SWF execution {ex.run_id} changed underneath version {unit.expected_version}")
-    if unit.events:
-        await conn.executemany(
-            "INSERT INTO swf_events (region, run_id, event_id, at, type, attrs)"
-            " VALUES ($1, $2, $3, $4, $5, $6)",
-            event_rows(region, ex.run_id, unit.events),
-        )
-    tasks = pending_tasks(region, ex)
-    if unit.expected_version is not None:
-        await conn.execute(
-            "DELETE FROM swf_tasks WHERE region = $1 AND run_id = $2"
-            " AND NOT (scheduled_event_id = ANY($3::integer[]))",
-            region,
-            ex.run_id,
-            [t.scheduled_event_id for t in tasks],
-        )
-    if tasks:
-        await conn.executemany(
-            "INSERT INTO swf_tasks (region, run_id, scheduled_event_id, domain, kind, task_list, workflow_id,"
-            " priority, scheduled_at, claimed_until) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
-            " ON CONFLICT DO NOTHING",
-            task_rows(tasks),
-        )
-    if unit.expected_version is None:
-        keys = facets(ex)
-    elif not ex.is_open:
-        await conn.execute(
-            "UPDATE swf_listing SET is_open = 0, closed_at = $1 WHERE region = $2 AND run_id = $3"
-            " AND is_open = 1",
-            ex.closed_at,
-            region,
-            ex.run_id,
-        )
-        keys = [facet_close_status(ex.close_status)] if ex.close_status is not None else []
-    else:
-        keys = []
-    if keys:
-        await conn.executemany(
-            "INSERT INTO swf_listing (region, run_id, facet, domain, is_open, started_at, closed_at,"
-            " workflow_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
-            listing_rows(region, ex, keys),
-        )
+# Claim the next claimable task of a task list: (region, domain, kind, task_list, now, until).
+CLAIM_SQL = (
+    "UPDATE swf_tasks t SET claimed_until = $6 FROM (SELECT region, run_id, scheduled_event_id"
+    " FROM swf_tasks WHERE region = $1 AND domain = $2 AND kind = $3 AND task_list = $4"
+    " AND (claimed_until IS NULL OR claimed_until <= $5)"
+    " ORDER BY priority DESC, scheduled_at, run_id, scheduled_event_id LIMIT 1"
+    " FOR UPDATE SKIP LOCKED) AS c WHERE t.region = c.region AND t.run_id = c.run_id"
+    " AND t.scheduled_event_id = c.scheduled_event_id RETURNING t.*"
+)

@@ -8,12 +8,10 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import StaleWrite, UniqueViolation
 from ..swf.events import HistoryEvent
 from .base import prune_keys
 from .swf import (
     DEPRECATED,
-    SWF_OPEN_WORKFLOW_UNIQUE,
     Insert,
     SwfCredential,
     SwfCursor,
@@ -25,17 +23,22 @@ from .swf import (
     SwfUnit,
     attrs_tuple,
     event_from_row,
-    event_rows,
-    execution_row,
-    facet_close_status,
-    facets,
-    listing_rows,
     other_status,
-    pending_tasks,
     retention_ms,
     stored_execution,
-    task_rows,
-    units_of,
+)
+from .swf_sql import (
+    EXPIRED_SQL,
+    LOAD_SQL,
+    PENDING_COUNT_SQL,
+    PRUNED_TABLES,
+    RELEASE_SQL,
+    count_sql,
+    events_sql,
+    find_sql,
+    list_sql,
+    open_page_sql,
+    unit_statements,
 )
 
 T = TypeVar("T")
@@ -261,88 +264,56 @@ class SwfSqlite:
 
     async def swf_commit(self, unit: SwfUnit) -> None:
         def fn(conn: sqlite3.Connection) -> None:
-            for one in units_of(unit):
-                _apply_swf_unit(conn, one)
+            for stmt in unit_statements(unit):
+                if stmt.many:
+                    conn.executemany(stmt.sql, stmt.rows)
+                    continue
+                cur = conn.execute(stmt.sql, stmt.args)
+                if stmt.refusal is not None and cur.rowcount != 1:
+                    raise stmt.refusal
 
         await self._write(fn)
 
     async def swf_load(self, region: str, run_id: str) -> SwfStored | None:
-        row = await self._read(
-            lambda c: c.execute(
-                "SELECT version, doc FROM swf_executions WHERE region = ? AND run_id = ?", (region, run_id)
-            ).fetchone()
-        )
+        row = await self._read(lambda c: c.execute(LOAD_SQL, (region, run_id)).fetchone())
         return None if row is None else stored_execution(region, row[0], row[1])
 
     async def swf_find(
         self, region: str, domain: str, workflow_id: str, run_id: str | None = None
     ) -> SwfStored | None:
-        if run_id is None:
-            sql = (
-                "SELECT version, doc FROM swf_executions WHERE region = ? AND domain = ? AND workflow_id = ?"
-                " AND is_open = 1"
-            )
-            args: tuple[Any, ...] = (region, domain, workflow_id)
-        else:
-            sql = (
-                "SELECT version, doc FROM swf_executions WHERE region = ? AND run_id = ? AND domain = ?"
-                " AND workflow_id = ?"
-            )
-            args = (region, run_id, domain, workflow_id)
+        sql, args = find_sql(region, domain, workflow_id, run_id)
         row = await self._read(lambda c: c.execute(sql, args).fetchone())
         return None if row is None else stored_execution(region, row[0], row[1])
 
     async def swf_open_executions(self, after: tuple[str, str] | None, limit: int) -> list[SwfStored]:
-        sql = "SELECT region, version, doc FROM swf_executions WHERE is_open = 1"
-        args: list[Any] = []
-        if after is not None:
-            sql += " AND (region, run_id) > (?, ?)"
-            args += after
-        sql += " ORDER BY region, run_id LIMIT ?"
-        rows = await self._read(lambda c: c.execute(sql, (*args, limit)).fetchall(), scan=True)
+        sql, args = open_page_sql(after, limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
         return [stored_execution(r[0], r[1], r[2]) for r in rows]
 
     async def swf_events(
         self, region: str, run_id: str, after: int | None, reverse: bool, limit: int
     ) -> list[HistoryEvent]:
-        order, cmp = ("DESC", "<") if reverse else ("ASC", ">")
-        sql = "SELECT event_id, at, type, attrs FROM swf_events WHERE region = ? AND run_id = ?"
-        args: list[Any] = [region, run_id]
-        if after is not None:
-            sql += f" AND event_id {cmp} ?"
-            args.append(after)
-        sql += f" ORDER BY event_id {order} LIMIT ?"
-        rows = await self._read(lambda c: c.execute(sql, (*args, limit)).fetchall(), scan=True)
+        sql, args = events_sql(region, run_id, after, reverse, limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
         return [event_from_row(*r) for r in rows]
 
     async def swf_list_executions(
         self, query: SwfQuery, after: SwfCursor | None, limit: int
     ) -> list[SwfStored]:
-        where, args, order = _listing_where(query, after)
-        sql = (
-            "SELECT e.version, e.doc FROM swf_listing l JOIN swf_executions e"
-            " ON e.region = l.region AND e.run_id = l.run_id"
-            f" WHERE {where} ORDER BY {order} LIMIT ?"
-        )
-        rows = await self._read(lambda c: c.execute(sql, (*args, limit)).fetchall(), scan=True)
+        sql, args = list_sql(query, after, limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
         return [stored_execution(query.region, r[0], r[1]) for r in rows]
 
     async def swf_count_executions(self, query: SwfQuery, cap: int) -> int:
-        where, args, _ = _listing_where(query, None)
-        sql = f"SELECT COUNT(*) FROM (SELECT 1 FROM swf_listing l WHERE {where} LIMIT ?)"
-        row = await self._read(lambda c: c.execute(sql, (*args, cap)).fetchone(), scan=True)
+        sql, args = count_sql(query, cap)
+        row = await self._read(lambda c: c.execute(sql, args).fetchone(), scan=True)
         return int(row[0])
 
     async def swf_claim_task(
         self, region: str, domain: str, kind: str, task_list: str, now: int, lease_ms: int
     ) -> SwfTask | None:
         def fn(conn: sqlite3.Connection) -> SwfTask | None:
-            row = conn.execute(
-                "SELECT * FROM swf_tasks WHERE region = ? AND domain = ? AND kind = ? AND task_list = ?"
-                " AND (claimed_until IS NULL OR claimed_until <= ?)"
-                " ORDER BY priority DESC, scheduled_at, run_id, scheduled_event_id LIMIT 1",
-                (region, domain, kind, task_list, now),
-            ).fetchone()
+            row = conn.execute(NEXT_TASK_SQL, (region, domain, kind, task_list, now)).fetchone()
             if row is None:
                 return None
             until = now + lease_ms
@@ -356,23 +327,11 @@ class SwfSqlite:
         return await self._write(fn)
 
     async def swf_release_task(self, region: str, run_id: str, scheduled_event_id: int) -> None:
-        await self._write(
-            lambda c: c.execute(
-                "UPDATE swf_tasks SET claimed_until = NULL WHERE region = ? AND run_id = ?"
-                " AND scheduled_event_id = ?",
-                (region, run_id, scheduled_event_id),
-            )
-        )
+        await self._write(lambda c: c.execute(RELEASE_SQL, (region, run_id, scheduled_event_id)))
 
     async def swf_count_pending(self, region: str, domain: str, kind: str, task_list: str, cap: int) -> int:
-        row = await self._read(
-            lambda c: c.execute(
-                "SELECT COUNT(*) FROM (SELECT 1 FROM swf_tasks WHERE region = ? AND domain = ? AND kind = ?"
-                " AND task_list = ? LIMIT ?)",
-                (region, domain, kind, task_list, cap),
-            ).fetchone(),
-            scan=True,
-        )
+        args = (region, domain, kind, task_list, cap)
+        row = await self._read(lambda c: c.execute(PENDING_COUNT_SQL, args).fetchone(), scan=True)
         return int(row[0])
 
     async def swf_prune_closed(self, now: int, limit: int) -> int:
@@ -384,97 +343,19 @@ class SwfSqlite:
                 if len(candidates) >= limit:
                     break
                 candidates += conn.execute(
-                    "SELECT l.region, l.run_id, e.last_event_id FROM swf_listing l JOIN swf_executions e"
-                    " ON e.region = l.region AND e.run_id = l.run_id WHERE l.region = ? AND l.domain = ?"
-                    " AND l.facet = '' AND l.closed_at IS NOT NULL AND l.closed_at <= ?"
-                    " ORDER BY l.closed_at LIMIT ?",
-                    (region, domain, now - retention_ms(days), limit - len(candidates)),
+                    EXPIRED_SQL, (region, domain, now - retention_ms(days), limit - len(candidates))
                 ).fetchall()
             keys = prune_keys(candidates, limit)
-            for table in ("swf_events", "swf_tasks", "swf_listing", "swf_executions"):
+            for table in PRUNED_TABLES:
                 conn.executemany(f"DELETE FROM {table} WHERE region = ? AND run_id = ?", keys)
             return len(keys)
 
         return await self._write(fn)
 
 
-def _listing_where(query: SwfQuery, after: SwfCursor | None) -> tuple[str, list[Any], str]:
-    """The WHERE clause (over `swf_listing l`), its arguments and the ORDER BY of a listing."""
-    time = "l.closed_at" if query.by_close else "l.started_at"
-    clauses = ["l.region = ?", "l.domain = ?", "l.facet = ?"]
-    args: list[Any] = [query.region, query.domain, query.facet]
-    if query.by_close:
-        clauses.append("l.closed_at IS NOT NULL")
-    else:
-        clauses.append("l.is_open = ?")
-        args.append(1 if query.open else 0)
-    clauses.append(f"{time} >= ?")
-    args.append(query.oldest)
-    if query.latest is not None:
-        clauses.append(f"{time} <= ?")
-        args.append(query.latest)
-    direction, cmp = ("ASC", ">") if query.reverse else ("DESC", "<")
-    if after is not None:
-        clauses.append(f"({time}, l.workflow_id, l.run_id) {cmp} (?, ?, ?)")
-        args += after
-    order = f"{time} {direction}, l.workflow_id {direction}, l.run_id {direction}"
-    return " AND ".join(clauses), args, order
-
-
-def _apply_swf_unit(conn: sqlite3.Connection, unit: SwfUnit) -> None:
-    ex, region = unit.execution, unit.region
-    row = execution_row(region, ex, unit.version)
-    if unit.expected_version is None:
-        cur = conn.execute(
-            "INSERT INTO swf_executions (region, run_id, domain, workflow_id, is_open, version,"
-            " last_event_id, started_at, closed_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (region, domain, workflow_id) WHERE is_open = 1 DO NOTHING",
-            row,
-        )
-        if cur.rowcount != 1:
-            raise UniqueViolation(SWF_OPEN_WORKFLOW_UNIQUE, f"{ex.domain}/{ex.workflow_id} is open already")
-    else:
-        cur = conn.execute(
-            "UPDATE swf_executions SET is_open = ?, version = ?, last_event_id = ?, closed_at = ?, doc = ?"
-            " WHERE region = ? AND run_id = ? AND version = ?",
-            (row[4], row[5], row[6], row[8], row[9], region, ex.run_id, unit.expected_version),
-        )
-        if cur.rowcount != 1:
-            raise StaleWrite(f"SWF execution {ex.run_id} changed underneath version {unit.expected_version}")
-    if unit.events:
-        conn.executemany(
-            "INSERT INTO swf_events (region, run_id, event_id, at, type, attrs) VALUES (?, ?, ?, ?, ?, ?)",
-            event_rows(region, ex.run_id, unit.events),
-        )
-    tasks = pending_tasks(region, ex)
-    if unit.expected_version is not None:
-        ids = [t.scheduled_event_id for t in tasks]
-        conn.execute(
-            "DELETE FROM swf_tasks WHERE region = ? AND run_id = ?"
-            f" AND scheduled_event_id NOT IN ({', '.join('?' * len(ids))})",
-            (region, ex.run_id, *ids),
-        )
-    if tasks:
-        conn.executemany(
-            "INSERT INTO swf_tasks (region, run_id, scheduled_event_id, domain, kind, task_list, workflow_id,"
-            " priority, scheduled_at, claimed_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT DO NOTHING",
-            task_rows(tasks),
-        )
-    if unit.expected_version is None:
-        keys = facets(ex)
-    elif not ex.is_open:
-        conn.execute(
-            "UPDATE swf_listing SET is_open = 0, closed_at = ? WHERE region = ? AND run_id = ?"
-            " AND is_open = 1",
-            (ex.closed_at, region, ex.run_id),
-        )
-        keys = [facet_close_status(ex.close_status)] if ex.close_status is not None else []
-    else:
-        keys = []
-    if keys:
-        conn.executemany(
-            "INSERT INTO swf_listing (region, run_id, facet, domain, is_open, started_at, closed_at,"
-            " workflow_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            listing_rows(region, ex, keys),
-        )
+# The next claimable task of a task list: (region, domain, kind, task_list, now).
+NEXT_TASK_SQL = (
+    "SELECT * FROM swf_tasks WHERE region = ? AND domain = ? AND kind = ? AND task_list = ?"
+    " AND (claimed_until IS NULL OR claimed_until <= ?)"
+    " ORDER BY priority DESC, scheduled_at, run_id, scheduled_event_id LIMIT 1"
+)

@@ -27,7 +27,7 @@ from ..storage.swf import (
     WORKFLOW,
     Insert,
     SwfDomain,
-    SwfRegistryStore,
+    SwfStore,
     SwfType,
 )
 from .errors import (
@@ -76,7 +76,7 @@ _ACTIVITY_DEFAULTS = (
 class Ctx:
     """One authenticated request: the store, the time (epoch ms) and the caller's region."""
 
-    store: SwfRegistryStore
+    store: SwfStore
     now: int
     region: str
 
@@ -202,7 +202,8 @@ def domain_info(domain: SwfDomain) -> dict[str, Any]:
     return info
 
 
-async def _domain(ctx: Ctx, name: str) -> SwfDomain:
+async def domain_of(ctx: Ctx, name: str) -> SwfDomain:
+    """The caller's domain `name`; `UnknownResourceFault` when the region has none."""
     found = await ctx.store.swf_get_domain(ctx.region, name)
     if found is None:
         raise UnknownResourceFault(f"Unknown domain: {name}")
@@ -251,7 +252,7 @@ async def register_domain(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def describe_domain(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
-    domain = await _domain(ctx, body["name"])
+    domain = await domain_of(ctx, body["name"])
     return {
         "domainInfo": domain_info(domain),
         "configuration": {"workflowExecutionRetentionPeriodInDays": domain.retention_days},
@@ -275,7 +276,7 @@ async def list_domains(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
 async def _set_domain_status(ctx: Ctx, name: str, status: str) -> None:
     if await ctx.store.swf_set_domain_status(ctx.region, name, status, ctx.now):
         return
-    await _domain(ctx, name)  # unknown: UnknownResourceFault
+    await domain_of(ctx, name)  # unknown: UnknownResourceFault
     if status == DEPRECATED:
         raise DomainDeprecatedFault(name)
     raise DomainAlreadyExistsFault(name)
@@ -304,7 +305,7 @@ async def _arn_domain(ctx: Ctx, arn: str) -> SwfDomain:
         raise OperationNotPermittedFault(f"Resources of account {account} are not reachable with this key.")
     if region != ctx.region:
         raise UnknownResourceFault(f"Unknown resource: {arn} (this request is signed for {ctx.region})")
-    return await _domain(ctx, name)
+    return await domain_of(ctx, name)
 
 
 async def list_tags_for_resource(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
@@ -371,7 +372,7 @@ async def _type(ctx: Ctx, kind: str, body: dict[str, Any]) -> SwfType:
     ref = body[_type_key(kind)]
     found = await ctx.store.swf_get_type(ctx.region, body["domain"], kind, ref["name"], ref["version"])
     if found is None:
-        await _domain(ctx, body["domain"])
+        await domain_of(ctx, body["domain"])
         noun = "WorkflowType" if kind == WORKFLOW else "ActivityType"
         raise UnknownResourceFault(f"Unknown type: {noun}=[name={ref['name']}, version={ref['version']}]")
     return found
@@ -427,7 +428,7 @@ def list_types(kind: str) -> Action:
         status, reverse, name = body["registrationStatus"], bool(body.get("reverseOrder")), body.get("name")
         scope = [f"List{kind}Types", ctx.region, body["domain"], status, name, reverse]
         after = read_token(body, scope, 2)
-        await _domain(ctx, body["domain"])
+        await domain_of(ctx, body["domain"])
         size = page_size(body)
         rows = await ctx.store.swf_list_types(
             ctx.region,

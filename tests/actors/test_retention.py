@@ -7,8 +7,11 @@ from typing import Any
 import pytest
 from trio.testing import MockClock
 
+from foliot.storage.swf import REGISTERED, SwfDomain
+from foliot.swf import messages as m
 from foliot.views import run_view
 
+from ..swf.store_kit import start as start_swf
 from .conftest import DAY, Env, advance
 
 HOUR = 3_600.0
@@ -104,4 +107,27 @@ async def test_never_keeps_everything(env: Env, autojump_clock: MockClock) -> No
     await env.until(run_id, "completed")
     await advance(100 * DAY)  # past the 30-day default
     assert await env.engine.store.get_run(run_id) is not None
-    assert env.engine.pruner.passes == 0
+    assert env.engine.pruner.pruned_runs == 0 and env.engine.pruner.pruned_idempotency == 0
+
+
+@pytest.mark.parametrize("settings_overrides", [{"retention_ms": None, "prune_interval_ms": 3_600_000}])
+async def test_swf_executions_go_after_their_domains_retention(env: Env, autojump_clock: MockClock) -> None:
+    store, now, region = env.engine.store, env.engine.clock.now(), "us-east-1"
+    await store.swf_insert_domain(SwfDomain(region, "week", REGISTERED, None, "7", "[]", now), 100)
+    await store.swf_insert_domain(SwfDomain(region, "none", REGISTERED, None, "NONE", "[]", now), 100)
+    await start_swf(store, "wf-open", "r-open", now, domain="week")
+    week = await start_swf(store, "wf-week", "r-week", now, domain="week")
+    await week.complete(now + 1)
+    at_once = await start_swf(store, "wf-none", "r-none", now, domain="none")
+    await at_once.send(m.Terminate(), now + 1)
+
+    await advance(2 * HOUR)  # a pass since: NONE keeps a closed execution no time at all
+    assert await store.swf_load(region, "r-none") is None
+    assert await store.swf_load(region, "r-week") is not None
+    assert env.engine.pruner.pruned_swf_executions == 1
+
+    await advance(7 * DAY)
+    assert await store.swf_load(region, "r-week") is None
+    assert await store.swf_events(region, "r-week", None, False, 10) == []
+    assert await store.swf_load(region, "r-open") is not None  # open: never, however old
+    assert env.engine.pruner.pruned_swf_executions == 2 and env.engine.pruner.failures == 0

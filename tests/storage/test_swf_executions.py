@@ -4,15 +4,19 @@ derived from the document and claimed once, keyset listings, retention."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
+from typing import Any
 
 import attrs
 import pytest
 import trio
 
 from foliot.errors import StaleWrite, UniqueViolation
+from foliot.storage import swf_postgres, swf_sql, swf_sqlite
 from foliot.storage.base import PRUNE_EVENTS_PER_RUN, Store
 from foliot.storage.factory import open_store
+from foliot.storage.sqlite import SqliteStore
 from foliot.storage.swf import (
     ACTIVITY_TASK,
     DECISION,
@@ -333,3 +337,46 @@ async def test_pruning_is_bounded_by_history_length(store: Store) -> None:
     assert await store.swf_prune_closed(T0 + 10, 2) == 2
     assert await store.swf_prune_closed(T0 + 10, 2) == 1
     assert await store.swf_prune_closed(T0 + 10, 2) == 0
+
+
+async def test_every_listing_claim_and_expiry_query_is_an_index_range(store: Store) -> None:
+    """No query of the read path or the claim scans a table or sorts: each reads one index
+    range in the order it returns, so its cost is the page, not the table."""
+    queries = [
+        q(),
+        q(reverse=True, latest=5),
+        q(open=False),
+        q(open=False, by_close=True, latest=5, facet=facet_tag("t")),
+        q(facet=facet_type("Order", "1"), reverse=True),
+    ]
+    shared = [
+        *(swf_sql.list_sql(one, after, 10) for one in queries for after in (None, (1, "w", "r"))),
+        *(swf_sql.count_sql(one, 10) for one in queries),
+        (swf_sql.EXPIRED_SQL, ["r", "d", 0, 10]),
+    ]
+    if isinstance(store, SqliteStore):
+        conn = sqlite3.connect(store.path)
+        for sql, args in [*shared, (swf_sqlite.NEXT_TASK_SQL, ["r", "d", DECISION, "tl", 0])]:
+            steps = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args)]
+            # Reading a count's own bounded subquery back is the only scan allowed.
+            tables = [s for s in steps if s.startswith("SCAN") and s != "SCAN t"]
+            assert not tables and not any("TEMP B-TREE" in s for s in steps), (sql, steps)
+        conn.close()
+        return
+    explain = [(swf_sql.numbered(sql), args) for sql, args in shared]
+    for sql, args in [*explain, (swf_postgres.CLAIM_SQL, ["r", "d", DECISION, "tl", 0, 1])]:
+
+        async def fn(conn: Any, sql: str = sql, args: list[Any] = args) -> str:
+            async with conn.transaction():
+                await conn.execute("SET LOCAL enable_seqscan = off")
+                await conn.execute("SET LOCAL enable_bitmapscan = off")
+                rows = await conn.fetch("EXPLAIN " + sql, *args)
+            return " / ".join(r[0] for r in rows)
+
+        plan = await store._call(fn)  # type: ignore[attr-defined]
+        assert "Seq Scan" not in plan and "Sort" not in plan and "Index" in plan, (sql, plan)
+
+
+def test_numbered_placeholders() -> None:
+    assert swf_sql.numbered("a = ? AND (b, c) > (?, ?) LIMIT ?") == "a = $1 AND (b, c) > ($2, $3) LIMIT $4"
+    assert swf_sql.numbered("SELECT 1") == "SELECT 1"

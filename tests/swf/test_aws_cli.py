@@ -101,3 +101,57 @@ async def test_aws_cli_registers_and_describes(swf: Swf) -> None:
         swf, "register-domain", "--name", "orders", "--workflow-execution-retention-period-in-days", "7"
     )
     assert code != 0 and "DomainAlreadyExistsFault" in err
+
+
+async def test_aws_cli_reads_executions(swf: Swf) -> None:
+    """The read actions as the CLI calls them, its own pagination (`--page-size`) following
+    Foliot's page tokens to the end."""
+    from .store_kit import decision, start
+
+    code, _, err = await aws(
+        swf, "register-domain", "--name", "orders", "--workflow-execution-retention-period-in-days", "7"
+    )
+    assert code == 0, err
+    store = swf.running.engine.store
+    now = swf.running.engine.clock.now() - 60_000
+    for i in range(3):
+        await start(store, f"order-{i}", f"run-{i}", now + i * 1000, region="eu-central-1", domain="orders")
+    live = await start(store, "order-9", "run-9", now, region="eu-central-1", domain="orders")
+    await live.decide(now + 1, *[decision("RecordMarker", markerName=f"m{i}") for i in range(4)])
+    oldest = f"oldestDate={(now - 1000) // 1000}"
+
+    code, out, err = await aws(
+        swf,
+        "list-open-workflow-executions",
+        "--domain",
+        "orders",
+        "--start-time-filter",
+        oldest,
+        "--page-size",
+        "1",
+    )
+    assert code == 0, err
+    assert [i["execution"]["runId"] for i in json.loads(out)["executionInfos"]] == [
+        "run-2",
+        "run-1",
+        "run-9",
+        "run-0",
+    ]
+    code, out, err = await aws(
+        swf,
+        "get-workflow-execution-history",
+        "--domain", "orders",
+        "--execution", "workflowId=order-9,runId=run-9",
+        "--page-size", "2",
+    )  # fmt: skip
+    assert code == 0, err
+    assert [e["eventId"] for e in json.loads(out)["events"]] == list(range(1, live.ex.last_event_id + 1))
+    code, out, err = await aws(
+        swf, "count-pending-decision-tasks", "--domain", "orders", "--task-list", "name=deciders"
+    )
+    assert code == 0, err
+    assert json.loads(out) == {"count": 3, "truncated": False}
+    code, _, err = await aws(
+        swf, "describe-workflow-execution", "--domain", "orders", "--execution", "workflowId=order-9,runId=x"
+    )
+    assert code != 0 and "UnknownResourceFault" in err
