@@ -249,6 +249,11 @@ class EngineCollector:
             "Starts and signals answered per second over the gate's window.",
             gate.throughput,
         )
+        yield _counter(
+            "foliot_admission_behind_own_run",
+            "Signals answered after waiting behind their own run's messages (not timed by the gate).",
+            adm.behind_own_run,
+        )
         refused = CounterMetricFamily(
             "foliot_admission_refused",
             "Starts and signals refused as overloaded (429/503 with Retry-After), by reason.",
