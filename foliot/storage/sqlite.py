@@ -127,7 +127,17 @@ class SqliteStore(SwfSqlite):
     @property
     def pending_writes(self) -> int:
         """Units of work waiting for the writer (read by admission control)."""
-        return self._jobs.qsize() + self._room.statistics().tasks_waiting
+        return self.writer_queue + self.writer_blocked
+
+    @property
+    def writer_queue(self) -> int:
+        """Writes queued for the writer thread and not yet taken by it."""
+        return self._jobs.qsize()
+
+    @property
+    def writer_blocked(self) -> int:
+        """Callers waiting for room because `_QUEUE_MAX` writes are queued."""
+        return self._room.statistics().tasks_waiting
 
     # ------------------------------------------------------------------ plumbing
 
