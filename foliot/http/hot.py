@@ -1,11 +1,13 @@
-"""The two hottest calls, `POST /apps/{app}/runs` and `POST /apps/{app}/signals`, served at the
-ASGI edge without Quart's request and response machinery.
+"""The hottest calls, `POST /apps/{app}/runs`, `POST /apps/{app}/signals` and the task answers
+(`POST /apps/{app}/tasks/{token}/complete` and `/heartbeat`), served at the ASGI edge without
+Quart's request and response machinery.
 
 Quart builds a request object, a request context, runs routing, hooks and an after-request
 pass, then a response object, for every call: on a start that is about a third of the CPU the
 whole request costs (bench/README.md). Here a plain request (one `Content-Length`, no query
 string, no `Expect`, no NUL in the path) goes straight to the same route functions the Quart
-routes call (`runs.start_run_call`, `signals.signal_call`): the same admission, authentication,
+routes call (`runs.start_run_call`, `signals.signal_call`, `tasks.complete_call`,
+`tasks.heartbeat_call`): the same admission, authentication,
 body limits, validation, idempotency and error shapes, in the same order. Anything else falls
 through to Quart unchanged, which answers it as before.
 
@@ -34,8 +36,8 @@ from .app import BODY_TIMEOUT_S, Call, UnsupportedMediaType, is_json_media_type
 
 log = logging.getLogger("foliot.http")
 
-_HOT = re.compile(r"^/apps/([^/]+)/(runs|signals)/?$")
-Route = Callable[[Call, str], Awaitable[tuple[dict[str, Any], int]]]
+_HOT = re.compile(r"^/apps/([^/]+)/(?:(runs|signals)|tasks/([^/]+)/(complete|heartbeat))/?$")
+Route = Callable[..., Awaitable[tuple[dict[str, Any], int]]]
 
 
 class Disconnected(Exception):
@@ -43,17 +45,24 @@ class Disconnected(Exception):
 
 
 class Hot:
-    """ASGI wrapper: plain starts and signals are served here, everything else by `app`."""
+    """ASGI wrapper: plain starts, signals and task answers are served here, everything else
+    by `app`."""
 
     def __init__(self, app: ASGIFramework, engine: Engine, admin_token: str) -> None:
         from .runs import start_run_call
         from .signals import signal_call
+        from .tasks import complete_call, heartbeat_call
 
         self.app = app
         self.engine = engine
         self.admin_token = admin_token
         self.body_max = engine.settings.body_max_bytes
-        self.routes: dict[str, Route] = {"runs": start_run_call, "signals": signal_call}
+        self.routes: dict[str, Route] = {
+            "runs": start_run_call,
+            "signals": signal_call,
+            "complete": complete_call,
+            "heartbeat": heartbeat_call,
+        }
         self.served = 0  # requests answered here rather than by Quart
 
     async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
@@ -63,14 +72,17 @@ class Hot:
                 headers = _plain_headers(scope["headers"])
                 if headers is not None:
                     self.served += 1
-                    await self._serve(scope["path"], match[1], self.routes[match[2]], headers, receive, send)
+                    # A start or signal names the app; a task answer the app and the token.
+                    route = self.routes[match[2] or match[4]]
+                    names = (match[1],) if match[2] else (match[1], match[3])
+                    await self._serve(scope["path"], names, route, headers, receive, send)
                     return
         await self.app(scope, receive, send)
 
     async def _serve(
         self,
         path: str,
-        app_name: str,
+        names: tuple[str, ...],
         route: Route,
         headers: dict[bytes, bytes],
         receive: ASGIReceiveCallable,
@@ -96,7 +108,7 @@ class Hot:
                 _text(headers.get(b"idempotency-key")),
                 body.read,
             )
-            view, status = await route(call, app_name)
+            view, status = await route(call, *names)
             answer = _dumps(view)
         except Disconnected:
             return  # nobody to answer
@@ -106,7 +118,7 @@ class Hot:
             log.warning("storage unavailable: %s", error)
             status, answer, extra = _error(Unavailable("storage is unavailable; nothing was changed, retry"))
         except Exception:
-            log.exception("unhandled error on POST /apps/%s/...", app_name)
+            log.exception("unhandled error on POST %s", path)
             status, answer, extra = _error(Internal("internal error; see the server log"))
         out = [
             (b"content-type", b"application/json"),

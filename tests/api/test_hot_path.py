@@ -166,3 +166,50 @@ async def test_overload_at_the_edge_is_429_with_retry_after(api: Api, served: li
         assert at_edge.status_code == 429 and at_edge.headers["retry-after"] == "1"
         assert at_edge.json()["error"]["reason"] == "inflight"
     assert (await api.call("GET", f"/apps/{api.app}/runs")).json()["runs"] == []
+
+
+QUEUED = {"name": "q", "steps": [{"name": "t", "type": "task", "queue": "work", "timeout": "1h"}]}
+
+
+async def test_task_answers_at_the_edge_are_quarts_answers(api: Api, served: list[str]) -> None:
+    await api.register(QUEUED)
+    run = await api.start("q")
+    polled = await api.call("POST", f"/apps/{api.app}/tasks/poll", {"queue": "work", "waitSeconds": 0})
+    token = polled.json()["tasks"][0]["taskToken"]
+    auth = {**api.auth(), **JSON}
+    other = await api.client.put("/apps/other", json={"handlerBaseUrl": "http://x"}, headers=api.admin())
+    other_key = {"Authorization": f"Bearer {other.json()['apiKey']}", **JSON}
+    complete, beat = f"/apps/{api.app}/tasks/{token}/complete", f"/apps/{api.app}/tasks/{token}/heartbeat"
+    cases: list[tuple[str, bytes, dict[str, str], int, str]] = [
+        (complete, b"{}", JSON, 401, "unauthorized"),
+        (complete, b"{}", other_key, 403, "forbidden"),
+        (complete, b"{nope", auth, 400, "invalid_request"),
+        (complete, body({"output": 1, "colour": "red"}), auth, 400, "invalid_request"),
+        (complete, body({"output": 1, "error": {"class": "x"}}), auth, 400, "invalid_request"),
+        (complete, body({"error": {"class": ""}}), auth, 400, "invalid_request"),
+        (
+            complete,
+            body({"output": 1}),
+            {**api.auth(), "Content-Type": "text/plain"},
+            415,
+            "unsupported_media_type",
+        ),
+        (f"/apps/{api.app}/tasks/tt_nope/complete", b"{}", auth, 404, "not_found"),
+        (beat, body({"x": 1}), auth, 400, "invalid_request"),
+        (f"/apps/{api.app}/tasks/tt_nope/heartbeat", b"", auth, 404, "not_found"),
+    ]
+    for path, content, headers, status, code in cases:
+        at_edge, by_quart = await both(api, served, path, content, headers)
+        same(at_edge, by_quart)
+        assert (at_edge.status_code, at_edge.json()["error"]["code"]) == (status, code), (path, content)
+    at_edge, by_quart = await both(api, served, beat, b"", auth)
+    same(at_edge, by_quart)
+    assert at_edge.json() == {"cancelRequested": False}
+    assert (await api.run(run["runId"]))["status"] == "running"  # nothing answered the task yet
+    before = len(served)
+    done = await api.client.post(complete, content=body({"output": {"ok": True}}), headers=auth)
+    assert done.status_code == 200 and done.json() == {"runId": run["runId"], "status": "completed"}
+    again = await api.client.post(complete, content=body({"output": 2}), headers=auth)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "task_closed"
+    assert len(served) == before + 2
+    assert (await api.run(run["runId"]))["state"] == {"t": {"ok": True}}
