@@ -33,6 +33,9 @@ from werkzeug.exceptions import RequestTimeout
 from ..actors.engine import Engine
 from ..errors import ApiError, Internal, PayloadTooLarge, StorageUnavailable, Unavailable
 from .app import BODY_TIMEOUT_S, Call, UnsupportedMediaType, is_json_media_type
+from .runs import start_run_call
+from .signals import signal_call
+from .tasks import complete_call, heartbeat_call
 
 log = logging.getLogger("foliot.http")
 
@@ -49,10 +52,6 @@ class Hot:
     by `app`."""
 
     def __init__(self, app: ASGIFramework, engine: Engine, admin_token: str) -> None:
-        from .runs import start_run_call
-        from .signals import signal_call
-        from .tasks import complete_call, heartbeat_call
-
         self.app = app
         self.engine = engine
         self.admin_token = admin_token
@@ -63,7 +62,6 @@ class Hot:
             "complete": complete_call,
             "heartbeat": heartbeat_call,
         }
-        self.served = 0  # requests answered here rather than by Quart
 
     async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and not scope["query_string"]:
@@ -71,7 +69,6 @@ class Hot:
             if match is not None and "\x00" not in scope["path"]:
                 headers = _plain_headers(scope["headers"])
                 if headers is not None:
-                    self.served += 1
                     # A start or signal names the app; a task answer the app and the token.
                     route = self.routes[match[2] or match[4]]
                     names = (match[1],) if match[2] else (match[1], match[3])
