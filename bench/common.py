@@ -907,13 +907,15 @@ class Profile:
 
     Used as a context manager around the load phases; does nothing when py-spy is missing."""
 
-    def __init__(self, pid: int, out: Path, rate: int = 100) -> None:
+    def __init__(self, pid: int, out: Path, rate: int = 100, *, gil: bool = True) -> None:
         self.out = out
         self.child: Child | None = None
         spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         if Path(spy).exists():
             args = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate)]
-            self.args = [*args, "--nonblocking", "-o", str(out)]
+            # `--gil`: only the thread holding the GIL is sampled, so shares are of the Python
+            # CPU (threads waiting for the GIL or for I/O would otherwise count as busy).
+            self.args = [*args, *(["--gil"] if gil else []), "--nonblocking", "-o", str(out)]
         else:
             self.args = []
 

@@ -174,7 +174,6 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
         c.database_url(args.backend, work, cluster),
         work,
         FOLIOT_PASSIVATE_AFTER_MS=PASSIVATE[mode],
-        FOLIOT_ADMISSION_TARGET_MS=100,
     )
     server.start()
     key = server.setup_app([WORKFLOW], handler_url=handler.url)

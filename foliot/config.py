@@ -107,7 +107,7 @@ class Settings:
     storage_queue_max: int = 2_000  # units of work waiting for the writer; more: 503
     mailbox_wait_ms: int = 1_000  # how long a request waits for room in one run's mailbox
     # Latency gate: past this queueing delay for a whole interval, starts and signals are shed.
-    admission_target_ms: int = 0  # 0: the gate is off (opt-in; 100 is a good value)
+    admission_target_ms: int = 100  # 0 turns the gate off
     admission_interval_ms: int = 200
     log_level: str = "INFO"
     shutdown_grace_ms: int = 10_000
@@ -171,7 +171,7 @@ class Settings:
             max_inflight_requests=_int(e, "FOLIOT_MAX_INFLIGHT_REQUESTS", 512),
             storage_queue_max=_int(e, "FOLIOT_STORAGE_QUEUE_MAX", 2_000),
             mailbox_wait_ms=_int(e, "FOLIOT_MAILBOX_WAIT_MS", 1_000),
-            admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 0)),
+            admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 100)),
             admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
             shutdown_grace_ms=_int(e, "FOLIOT_SHUTDOWN_GRACE_MS", 10_000),

@@ -272,6 +272,11 @@ class EngineCollector:
             "Starts and signals answered per second over the gate's window.",
             gate.throughput,
         )
+        yield _counter(
+            "foliot_admission_behind_own_run",
+            "Signals answered after waiting behind their own run's messages (not timed by the gate).",
+            adm.behind_own_run,
+        )
         refused = CounterMetricFamily(
             "foliot_admission_refused",
             "Starts and signals refused as overloaded (429/503 with Retry-After), by reason.",
@@ -284,19 +289,15 @@ class EngineCollector:
 
 
 def _writer(store: Any) -> Iterable[Metric]:
-    # The SQLite store funnels every write through one bounded channel to its writer task:
-    # a full buffer and blocked senders are where storage back-pressure shows first.
-    channel = getattr(store, "_send", None)
-    if not isinstance(channel, trio.MemorySendChannel):
+    # The SQLite store funnels every write through one bounded queue to its writer thread: a
+    # long queue and blocked callers are where storage back-pressure shows first.
+    queued = getattr(store, "writer_queue", None)
+    blocked = getattr(store, "writer_blocked", None)
+    if not isinstance(queued, int) or not isinstance(blocked, int):
         return
-    stats = channel.statistics()
+    yield _gauge("foliot_storage_writer_queue", "Writes queued for the SQLite writer.", queued)
     yield _gauge(
-        "foliot_storage_writer_queue", "Writes queued for the SQLite writer.", stats.current_buffer_used
-    )
-    yield _gauge(
-        "foliot_storage_writer_blocked",
-        "Callers blocked because the writer queue is full.",
-        stats.tasks_waiting_send,
+        "foliot_storage_writer_blocked", "Callers blocked because the writer queue is full.", blocked
     )
 
 

@@ -18,6 +18,7 @@ from .config import Settings, describe_lifetime, redact_url
 from .credentials import Vault, file_secret
 from .http.app import create_app
 from .http.edge import Shed
+from .http.hot import Hot
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.factory import open_store, sqlite_path
@@ -98,7 +99,7 @@ async def _serve_store(
 ) -> None:
     async with open_store(settings.database_url) as store:
         engine = Engine(settings, store, vault=vault)
-        app = InFlight(Shed(create_app(engine, settings, token), engine.admission))
+        app = InFlight(Shed(Hot(create_app(engine, settings, token), engine, token), engine.admission))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT

@@ -15,6 +15,9 @@ minutes in a hidden queue. Saturation is measured, never guessed:
 - `latency`: a standing queue: for a whole `FOLIOT_ADMISSION_INTERVAL_MS` no start or signal was
   answered within `FOLIOT_ADMISSION_TARGET_MS`; then only as many are served at once as keep
   their queueing delay near that target (`gate.LatencyGate`), the others are refused at once.
+  A signal that queued behind other messages of its own run is not timed by the gate: one
+  busy run is per-run back-pressure (its bounded mailbox, `mailbox` above), not a sign that
+  the engine cannot keep up, and must not make every other run's callers wait or be refused.
 
 The counters are plain attributes for `/metrics`.
 """
@@ -37,6 +40,16 @@ if TYPE_CHECKING:
 REASONS = ("inflight", "latency", "storage", "push_backlog", "mailbox")
 
 
+class Ticket:
+    """One admitted start or signal; `timed` is cleared when its wait says nothing about the
+    engine as a whole (it queued behind its own run's messages)."""
+
+    __slots__ = ("timed",)
+
+    def __init__(self) -> None:
+        self.timed = True
+
+
 class Admission:
     def __init__(self, settings: Settings, dispatcher: Dispatcher, store: Any) -> None:
         self.max_inflight = settings.max_inflight_requests
@@ -46,6 +59,7 @@ class Admission:
         self._store = store
         self.inflight = 0  # starts and signals being served now
         self.admitted = 0
+        self.behind_own_run = 0  # admitted signals not timed by the gate (queued behind their run)
         self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
         self.gate = LatencyGate(settings.admission_target_ms / 1000, settings.admission_interval_ms / 1000)
 
@@ -90,15 +104,19 @@ class Admission:
                 )
 
     @contextmanager
-    def admit(self, app: str) -> Iterator[None]:
-        """Check, then count the request as in flight until it has been answered."""
+    def admit(self, app: str) -> Iterator[Ticket]:
+        """Check, then count the request as in flight until it has been answered; its latency
+        feeds the gate unless the ticket says it queued behind its own run."""
         self.check(app)
         self.inflight += 1
         self.admitted += 1
         started = trio.current_time()
+        ticket = Ticket()
         try:
-            yield
+            yield ticket
         finally:
             self.inflight -= 1
             now = trio.current_time()
-            self.gate.answered(now, now - started)
+            self.gate.answered(now, now - started if ticket.timed else None)
+            if not ticket.timed:
+                self.behind_own_run += 1

@@ -274,6 +274,11 @@ class Engine:
             return
         self.dispatcher.push(run, task, path, timeout_ms)
 
+    def busy(self, run_id: str) -> bool:
+        """The run's actor is handling or holding messages: a new one waits behind them."""
+        actor = self.supervisor.actors.get(run_id)
+        return actor is not None and not actor.idle
+
     def _live_document(self, run_id: str) -> Run | None:
         actor = self.supervisor.actors.get(run_id)
         return actor.state if actor is not None else None

@@ -13,6 +13,12 @@ last `window` intervals. Holding that many in flight keeps their mean queueing d
 The gate stops shedding after an interval in which it had to refuse nothing: the load fits
 again. `floor` keeps a node that answers little (idle, or just started) from refusing small
 bursts.
+
+An answer may come without a latency (`None`): a signal that waited behind other messages of
+its own run. It counts towards the throughput but not towards the standing-queue test, so a
+burst to one run (per-run back-pressure: its bounded mailbox) never sheds everyone's traffic.
+An interval needs `evidence` timed answers to show a standing queue: one or two slow answers
+(a lone start whose commit waited for a burst of others) say nothing about a queue.
 """
 
 from __future__ import annotations
@@ -22,8 +28,11 @@ from collections import deque
 
 
 class LatencyGate:
-    def __init__(self, target_s: float, interval_s: float, *, floor: int = 8, window: int = 5) -> None:
+    def __init__(
+        self, target_s: float, interval_s: float, *, floor: int = 8, window: int = 5, evidence: int = 3
+    ) -> None:
         self.target_s = target_s
+        self.evidence = max(1, evidence)
         self.interval_s = interval_s
         self.floor = max(1, floor)
         self.enabled = target_s > 0 and interval_s > 0
@@ -31,6 +40,7 @@ class LatencyGate:
         self._start: float | None = None  # when the current interval began
         self._min = math.inf  # fastest answer in the current interval
         self._answered = 0
+        self._timed = 0  # answers of the current interval that came with a latency
         self._refused = 0
         self._history: deque[int] = deque(maxlen=max(1, window))  # answers per past interval
         self.last_min_s: float | None = None  # fastest answer of the last finished interval
@@ -61,13 +71,16 @@ class LatencyGate:
             return False
         return True
 
-    def answered(self, now: float, latency_s: float) -> None:
-        """An admitted start or signal was answered after `latency_s`."""
+    def answered(self, now: float, latency_s: float | None) -> None:
+        """An admitted start or signal was answered after `latency_s` (None: it queued behind
+        its own run, so its wait does not tell about the engine's queue)."""
         if not self.enabled:
             return
         self._roll(now)
         self._answered += 1
-        self._min = min(self._min, latency_s)
+        if latency_s is not None:
+            self._timed += 1
+            self._min = min(self._min, latency_s)
 
     def _roll(self, now: float) -> None:
         if self._start is None:
@@ -79,10 +92,10 @@ class LatencyGate:
         if self.shedding:
             if self._refused == 0:
                 self.shedding = False
-        elif self._answered and self._min >= self.target_s:
+        elif self._timed >= self.evidence and self._min >= self.target_s:
             self.shedding = True
             self.episodes += 1
-        self.last_min_s = self._min if self._answered else None
+        self.last_min_s = self._min if self._timed else None
         self._history.append(self._answered)
         # At least one: `now` is past the interval's end, whatever the float division says.
         passed = max(1, int((now - self._start) / self.interval_s))
@@ -93,4 +106,5 @@ class LatencyGate:
         self._start += passed * self.interval_s
         self._min = math.inf
         self._answered = 0
+        self._timed = 0
         self._refused = 0

@@ -23,6 +23,7 @@ from ..workflow.model import Run
 from .messages import Envelope, ReplySlot
 
 if TYPE_CHECKING:
+    from .admission import Ticket
     from .engine import Engine
 
 # A start that loses the business-key race delivers to the winner; the winner may close before
@@ -48,8 +49,11 @@ def _error(reply: machine.Rejected) -> ApiError:
     return error
 
 
-async def signal_with_start(engine: Engine, req: SignalStart) -> dict[str, Any]:
-    """`{runId, status, started}`: the signal's status (`delivered`, `buffered`, `duplicate`)."""
+async def signal_with_start(engine: Engine, req: SignalStart, ticket: Ticket | None = None) -> dict[str, Any]:
+    """`{runId, status, started}`: the signal's status (`delivered`, `buffered`, `duplicate`).
+
+    `ticket`, the caller's admission, is told when the call contends with others for one run
+    (it waits behind that run's messages, or lost the race to start it): not timed by the gate."""
     if not engine.ready:
         raise Unavailable("the engine is starting; retry shortly")
     replayed = await _replay(engine, req)
@@ -58,11 +62,15 @@ async def signal_with_start(engine: Engine, req: SignalStart) -> dict[str, Any]:
     for _ in range(_ROUNDS):
         run = await engine.store.find_open_run(req.app, req.workflow, req.business_key)
         if run is not None:
+            if ticket is not None and engine.busy(run.run_id):
+                ticket.timed = False
             answer = await _deliver(engine, req, run)
         else:
             answer = await _start(engine, req)
         if answer is not None:
             return answer
+        if ticket is not None:
+            ticket.timed = False  # lost the race for this business key: contention on one run
     raise Conflict(
         f"the run with businessKey {req.business_key!r} kept closing and starting; retry",
         code="conflict",

@@ -14,6 +14,7 @@ import hmac
 import json
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import attrs
@@ -53,6 +54,9 @@ _HTTP_CODES = {
     415: "unsupported_media_type",
 }
 
+BODY_TIMEOUT_S = 60
+"""How long a request body may take to arrive (then 408)."""
+
 BODY_MAX_DEPTH = MAX_DEPTH + 2
 """A body's own object and one wrapper (`set` of a state edit) come on top of a value's levels."""
 
@@ -87,6 +91,43 @@ _INTERVENTION = re.compile(
 
 
 @attrs.frozen
+class Call:
+    """What the hot routes (start, signal) read of a request: the same whether it came through
+    Quart or straight from the ASGI edge (`foliot/http/hot.py`)."""
+
+    engine: Engine
+    admin_token: str
+    authorization: str
+    method: str
+    path: str
+    idempotency_key: str | None = None
+    read: Callable[[], Awaitable[bytes]] | None = None  # the body
+
+    async def body(self) -> bytes:
+        assert self.read is not None
+        return await self.read()
+
+
+def quart_call() -> Call:
+    """The hot routes' view of the Quart request being served."""
+
+    async def read() -> bytes:
+        data = await request.get_data(cache=True, as_text=False)
+        assert isinstance(data, bytes)
+        return data
+
+    return Call(
+        engine(),
+        g.admin_token,
+        request.headers.get("Authorization", ""),
+        request.method,
+        request.path,
+        request.headers.get("Idempotency-Key"),
+        read,
+    )
+
+
+@attrs.frozen
 class EmptyBody:
     """A body that must be empty or `{}`."""
 
@@ -113,8 +154,8 @@ def error_response(error: ApiError) -> Response:
 # ---------------------------------------------------------------------- authentication
 
 
-def _bearer() -> str:
-    header = request.headers.get("Authorization", "")
+def bearer_token(header: str) -> str:
+    """The key of an `Authorization: Bearer <key>` header (401 when missing or malformed)."""
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("missing or malformed Authorization: Bearer <key>")
@@ -122,33 +163,37 @@ def _bearer() -> str:
 
 
 async def authenticate() -> Caller:
-    token = _bearer()
-    admin_token: str = g.admin_token
+    return await authenticate_header(engine(), g.admin_token, request.headers.get("Authorization", ""))
+
+
+async def authenticate_header(eng: Engine, admin_token: str, header: str) -> Caller:
+    """The caller an Authorization header stands for (401 unless a live key)."""
+    token = bearer_token(header)
     if hmac.compare_digest(token.encode(), admin_token.encode()):
         return Caller(admin=True)
     parts = credentials.split_api_key(token)
     if parts is not None:
         key_id, secret = parts
-        record = await engine().api_key(key_id)
+        record = await eng.api_key(key_id)
         if (
             record is not None
             and record.revoked_at is None
             and credentials.matches(secret, record.secret_hash)
         ):
             return Caller(admin=False, app=record.app, key_id=key_id)
-    operator = await operator_caller(token)
+    operator = await operator_caller(token, eng)
     if operator is not None:
         return operator
     raise Unauthorized("invalid or revoked key")
 
 
-async def operator_caller(token: str) -> Caller | None:
+async def operator_caller(token: str, eng: Engine | None = None) -> Caller | None:
     """The caller an operator token stands for (None: not a live operator token)."""
     parts = credentials.split_operator_token(token)
     if parts is None:
         return None
     token_id, secret = parts
-    record = await engine().store.get_operator_token(token_id)
+    record = await (eng or engine()).store.get_operator_token(token_id)
     if record is None or record.revoked_at is not None or not credentials.matches(secret, record.secret_hash):
         return None
     return Caller(admin=record.role == "admin", key_id=token_id, role=record.role)
@@ -173,14 +218,21 @@ async def require_admin() -> Caller:
 
 async def require_app(app: str) -> Caller:
     """Admin, or a key of this very app; the app must exist."""
-    caller = await authenticate()
+    return await require_app_call(
+        Call(engine(), g.admin_token, request.headers.get("Authorization", ""), request.method, request.path),
+        app,
+    )
+
+
+async def require_app_call(call: Call, app: str) -> Caller:
+    caller = await authenticate_header(call.engine, call.admin_token, call.authorization)
     if caller.role in ("viewer", "operator"):
-        check_operator_scope(caller, request.method, request.path)
+        check_operator_scope(caller, call.method, call.path)
     elif not caller.admin:
         if caller.app != app:
             raise Forbidden(f"this key does not belong to app {app!r}")
         return caller  # a live key's app exists (the key row references it)
-    if not is_name(app) or await engine().app_record(app) is None:
+    if not is_name(app) or await call.engine.app_record(app) is None:
         raise NotFound(f"app {app!r} not found")
     return caller
 
@@ -191,6 +243,11 @@ async def require_app(app: str) -> Caller:
 async def raw_json(*, empty_ok: bool = False) -> Any:
     data = await request.get_data(cache=True, as_text=False)
     assert isinstance(data, bytes)
+    return decode_json(data, empty_ok=empty_ok)
+
+
+def decode_json(data: bytes, *, empty_ok: bool = False) -> Any:
+    """A request body as JSON (400 when empty, malformed or nested too deep)."""
     if not data.strip():
         if empty_ok:
             return {}
@@ -250,7 +307,7 @@ def check_name(value: str, field: str) -> None:
 def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
     app = QuartTrio("foliot")
     app.config["MAX_CONTENT_LENGTH"] = settings_.body_max_bytes
-    app.config["BODY_TIMEOUT"] = 60
+    app.config["BODY_TIMEOUT"] = BODY_TIMEOUT_S
     app.config["JSON_SORT_KEYS"] = False
     # `/runs/` answers like `/runs`, and `/apps//x` is a JSON 404: werkzeug would otherwise
     # answer either with an HTML redirect.

@@ -4,8 +4,8 @@ refused before Quart builds a request for it.
 Above capacity every refusal still costs CPU, and that CPU comes out of the requests being
 served. Refused here, a 429 costs hypercorn's parsing and two ASGI messages, not Quart's
 request context, routing and hooks as well. Only the gate's refusal is taken here (the other
-bounds are checked by `admitted` on the route, as before); the refusal is the same answer, and
-is counted the same way (`foliot_admission_refused_total{reason="latency"}`).
+bounds are checked by `Admission.admit` in the route functions, as before); the refusal is the
+same answer, and is counted the same way (`foliot_admission_refused_total{reason="latency"}`).
 """
 
 from __future__ import annotations

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -21,16 +19,19 @@ from ..workflow.jsonconv import is_name
 from ..workflow.model import STATUSES, Run
 from ..workflow.payload import PayloadError, payload_size
 from .app import (
+    Call,
     body,
     check_name,
     check_query,
+    decode_json,
     engine,
     json_response,
     number,
     parse,
+    quart_call,
     query_int,
-    raw_json,
     require_app,
+    require_app_call,
     settings,
 )
 
@@ -76,9 +77,11 @@ class StateBody:
     unset: tuple[str, ...] | None = None
 
 
-def check_payload(value: Any, field: str) -> None:
-    """Hold a value to FOLIOT_PAYLOAD_MAX_BYTES, measured as compact JSON (413 when over)."""
-    limit = settings().payload_max_bytes
+def check_payload(value: Any, field: str, limit: int | None = None) -> None:
+    """Hold a value to FOLIOT_PAYLOAD_MAX_BYTES (`limit`), measured as compact JSON (413 when
+    over)."""
+    if limit is None:
+        limit = settings().payload_max_bytes
     try:
         size = payload_size(value)
     except PayloadError as exc:
@@ -107,18 +110,6 @@ def rejected_error(reply: machine.Rejected) -> ApiError:
     return error
 
 
-def admitted(route: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
-    """Admission control for the calls that add work (starts, signals): refused at once with
-    429/503 `overloaded` and Retry-After when the engine is saturated (foliot/actors/admission.py)."""
-
-    @functools.wraps(route)
-    async def guarded(app_name: str, **kwargs: Any) -> Response:
-        with engine().admission.admit(app_name):
-            return await route(app_name, **kwargs)
-
-    return guarded
-
-
 async def owned_run(app_name: str, run_id: str) -> Run:
     run = await engine().run_document(run_id) if len(run_id) <= 64 else None
     if run is None or run.app != app_name:
@@ -127,42 +118,51 @@ async def owned_run(app_name: str, run_id: str) -> Run:
 
 
 @blueprint.post("/apps/<app_name>/runs")
-@admitted
 async def start_run(app_name: str) -> Response:
-    await require_app(app_name)
-    raw = await raw_json()
-    spec = parse(raw, StartBody)
-    check_name(spec.workflow, "workflow")
-    if spec.version is not None and spec.version < 1:
-        raise InvalidRequest("must be 1 or more", field="version")
-    if spec.business_key is not None and not 1 <= len(spec.business_key) <= MAX_BUSINESS_KEY:
-        raise InvalidRequest(f"must be 1..{MAX_BUSINESS_KEY} characters", field="businessKey")
-    run_timeout_ms = None
-    if spec.run_timeout is not None:
-        try:
-            run_timeout_ms = parse_duration(spec.run_timeout)
-        except DurationError as exc:
-            raise InvalidRequest(str(exc), field="runTimeout") from None
-        if run_timeout_ms <= 0:
-            raise InvalidRequest("must be longer than zero", field="runTimeout")
-    check_payload(spec.input, "input")
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
-        raise InvalidRequest(f"must be 1..{MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
-    # Only a start with a key is ever compared with an earlier one.
-    request_hash = "" if key is None else hashlib.sha256(canonical_json(raw).encode()).hexdigest()
-    view, created = await engine().start_run(
-        app=app_name,
-        workflow=spec.workflow,
-        version=spec.version,
-        input=spec.input,
-        business_key=spec.business_key,
-        run_timeout_ms=run_timeout_ms,
-        idempotency_key=key,
-        request_hash=request_hash,
-        render=run_view,
-    )
-    return json_response(view, 201 if created else 200)
+    body_, status = await start_run_call(quart_call(), app_name)
+    return json_response(body_, status)
+
+
+async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int]:
+    """`POST /apps/{app}/runs`: (response body, status). Served by Quart or by the ASGI edge
+    (foliot/http/hot.py), the same checks in the same order; refused at once with 429/503
+    `overloaded` and Retry-After when the engine is saturated (foliot/actors/admission.py)."""
+    eng = call.engine
+    with eng.admission.admit(app_name):
+        await require_app_call(call, app_name)
+        raw = decode_json(await call.body())
+        spec = parse(raw, StartBody)
+        check_name(spec.workflow, "workflow")
+        if spec.version is not None and spec.version < 1:
+            raise InvalidRequest("must be 1 or more", field="version")
+        if spec.business_key is not None and not 1 <= len(spec.business_key) <= MAX_BUSINESS_KEY:
+            raise InvalidRequest(f"must be 1..{MAX_BUSINESS_KEY} characters", field="businessKey")
+        run_timeout_ms = None
+        if spec.run_timeout is not None:
+            try:
+                run_timeout_ms = parse_duration(spec.run_timeout)
+            except DurationError as exc:
+                raise InvalidRequest(str(exc), field="runTimeout") from None
+            if run_timeout_ms <= 0:
+                raise InvalidRequest("must be longer than zero", field="runTimeout")
+        check_payload(spec.input, "input", eng.settings.payload_max_bytes)
+        key = call.idempotency_key
+        if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+            raise InvalidRequest(f"must be 1..{MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
+        # Only a start with a key is ever compared with an earlier one.
+        request_hash = "" if key is None else hashlib.sha256(canonical_json(raw).encode()).hexdigest()
+        view, created = await eng.start_run(
+            app=app_name,
+            workflow=spec.workflow,
+            version=spec.version,
+            input=spec.input,
+            business_key=spec.business_key,
+            run_timeout_ms=run_timeout_ms,
+            idempotency_key=key,
+            request_hash=request_hash,
+            render=run_view,
+        )
+    return view, 201 if created else 200
 
 
 @blueprint.get("/apps/<app_name>/runs")

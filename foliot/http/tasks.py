@@ -9,10 +9,23 @@ import trio
 from quart import Blueprint, Response
 
 from ..actors.dispatcher import task_body
+from ..actors.engine import Engine
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..workflow import machine
 from ..workflow.model import TaskRow
-from .app import EmptyBody, body, check_name, engine, json_response, require_app
+from .app import (
+    Call,
+    EmptyBody,
+    body,
+    check_name,
+    decode_json,
+    engine,
+    json_response,
+    parse,
+    quart_call,
+    require_app,
+    require_app_call,
+)
 from .runs import rejected_error
 
 blueprint = Blueprint("tasks", __name__)
@@ -69,8 +82,8 @@ async def poll(app_name: str) -> Response:
     return json_response({"tasks": [task_body(run, task) for run, task in claimed]})
 
 
-async def _task(app_name: str, token: str) -> TaskRow:
-    row = await engine().store.get_task(token) if len(token) <= 128 else None
+async def _task(eng: Engine, app_name: str, token: str) -> TaskRow:
+    row = await eng.store.get_task(token) if len(token) <= 128 else None
     if row is None or row.app != app_name:
         raise NotFound("unknown task token")
     return row
@@ -82,8 +95,16 @@ def _closed(row: TaskRow) -> Conflict:
 
 @blueprint.post("/apps/<app_name>/tasks/<token>/complete")
 async def complete(app_name: str, token: str) -> Response:
-    await require_app(app_name)
-    spec = await body(CompleteBody, empty_ok=True)
+    answer, status = await complete_call(quart_call(), app_name, token)
+    return json_response(answer, status)
+
+
+async def complete_call(call: Call, app_name: str, token: str) -> tuple[dict[str, Any], int]:
+    """`POST /apps/{app}/tasks/{token}/complete`, served by Quart or by the ASGI edge
+    (foliot/http/hot.py)."""
+    eng = call.engine
+    await require_app_call(call, app_name)
+    spec = parse(decode_json(await call.body(), empty_ok=True), CompleteBody)
     outcome: machine.Outcome
     if spec.error is not None:
         if spec.output is not None or spec.next is not None:
@@ -93,28 +114,35 @@ async def complete(app_name: str, token: str) -> Response:
         if spec.next is not None and not isinstance(spec.next, str):
             raise InvalidRequest("expected a step name", field="next")
         outcome = machine.Completed(spec.output, spec.next)
-    row = await _task(app_name, token)
+    row = await _task(eng, app_name, token)
     if row.status != "open":
         raise _closed(row)
-    reply, run = await engine().ask(row.run_id, machine.TaskAnswer(token, outcome, via_api=True))
+    reply, run = await eng.ask(row.run_id, machine.TaskAnswer(token, outcome, via_api=True))
     if isinstance(reply, machine.Rejected):
         raise rejected_error(reply)
     assert run is not None
-    return json_response({"runId": run.run_id, "status": run.status})
+    return {"runId": run.run_id, "status": run.status}, 200
 
 
 @blueprint.post("/apps/<app_name>/tasks/<token>/heartbeat")
 async def heartbeat(app_name: str, token: str) -> Response:
-    await require_app(app_name)
-    await body(EmptyBody, empty_ok=True)
-    row = await _task(app_name, token)
+    answer, status = await heartbeat_call(quart_call(), app_name, token)
+    return json_response(answer, status)
+
+
+async def heartbeat_call(call: Call, app_name: str, token: str) -> tuple[dict[str, Any], int]:
+    """`POST /apps/{app}/tasks/{token}/heartbeat`, served by Quart or by the ASGI edge."""
+    eng = call.engine
+    await require_app_call(call, app_name)
+    parse(decode_json(await call.body(), empty_ok=True), EmptyBody)
+    row = await _task(eng, app_name, token)
     if row.status == "open":
-        reply, _ = await engine().ask(row.run_id, machine.Heartbeat(token))
+        reply, _ = await eng.ask(row.run_id, machine.Heartbeat(token))
         if isinstance(reply, machine.Ok):
-            return json_response({"cancelRequested": False})
+            return {"cancelRequested": False}, 200
         if reply.code != "task_closed":
             raise rejected_error(reply)
-        row = await _task(app_name, token)
+        row = await _task(eng, app_name, token)
     if row.close_reason in ("cancelled", "superseded"):
-        return json_response({"cancelRequested": True})
+        return {"cancelRequested": True}, 200
     raise _closed(row)

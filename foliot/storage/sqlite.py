@@ -1,17 +1,22 @@
 """The embedded default store: stdlib sqlite3 in WAL mode.
 
-Writes go through one writer task that drains every unit of work queued while the previous
+Writes go through one writer thread that takes every unit of work queued while the previous
 batch was committing and commits them together (group commit), each inside its own SAVEPOINT
-so one refused write does not sink its neighbours. The SQL runs on a worker thread; with
-`inline=True` (tests under a mock clock) it runs on the Trio thread instead, so virtual time
-cannot jump while a statement is in flight.
+so one refused write does not sink its neighbours. The thread is Foliot's own (fed by a
+`queue.SimpleQueue`, answering through the Trio token): a `trio.to_thread` crossing costs
+about twice the CPU of this hand-off, and a signal commits twice. With `inline=True` (tests
+under a mock clock) the SQL runs on the Trio thread instead, so virtual time cannot jump while
+a statement is in flight.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import queue
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from importlib import resources
@@ -51,7 +56,9 @@ from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sq
 from .swf_sqlite import SwfSqlite
 
 T = TypeVar("T")
+log = logging.getLogger("foliot.storage")
 _BATCH_MAX = 256
+_QUEUE_MAX = 10_000  # writes queued for the writer thread; more wait for room
 _CLOSE_GRACE_S = 10.0
 
 
@@ -110,8 +117,10 @@ class SqliteStore(SwfSqlite):
         # one database per connection, so there the writer's connection serves reads too.
         self._reader = self._writer if inline or path == ":memory:" else _connect(path)
         self._read_limiter = trio.CapacityLimiter(1)
-        self._write_limiter = trio.CapacityLimiter(1)
-        self._send, self._receive = trio.open_memory_channel[_Job](10_000)
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()  # None: stop
+        self._room = trio.Semaphore(_QUEUE_MAX)
+        self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
         self.batches = 0
         self.committed = 0
         self.units_together = 0  # units written by the batch's set statements (not one by one)
@@ -119,27 +128,72 @@ class SqliteStore(SwfSqlite):
     @property
     def pending_writes(self) -> int:
         """Units of work waiting for the writer (read by admission control)."""
-        stats = self._send.statistics()
-        return stats.current_buffer_used + stats.tasks_waiting_send
+        return self.writer_queue + self.writer_blocked
+
+    @property
+    def writer_queue(self) -> int:
+        """Writes queued for the writer thread and not yet taken by it."""
+        return self._jobs.qsize()
+
+    @property
+    def writer_blocked(self) -> int:
+        """Callers waiting for room because `_QUEUE_MAX` writes are queued."""
+        return self._room.statistics().tasks_waiting
 
     # ------------------------------------------------------------------ plumbing
 
-    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The writer task: drain queued jobs, commit each batch in one transaction."""
-        task_status.started()
-        async for first in self._receive:
+    def start_writer(self) -> None:
+        """Start the writer thread (from the Trio thread: it answers through its token); an
+        inline store writes on the Trio thread and needs none."""
+        if self.inline:
+            return
+        self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.Thread(target=self._write_loop, name="foliot-sqlite-writer", daemon=True)
+        self._thread.start()
+
+    async def stop_writer(self, grace_s: float) -> bool:
+        """Let the writer finish what is queued, then stop it; False when it did not end within
+        `grace_s` (a batch stuck in SQLite: its connection must then be left open)."""
+        thread = self._thread
+        if thread is None:
+            return True
+        self._jobs.put(None)
+        with trio.move_on_after(grace_s):
+            await trio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
+        return not thread.is_alive()
+
+    def _write_loop(self) -> None:
+        """The writer thread: take what queued, commit it as one batch, answer in Trio."""
+        jobs = self._jobs
+        token = self._token
+        assert token is not None
+        while True:
+            first = jobs.get()
+            if first is None:
+                return
             batch = [first]
+            stop = False
             while len(batch) < _BATCH_MAX:
                 try:
-                    batch.append(self._receive.receive_nowait())
-                except trio.WouldBlock:
+                    job = jobs.get_nowait()
+                except queue.Empty:
                     break
-            if self.inline:
-                self._commit_batch(batch)
-            else:
-                await trio.to_thread.run_sync(self._commit_batch, batch, limiter=self._write_limiter)
-            for job in batch:
-                job.done.set()
+                if job is None:
+                    stop = True
+                    break
+                batch.append(job)
+            self._commit_batch(batch)
+            try:
+                token.run_sync_soon(self._finished, batch)
+            except trio.RunFinishedError:
+                return
+            if stop:
+                return
+
+    def _finished(self, batch: list[_Job]) -> None:
+        for job in batch:
+            job.done.set()
+            self._room.release()
 
     def _commit_batch(self, batch: list[_Job]) -> None:
         """Commit `batch` in one transaction. Never raises: whatever goes wrong becomes the error
@@ -195,7 +249,8 @@ class SqliteStore(SwfSqlite):
         if self.inline:
             self._commit_batch([job])
         else:
-            await self._send.send(job)
+            await self._room.acquire()
+            self._jobs.put(job)  # from here on the writer answers it, even if we are cancelled
             await job.done.wait()
         if job.error is not None:
             raise job.error
@@ -231,10 +286,10 @@ class SqliteStore(SwfSqlite):
         await self._read(lambda conn: conn.execute("SELECT 1").fetchone())
 
     async def close(self) -> None:
-        """Close the connections. Call only once the writer task has ended (`open_sqlite` does):
-        closing a connection a worker thread is still using crashes the process."""
-        self._send.close()
-        self._writer.close()
+        """Close the connections. Call only once the writer thread has ended (`open_sqlite`
+        does): closing a connection a thread is still using crashes the process."""
+        if self._thread is None or not self._thread.is_alive():
+            self._writer.close()
         if self._reader is not self._writer:
             self._reader.close()
 
@@ -758,17 +813,13 @@ def _apply_units(conn: sqlite3.Connection, units: list[UnitOfWork]) -> None:
 async def open_sqlite(path: str, *, inline: bool = False) -> AsyncIterator[SqliteStore]:
     store = SqliteStore(path, inline=inline)
     try:
-        async with trio.open_nursery() as nursery:
-            if not inline:
-                await nursery.start(store.serve)
-            try:
-                await store.migrate()
-                yield store
-            finally:
-                # The writer ends once the queue is drained; a batch on its thread always
-                # finishes first (the thread cannot be cancelled), bounded all the same.
-                store._send.close()
-                nursery.cancel_scope.deadline = trio.current_time() + _CLOSE_GRACE_S
+        store.start_writer()
+        await store.migrate()
+        yield store
     finally:
         with trio.CancelScope(shield=True):
+            # The writer ends once the queue is drained; a batch in SQLite always finishes
+            # first (the thread cannot be cancelled), bounded all the same.
+            if not await store.stop_writer(_CLOSE_GRACE_S):
+                log.warning("the SQLite writer did not stop within %.0f s", _CLOSE_GRACE_S)
             await store.close()  # no thread is using the connections any more

@@ -7,6 +7,7 @@ targets, so the machine never re-interprets text.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any, Final
@@ -270,7 +271,14 @@ def push_url(handler_base_url: str, path: str) -> str:
     Definitions are checked when registered; this guards every push as well, so a path that
     slipped in any other way cannot reach another tenant's endpoints.
     """
-    return handler_base_url.rstrip("/") + check_handler_path(path)
+    return handler_base_url.rstrip("/") + _checked_path(path)
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_path(path: str) -> str:
+    """`check_handler_path` remembered for the paths pushes use (pure; a refused path raises
+    every time, as exceptions are not cached)."""
+    return check_handler_path(path)
 
 
 def _handler_path(path: str, field: str) -> str:

@@ -29,6 +29,7 @@ from .model import (
     TaskRef,
     TaskRow,
     Timer,
+    replace_run,
 )
 from .payload import DepthError, PayloadError, loads, payload_size
 from .predicate import evaluate, lookup
@@ -299,7 +300,8 @@ class _Tx:
     """Accumulates one transition. Internal: the public surface stays pure and frozen."""
 
     def __init__(self, run: Run, definition: Definition, ctx: Context) -> None:
-        self.run = run
+        self._run = run
+        self._changes: dict[str, Any] = {}  # set but not yet applied to `_run`
         self.definition = definition
         self.ctx = ctx
         self.events: list[Event] = []
@@ -308,8 +310,21 @@ class _Tx:
         self.signal_ids: list[str] = []
         self.reply: Reply = Ok()
 
+    @property
+    def run(self) -> Run:
+        """The run with every change so far. Changes are applied when the run is read, so the
+        sets and events between two reads cost one copy of the document, not one each."""
+        if self._changes:
+            self._run = replace_run(self._run, self._changes)
+            self._changes = {}
+        return self._run
+
+    def _get(self, name: str) -> Any:
+        changes = self._changes
+        return changes[name] if name in changes else getattr(self._run, name)
+
     def set(self, **changes: Any) -> None:
-        self.run = attrs.evolve(self.run, **changes)
+        self._changes.update(changes)
 
     def emit(
         self,
@@ -319,12 +334,13 @@ class _Tx:
         /,
         **data: Any,
     ) -> None:
-        seq = self.run.seq + 1
-        self.run = attrs.evolve(self.run, seq=seq)
-        self.events.append(Event(seq, self.ctx.now, self.run.generation, type_, step, attempt, data))
+        seq = self._get("seq") + 1
+        self._changes["seq"] = seq
+        self.events.append(Event(seq, self.ctx.now, self._get("generation"), type_, step, attempt, data))
 
     def done(self) -> Transition:
-        run = attrs.evolve(self.run, updated_at=self.ctx.now)
+        self._changes["updated_at"] = self.ctx.now
+        run = self.run
         return Transition(
             run,
             tuple(self.events),

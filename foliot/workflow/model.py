@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Any, Final
 
@@ -162,8 +163,46 @@ class TaskRow:
 _codec = cattrs.Converter()
 
 
+def _getter(cls: type) -> tuple[tuple[str, ...], Any]:
+    names = tuple(field.name for field in attrs.fields(cls))
+    return names, operator.attrgetter(*names)
+
+
+_RUN_NAMES, _run_values = _getter(Run)
+_FLAT = {cls: _getter(cls) for cls in (ErrorInfo, TaskRef, Timer, BufferedSignal, HeldOutcome)}
+_NESTED_ONE: Final = ("error", "task", "timer", "carried_error")
+
+
+def _flat(obj: Any) -> dict[str, Any]:
+    names, values = _FLAT[type(obj)]
+    return dict(zip(names, values(obj), strict=True))
+
+
+def replace_run(run: Run, changes: dict[str, Any]) -> Run:
+    """`attrs.evolve(run, **changes)`, faster: the fields read in one C call (a signal's
+    transitions copy the 26-field document several times)."""
+    values = dict(zip(_RUN_NAMES, _run_values(run), strict=True))
+    values.update(changes)
+    return Run(**values)
+
+
 def run_to_dict(run: Run) -> dict[str, Any]:
-    return _codec.unstructure(run)  # type: ignore[no-any-return]
+    """The run document's JSON form, as cattrs unstructures it (tested against it), written
+    out by hand: it is serialised at every commit, and cattrs' generic walk cost ~3x."""
+    out = dict(zip(_RUN_NAMES, _run_values(run), strict=True))
+    for name in _NESTED_ONE:
+        value = out[name]
+        if value is not None:
+            out[name] = _flat(value)
+    held = run.held
+    if held is not None:
+        flat = _flat(held)
+        if held.error is not None:
+            flat["error"] = _flat(held.error)
+        out["held"] = flat
+    out["wait_signals"] = list(run.wait_signals)
+    out["buffer"] = [_flat(signal) for signal in run.buffer]
+    return out
 
 
 # Names that many parked runs share; a document read from storage gets one copy of each

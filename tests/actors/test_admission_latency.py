@@ -183,3 +183,93 @@ async def test_while_shedding_the_edge_refuses_starts_and_signals_before_the_app
     assert gate.admit(trio.current_time() + 10, 0) and not gate.shedding
     await call("POST", "/apps/app/signals")
     assert reached[-1] == "POST /apps/app/signals"
+
+
+async def client_metrics(env: Env) -> Any:
+    client = create_app(env.engine, env.engine.settings, ADMIN).test_client()
+    return await client.get("/metrics", headers={"Authorization": f"Bearer {ADMIN}"})
+
+
+async def _burst_to_one_run(env: Env) -> dict[str, Any]:
+    """50 signals at once to one run; from 0.425 s on, other runs are signalled one every 100 ms
+    (the store commits one unit at a time, 50 ms each: each of those waits for at most one of
+    the busy run's commits, then its own, 75 ms in all)."""
+    await env.register(TWO_WAITS)
+    hot, *others = [await env.start("parked") for _ in range(21)]
+    client = create_app(env.engine, env.engine.settings, ADMIN).test_client()
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    slow_store(env)
+    burst: list[tuple[int, dict[str, Any], Any]] = []
+    elsewhere: list[tuple[int, float]] = []
+
+    async def to_hot(i: int) -> None:
+        r = await client.post(
+            "/apps/app/signals", json={"runId": hot, "name": "go", "payload": i}, headers=auth
+        )
+        burst.append((r.status_code, await r.get_json(), r.headers))
+
+    async def to_other(run_id: str) -> None:
+        started = trio.current_time()
+        r = await client.post("/apps/app/signals", json={"runId": run_id, "name": "go"}, headers=auth)
+        elsewhere.append((r.status_code, trio.current_time() - started))
+
+    async with trio.open_nursery() as nursery:
+        for i in range(50):
+            nursery.start_soon(to_hot, i)
+        await advance(0.325)  # the burst alone for a while; then between two of its commits
+        for run_id in others:
+            await advance(0.1)
+            nursery.start_soon(to_other, run_id)
+    return {"hot": hot, "burst": burst, "elsewhere": elsewhere}
+
+
+async def test_a_burst_to_one_run_is_that_runs_back_pressure_not_the_engines(
+    env: Env, autojump_clock: MockClock
+) -> None:
+    seen = await _burst_to_one_run(env)
+    admission = env.engine.admission
+    # The one run took every signal (one delivered, the rest buffered), however long it took...
+    assert sorted(status for status, *_ in seen["burst"]) == [202] * 50
+    run = await env.engine.store.get_run(seen["hot"])
+    assert run is not None and len(run.buffer) == 49
+    # ...and the signals queued behind it never made the gate shed the others' traffic.
+    assert env.engine.admission.gate.episodes == 0 and admission.refused["latency"] == 0
+    assert admission.behind_own_run >= 45
+    metrics = await (await client_metrics(env)).get_data(as_text=True)
+    assert f"foliot_admission_behind_own_run_total {admission.behind_own_run}" in metrics
+    assert [status for status, _ in seen["elsewhere"]] == [202] * 20
+    assert max(latency for _, latency in seen["elsewhere"]) < 0.2
+
+
+async def test_the_same_burst_timed_as_engine_wide_queueing_would_shed_everyone(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the per-run exclusion prevents: with every signal timed, the burst alone looks like
+    a standing queue and the other runs' callers are refused."""
+    monkeypatch.setattr(type(env.engine), "busy", lambda self, run_id: False)
+    seen = await _burst_to_one_run(env)
+    assert env.engine.admission.gate.episodes >= 1
+    assert env.engine.admission.refused["latency"] > 0
+    refused = [status for status, _ in seen["elsewhere"] if status == 429]
+    assert len(refused) >= 10  # most of the other runs' callers, while the burst drains
+
+
+@pytest.mark.parametrize("settings_overrides", [{"mailbox_size": 8, "mailbox_wait_ms": 200}])
+async def test_a_burst_past_one_runs_mailbox_gets_429_mailbox_and_the_others_are_served(
+    env: Env, autojump_clock: MockClock
+) -> None:
+    seen = await _burst_to_one_run(env)
+    statuses = [status for status, *_ in seen["burst"]]
+    refused = [(body, headers) for status, body, headers in seen["burst"] if status == 429]
+    assert statuses.count(202) >= 9 and refused and len(refused) + statuses.count(202) == 50
+    for body, headers in refused:
+        assert headers["Retry-After"] == "1"
+        assert (body["error"]["code"], body["error"]["reason"]) == ("overloaded", "mailbox")
+    # Nothing was stored for a refused signal: the run holds exactly the accepted ones.
+    run = await env.engine.store.get_run(seen["hot"])
+    assert run is not None and len(run.buffer) == statuses.count(202) - 1
+    admission = env.engine.admission
+    assert admission.refused["mailbox"] == len(refused)
+    assert admission.gate.episodes == 0 and admission.refused["latency"] == 0
+    assert [status for status, _ in seen["elsewhere"]] == [202] * 20
+    assert max(latency for _, latency in seen["elsewhere"]) < 0.2

@@ -93,7 +93,7 @@ def test_database_urls_are_logged_without_passwords(url: str, shown: str) -> Non
 
 def test_the_latency_gate_settings() -> None:
     s = Settings.from_env({})
-    assert (s.admission_target_ms, s.admission_interval_ms) == (0, 200)  # off unless asked for
+    assert (s.admission_target_ms, s.admission_interval_ms) == (100, 200)  # on by default
     s = Settings.from_env({"FOLIOT_ADMISSION_TARGET_MS": "250", "FOLIOT_ADMISSION_INTERVAL_MS": "500"})
     assert (s.admission_target_ms, s.admission_interval_ms) == (250, 500)
     s = Settings.from_env({"FOLIOT_ADMISSION_TARGET_MS": "-5", "FOLIOT_ADMISSION_INTERVAL_MS": "0"})

@@ -48,7 +48,7 @@ def test_a_whole_interval_of_slow_answers_starts_shedding_at_the_littles_law_lim
 
 def test_the_floor_bounds_the_limit_from_below() -> None:
     g = gate(floor=8)
-    t = answer_every(g, 0.0, 1.0, 0.1, 0.5)  # 10 answers/s, all slow
+    t = answer_every(g, 0.0, 1.0, 0.05, 0.5)  # 20 answers/s, all slow
     g.admit(t, 0)
     assert g.shedding and g.limit == 8
     assert g.admit(t, 7) and not g.admit(t, 8)
@@ -92,3 +92,35 @@ def test_an_interval_ending_where_float_division_falls_short_still_moves_on() ->
     assert g.admit(start + INTERVAL, 0) and g.shedding
     assert not g.admit(start + INTERVAL + 0.001, 100)  # still the same (shedding) interval
     assert g.shedding
+
+
+def test_answers_queued_behind_their_own_run_count_as_throughput_but_never_shed() -> None:
+    g = gate(floor=2)
+    t = 0.0
+    while t < 1.0:  # a burst to one run: every answer waited behind that run's other messages
+        assert g.admit(t, 50)
+        g.answered(t, None)
+        t += 0.01
+    assert g.admit(t, 50)
+    assert not g.shedding and g.episodes == 0 and g.last_min_s is None
+    assert g.throughput == pytest.approx(100, rel=0.05)
+    # Slow timed answers among them still reveal a standing queue.
+    end = t + 1.0
+    while t < end:
+        g.answered(t, None)
+        g.answered(t, 0.3)
+        t += 0.01
+    assert g.admit(t, 0) and g.shedding
+    assert g.limit == 20  # 200 answers/s (timed or not) x 0.1 s
+
+
+def test_one_or_two_slow_answers_in_an_interval_are_not_evidence_of_a_standing_queue() -> None:
+    g = gate(floor=2)
+    for k in range(10):  # each interval: two slow answers and nothing else
+        g.answered(k * INTERVAL, 0.5)
+        g.answered(k * INTERVAL + 0.1, 0.5)
+    assert g.admit(10 * INTERVAL, 100) and not g.shedding
+    g.answered(10 * INTERVAL, 0.5)  # three in one interval: a standing queue
+    g.answered(10 * INTERVAL + 0.05, 0.5)
+    g.answered(10 * INTERVAL + 0.1, 0.5)
+    assert not g.admit(11 * INTERVAL, 100) and g.shedding

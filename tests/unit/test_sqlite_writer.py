@@ -1,4 +1,4 @@
-"""The SQLite writer task outlives any one job: whatever a job raises is that job's error."""
+"""The SQLite writer thread outlives any one job: whatever a job raises is that job's error."""
 
 from __future__ import annotations
 
@@ -20,48 +20,48 @@ def _recurse(depth: int) -> int:
 @pytest.mark.parametrize("inline", [False, True])
 async def test_a_job_raising_any_exception_fails_alone(tmp_path: Path, inline: bool) -> None:
     store = SqliteStore(str(tmp_path / "w.db"), inline=inline)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(store.serve)
-        await store._write(lambda conn: conn.execute("CREATE TABLE t (v TEXT)"))
+    store.start_writer()
+    await store._write(lambda conn: conn.execute("CREATE TABLE t (v TEXT)"))
 
-        def insert(value: str) -> None:
-            def fn(conn: sqlite3.Connection) -> None:
-                conn.execute("INSERT INTO t VALUES (?)", (value,))
+    def insert(value: str) -> None:
+        def fn(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO t VALUES (?)", (value,))
 
-            return fn  # type: ignore[return-value]
+        return fn  # type: ignore[return-value]
 
-        def deep(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO t VALUES ('half-done')")
-            _recurse(100_000)  # RecursionError, as a deep document's conversion raised
+    def deep(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES ('half-done')")
+        _recurse(100_000)  # RecursionError, as a deep document's conversion raised
 
-        def surrogate(conn: sqlite3.Connection) -> None:
-            conn.execute("INSERT INTO t VALUES (?)", ("\ud800",))  # UnicodeEncodeError
+    def surrogate(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (?)", ("\ud800",))  # UnicodeEncodeError
 
-        results: dict[str, BaseException | None] = {}
+    results: dict[str, BaseException | None] = {}
 
-        async def write(name: str, fn: object) -> None:
-            try:
-                await store._write(fn)  # type: ignore[arg-type]
-            except Exception as exc:
-                results[name] = exc
-            else:
-                results[name] = None
+    async def write(name: str, fn: object) -> None:
+        try:
+            await store._write(fn)  # type: ignore[arg-type]
+        except Exception as exc:
+            results[name] = exc
+        else:
+            results[name] = None
 
-        # Queued together, so the non-inline writer commits them as one batch.
-        async with trio.open_nursery() as batch:
-            batch.start_soon(write, "before", insert("before"))
-            batch.start_soon(write, "deep", deep)
-            batch.start_soon(write, "surrogate", surrogate)
-            batch.start_soon(write, "after", insert("after"))
-        assert results["before"] is None and results["after"] is None
-        assert isinstance(results["deep"], RecursionError | StorageError)
-        assert isinstance(results["surrogate"], UnicodeEncodeError | StorageError)
+    # Queued together, so the non-inline writer commits them as one batch.
+    async with trio.open_nursery() as batch:
+        batch.start_soon(write, "before", insert("before"))
+        batch.start_soon(write, "deep", deep)
+        batch.start_soon(write, "surrogate", surrogate)
+        batch.start_soon(write, "after", insert("after"))
+    assert results["before"] is None and results["after"] is None
+    assert isinstance(results["deep"], RecursionError | StorageError)
+    assert isinstance(results["surrogate"], UnicodeEncodeError | StorageError)
 
-        # The writer is still alive, and the failed jobs left nothing behind.
-        await store._write(insert("later"))
-        rows = await store._read(lambda conn: sorted(r[0] for r in conn.execute("SELECT v FROM t")))
-        assert rows == ["after", "before", "later"]
-        nursery.cancel_scope.cancel()
+    # The writer is still alive, and the failed jobs left nothing behind.
+    await store._write(insert("later"))
+    rows = await store._read(lambda conn: sorted(r[0] for r in conn.execute("SELECT v FROM t")))
+    assert rows == ["after", "before", "later"]
+    assert store.batches == (6 if inline else 3)  # threaded: the four queued together in one
+    assert await store.stop_writer(10)
     await store.close()
 
 
