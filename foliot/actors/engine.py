@@ -34,6 +34,13 @@ from ..storage.base import (
     WorkflowRecord,
     json_dumps,
 )
+from ..storage.swf import SwfUnit
+from ..swf import catalog as swf_catalog
+from ..swf import machine as swf_machine
+from ..swf import messages as swf_messages
+from ..swf.actor import SwfKind, SwfState
+from ..swf.actor import actor_id as swf_actor_id
+from ..swf.faults import Fault
 from ..workflow import machine
 from ..workflow.definition import Definition, parse_definition
 from ..workflow.machine import Context, Reply
@@ -78,6 +85,8 @@ class Engine:
         self.runs = RunKind(self)
         # Every kind of actor, by name: the timer wheel's rows name their actor's kind.
         self.kinds: dict[str, Kind[Any]] = {self.runs.name: self.runs}
+        self.swf = SwfKind(self, store, partial(swf_catalog.for_message, store))
+        self.kinds[self.swf.name] = self.swf
         self.queues = Queues()
         self.timers = TimerWheel(
             store,
@@ -166,12 +175,16 @@ class Engine:
         cut a commit from the effects that follow it. Once the shutdown began it is bounded
         by the grace period; one cut short there is reported as storage unavailable (whether
         it landed is settled by recovery at the next start, as after a crash)."""
+        await self.shielded(partial(self.store.commit, unit))
+
+    async def shielded(self, write: Callable[[], Awaitable[None]]) -> None:
+        """Run one storage write as `commit` does: shielded, bounded by the shutdown grace."""
         with trio.CancelScope(shield=True) as scope:
             if self._stop_by is not None:
                 scope.deadline = self._stop_by
             self._committing.add(scope)
             try:
-                await self.store.commit(unit)
+                await write()
             finally:
                 self._committing.discard(scope)
                 if self._stop_by is not None and not scope.cancelled_caught:
@@ -307,6 +320,40 @@ class Engine:
         """Deliver without waiting; a full mailbox is tried again 100 ms later."""
         if not self.supervisor.tell(kind, actor_id, envelope):
             self.later(0.1, kind, actor_id, envelope)
+
+    def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run `fn` in the engine's nursery (effects that must look something up first)."""
+        if self._nursery is not None and not self.supervisor.closed:
+            self._nursery.start_soon(fn)
+
+    def swf_run_id(self) -> str:
+        """A fresh SWF run id: 44 URL-safe characters, as long as AWS's."""
+        return secrets.token_urlsafe(33)
+
+    async def swf_start(
+        self, region: str, request: swf_messages.StartRequest
+    ) -> swf_messages.Transition | Fault:
+        """Start an SWF execution: resolve its type, commit the first transition, adopt its
+        actor. `UniqueViolation` when the workflow id is open in the domain."""
+        t = request.workflow_type
+        catalog = await swf_catalog.lookup(self.store, region, request.domain, {(t.name, t.version)}, set())
+        tr = swf_machine.start(request, catalog.workflow_type(t), self.swf_run_id(), self.clock.now())
+        if isinstance(tr, Fault):
+            return tr
+        await self.shielded(partial(self.store.swf_commit, SwfUnit(region, tr.execution, None, tr.events)))
+        self.swf.adopt(region, tr)
+        return tr
+
+    async def swf_ask(
+        self, region: str, run_id: str, message: Any
+    ) -> tuple[swf_messages.Transition | Fault, SwfState | None]:
+        """Send a message to an SWF execution's actor; its transition (or fault) once committed."""
+        if not self.ready:
+            raise Unavailable("the engine is starting; retry shortly")
+        slot = ReplySlot()
+        await self.supervisor.ask(self.swf, swf_actor_id(region, run_id), Envelope(message, slot))
+        reply: swf_messages.Transition | Fault = await slot.wait()
+        return reply, slot.value
 
     def tell(self, run_id: str, message: ActorMessage) -> None:
         self.tell_or_retry(self.runs, run_id, Envelope(message))

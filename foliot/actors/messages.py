@@ -31,12 +31,12 @@ class ReplySlot:
     goes there, out of reach of the caller's cancellation."""
 
     event: trio.Event = attrs.Factory(trio.Event)
-    reply: Reply | None = None
+    reply: Any = None  # a run's `Reply`, or what another kind of actor answers
     error: BaseException | None = None
     value: Any = None
     on_settle: Callable[[ReplySlot], None] | None = None
 
-    def put(self, reply: Reply, value: Any = None) -> None:
+    def put(self, reply: Any, value: Any = None) -> None:
         self.reply, self.value = reply, value
         self._settled()
 
@@ -50,7 +50,7 @@ class ReplySlot:
         if hook is not None:
             hook(self)
 
-    async def wait(self) -> Reply:
+    async def wait(self) -> Any:
         await self.event.wait()
         if self.error is not None:
             raise self.error
@@ -60,7 +60,7 @@ class ReplySlot:
 
 @attrs.frozen
 class Envelope:
-    message: ActorMessage
+    message: Any  # a run's `ActorMessage`, or another kind's message
     reply: ReplySlot | None = None
     attempts: int = 0  # redeliveries after a storage failure
     # An idempotency record to commit with the transition, made from its reply (None: none).

@@ -197,11 +197,25 @@ class Actor(Generic[S]):
             await self.handle(envelope)
         finally:
             if fired is not None:
-                self.engine.timers.settle(self.id, fired[0], fired[1], applied=not self._holds(*fired))
+                self._settle(*fired)
 
-    def _holds(self, slot: str, key: str) -> bool:
+    def _settle(self, slot: str, key: str) -> None:
+        """Done with a firing: applied or stale when the document no longer holds that arming;
+        not applied (handed out again after a backoff) when it still holds it as due; and when
+        it holds it due later (an SWF heartbeat moved a deadline without a new key), re-armed
+        for then."""
+        timers = self.engine.timers
         state = self.state
-        return state is not None and any(s == slot and t.key == key for s, t in self.kind.timers(state))
+        held = None
+        if state is not None:
+            held = next((t for s, t in self.kind.timers(state) if s == slot and t.key == key), None)
+        if held is None:
+            timers.settle(self.id, slot, key, applied=True)
+        elif held.due > self.engine.clock.now():
+            timers.settle(self.id, slot, key, applied=True)
+            timers.sync(self.kind.name, self.id, (), ((slot, held),))
+        else:
+            timers.settle(self.id, slot, key, applied=False)
 
     async def handle(self, envelope: Envelope) -> None:
         """Handle one message; every storage failure on the way (a lookup, reloading after a

@@ -165,7 +165,7 @@ class TimerWheel:
         if (actor_id, slot, key) in self._inflight:
             return  # being fired: its settle decides what happens next
         current = self._waiting.get(tid)
-        if current is not None and current.key == key:
+        if current is not None and current.key == key and current.due == due:
             return  # already waiting (perhaps with a later fire_at after a full mailbox)
         if (due, actor_id, slot) >= self._limit:
             # Beyond what the wheel holds: storage has it and a later page-in brings it.

@@ -138,6 +138,15 @@ class SwfRegistryStore(Protocol):
 
 # ---------------------------------------------------------------------- executions
 
+# An SWF execution's actor id (and the owner of its rows in `timers`, of kind "swf"); run ids
+# never contain ":", nor do region names.
+SWF_ACTOR_PREFIX: Final = "swf:"
+
+
+def swf_actor_id(region: str, run_id: str) -> str:
+    return f"{SWF_ACTOR_PREFIX}{region}:{run_id}"
+
+
 DECISION: Final = "decision"
 ACTIVITY_TASK: Final = "activity"
 # The constraint a `UniqueViolation` names when a start finds the workflow id open already.

@@ -16,6 +16,7 @@ from typing import Any, Final
 import attrs
 
 from ..errors import StaleWrite, StorageError, UniqueViolation
+from ..swf.timeouts import deadlines
 from .swf import (
     SWF_OPEN_WORKFLOW_UNIQUE,
     SwfCursor,
@@ -27,6 +28,7 @@ from .swf import (
     facets,
     listing_rows,
     pending_tasks,
+    swf_actor_id,
     task_rows,
     units_of,
 )
@@ -80,6 +82,12 @@ EXPIRED_SQL: Final = (
     " AND l.facet = '' AND l.closed_at IS NOT NULL AND l.closed_at <= ?"
     " ORDER BY l.closed_at LIMIT ?"
 )
+# An execution's deadlines (`timeouts.deadlines`) as rows of the shared `timers` table, owned
+# by its actor (kind "swf"): replaced on every commit, so they never disagree with the document.
+DELETE_TIMERS: Final = "DELETE FROM timers WHERE run_id = ?"
+INSERT_TIMER: Final = (
+    "INSERT INTO timers (run_id, slot, kind, key, due_at, actor_kind) VALUES (?, ?, 'deadline', ?, ?, 'swf')"
+)
 PRUNED_TABLES: Final = ("swf_events", "swf_tasks", "swf_listing", "swf_executions")
 
 
@@ -116,6 +124,12 @@ def _unit_statements(unit: SwfUnit) -> list[Statement]:
             keys = [facet_close_status(ex.close_status)]
     if keys:
         out.append(Statement(INSERT_LISTING, rows=tuple(listing_rows(region, ex, keys)), many=True))
+    owner = swf_actor_id(region, ex.run_id)
+    if unit.expected_version is not None:
+        out.append(Statement(DELETE_TIMERS, (owner,)))
+    timers = tuple((owner, key, key, due) for key, due in deadlines(ex).items())
+    if timers:
+        out.append(Statement(INSERT_TIMER, rows=timers, many=True))
     return out
 
 

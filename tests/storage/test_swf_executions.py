@@ -380,3 +380,24 @@ async def test_every_listing_claim_and_expiry_query_is_an_index_range(store: Sto
 def test_numbered_placeholders() -> None:
     assert swf_sql.numbered("a = ? AND (b, c) > (?, ?) LIMIT ?") == "a = $1 AND (b, c) > ($2, $3) LIMIT $4"
     assert swf_sql.numbered("SELECT 1") == "SELECT 1"
+
+
+async def test_timer_rows_follow_the_deadlines(store: Store) -> None:
+    """Each commit replaces the execution's rows in `timers` (kind "swf") with its deadlines,
+    so the shared timer wheel pages them in like a run's; a closed execution has none."""
+    from foliot.storage.swf import swf_actor_id
+    from foliot.swf.timeouts import deadlines
+
+    async def rows() -> dict[str, tuple[str, str, int]]:
+        found = await store.timers_due_before(2**62, 100)
+        return {t.slot: (t.actor_kind, t.run_id, t.due_at) for t in found}
+
+    live = await start(store, "wf-1", "r1")
+    owner = swf_actor_id(R, "r1")
+    assert await rows() == {key: ("swf", owner, due) for key, due in deadlines(live.ex).items()}
+    assert "workflow" in await rows()
+    await live.decide(T0 + 1, schedule("a1"))
+    assert await rows() == {key: ("swf", owner, due) for key, due in deadlines(live.ex).items()}
+    assert any(key.startswith("activity:") for key in await rows())
+    await live.send(m.Terminate(reason="stop"), T0 + 2)
+    assert await rows() == {}

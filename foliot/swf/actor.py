@@ -1,0 +1,257 @@
+"""The SWF execution as a kind of actor (`swf`): the pure SWF machine over the generic runtime.
+
+An execution's actor id is `swf:<region>:<runId>` (run ids are unique in a region). `handle`
+calls `machine.transition`, commits one `SwfUnit` guarded by the execution's version, then
+performs the effects: the timer wheel is synced with `timeouts.deadlines` before and after (the
+`ArmDeadline`/`CancelDeadline` effects are exactly that difference), decision and activity
+tasks are offered to, or withdrawn from, their task list's long-poll queue (`actors/queues.py`),
+and signals, cancel requests and terminations go to the actors of the executions they name.
+A firing of deadline `key` arrives as `Fire(key)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from ..actors.messages import Envelope
+from ..actors.runtime import Actor
+from ..errors import StaleWrite
+from ..storage.swf import SWF_ACTOR_PREFIX, SwfExecutionStore, SwfUnit, swf_actor_id
+from . import machine
+from . import messages as m
+from .faults import Fault, unknown
+from .model import Execution
+from .timeouts import deadlines
+
+if TYPE_CHECKING:
+    from ..actors.engine import Engine
+
+KIND: Final = "swf"
+_PREFIX: Final = SWF_ACTOR_PREFIX
+actor_id = swf_actor_id
+
+CatalogSource = Callable[[str, Execution, Any], Awaitable[m.Catalog]]
+
+
+def parse_actor_id(actor: str) -> tuple[str, str]:
+    """(region, run id) of an SWF actor id."""
+    region, _, run_id = actor[len(_PREFIX) :].partition(":")
+    return region, run_id
+
+
+def queue_of(region: str, domain: str, kind: str, task_list: str) -> tuple[str, str]:
+    """The long-poll queue of one task list: (`swf:<region>:<domain>:<kind>`, task list)."""
+    return f"{_PREFIX}{region}:{domain}:{kind}", task_list
+
+
+def task_token(run_id: str, scheduled_event_id: int) -> str:
+    """The queue entry of one pending task (the signed task token is made at the poll)."""
+    return f"{run_id}:{scheduled_event_id}"
+
+
+@attrs.frozen
+class Deadline:
+    """One armed deadline of an execution, as the timer wheel and the `timers` table hold it."""
+
+    kind: str
+    key: str
+    due: int
+
+
+@attrs.frozen
+class SwfState:
+    """An execution's document, its region, and its stored version (the write guard)."""
+
+    region: str
+    execution: Execution
+    version: int
+
+
+# Answers of other executions: no caller waits, and they must not be given up.
+_FROM_OTHERS = (
+    m.ChildStarted,
+    m.ChildStartFailed,
+    m.ChildClosed,
+    m.ExternalSignaled,
+    m.ExternalSignalFailed,
+    m.ExternalCancelRequested,
+    m.ExternalCancelFailed,
+)
+
+
+class SwfKind:
+    """`Kind[SwfState]`."""
+
+    name = KIND
+
+    def __init__(self, engine: Engine, store: SwfExecutionStore, catalog: CatalogSource) -> None:
+        self.engine = engine
+        self.store = store
+        self.catalog = catalog  # the types a message may need, looked up before the machine
+
+    async def load(self, actor: str) -> SwfState | None:
+        region, run_id = parse_actor_id(actor)
+        stored = await self.store.swf_load(region, run_id)
+        return None if stored is None else SwfState(region, stored.execution, stored.version)
+
+    def timers(self, state: SwfState) -> Sequence[tuple[str, Deadline]]:
+        return [(key, Deadline("deadline", key, due)) for key, due in deadlines(state.execution).items()]
+
+    def firing(self, slot: str, kind: str, key: str) -> m.Fire:
+        return m.Fire(key)
+
+    def fired(self, message: Any) -> tuple[str, str] | None:
+        return (message.key, message.key) if type(message) is m.Fire else None
+
+    def parked(self, state: SwfState) -> bool:
+        return True  # everything in flight is durable: task rows, deadlines, history
+
+    def is_open(self, state: SwfState) -> bool:
+        return state.execution.is_open
+
+    def unknown(self, actor: str) -> Fault:
+        return unknown(f"Unknown execution: runId={parse_actor_id(actor)[1]}")
+
+    def persistent(self, message: Any) -> bool:
+        return isinstance(message, _FROM_OTHERS)
+
+    async def give_up(self, actor: Actor[SwfState], exc: Exception) -> None:
+        """A crashing execution is left open for an operator (terminate it); its crash records
+        are dropped, so the next message tries again."""
+
+    async def handle(self, actor: Actor[SwfState], envelope: Envelope) -> bool:
+        state = actor.state
+        assert state is not None
+        msg = envelope.message
+        ctx = m.Context(
+            now=self.engine.clock.now(),
+            catalog=await self.catalog(state.region, state.execution, msg),
+            new_run_id=self.engine.swf_run_id(),
+        )
+        tr = machine.transition(state.execution, msg, ctx)
+        if isinstance(tr, Fault):
+            if envelope.reply is not None:
+                envelope.reply.put(tr)
+            return False
+        continued = next((e.start for e in tr.effects if isinstance(e, m.ContinuedAsNew)), None)
+        unit = SwfUnit(
+            state.region,
+            tr.execution,
+            state.version,
+            tr.events,
+            None if continued is None else SwfUnit(state.region, continued.execution, None, continued.events),
+        )
+        try:
+            await self.engine.shielded(partial(self.store.swf_commit, unit))
+        except StaleWrite:
+            return True
+        actor.state = SwfState(state.region, tr.execution, unit.version)
+        self.perform(actor.id, state, actor.state, tr)
+        if continued is not None:
+            self.adopt(state.region, continued)
+        if envelope.reply is not None:
+            envelope.reply.put(tr, actor.state)
+        return False
+
+    def adopt(self, region: str, tr: m.Transition) -> None:
+        """An execution just created and committed (a start, a continued run): its actor holds
+        the document and its first effects run."""
+        state = SwfState(region, tr.execution, 1)
+        actor = actor_id(region, tr.execution.run_id)
+        self.engine.supervisor.adopt(self, actor, state)
+        self.perform(actor, None, state, tr)
+
+    # ------------------------------------------------------------------ effects
+
+    def perform(self, actor: str, before: SwfState | None, after: SwfState, tr: m.Transition) -> None:
+        engine = self.engine
+        engine.timers.sync(
+            self.name, actor, () if before is None else self.timers(before), self.timers(after)
+        )
+        ex = after.execution
+        for effect in tr.effects:
+            if isinstance(effect, m.OfferDecisionTask):
+                app, queue = queue_of(after.region, ex.domain, "decision", effect.task_list)
+                engine.queues.offer(app, queue, task_token(ex.run_id, effect.scheduled_event_id), actor)
+            elif isinstance(effect, m.OfferActivityTask):
+                app, queue = queue_of(after.region, ex.domain, "activity", effect.task_list)
+                engine.queues.offer(app, queue, task_token(ex.run_id, effect.scheduled_event_id), actor)
+            elif isinstance(effect, m.RetireTask):
+                engine.queues.withdraw(task_token(ex.run_id, effect.scheduled_event_id))
+            elif isinstance(effect, (m.DeliverSignal, m.RequestCancelExternal, m.ApplyChildPolicy)):
+                self._to_other(after.region, ex, effect.workflow_id, effect.run_id, effect)
+            elif (
+                isinstance(effect, m.Closed)
+                and effect.parent is not None
+                and effect.notify_parent is not None
+            ):
+                parent = actor_id(after.region, effect.parent.run_id)
+                engine.tell_or_retry(self, parent, Envelope(effect.notify_parent))
+
+    def _to_other(
+        self,
+        region: str,
+        ex: Execution,
+        workflow_id: str,
+        run_id: str | None,
+        effect: m.DeliverSignal | m.RequestCancelExternal | m.ApplyChildPolicy,
+    ) -> None:
+        """Find the execution an effect names (its open run when `run_id` is None), then send
+        it the message; the sender hears back when it named one (signal or cancel request)."""
+        me = actor_id(region, ex.run_id)
+
+        async def deliver() -> None:
+            found = await self.store.swf_find(region, ex.domain, workflow_id, run_id)
+            target = found.execution if found is not None and found.execution.is_open else None
+            if isinstance(effect, m.ApplyChildPolicy):
+                if target is not None:
+                    cause = "CHILD_POLICY_APPLIED"
+                    out: Any = (
+                        m.Terminate(cause=cause)
+                        if effect.policy == "TERMINATE"
+                        else m.RequestCancel(cause=cause)
+                    )
+                    self.engine.tell_or_retry(self, actor_id(region, target.run_id), Envelope(out))
+                return
+            if target is None:
+                cause = "UNKNOWN_EXTERNAL_WORKFLOW_EXECUTION"
+                answer: Any = (
+                    m.ExternalSignalFailed(effect.initiated_event_id, cause)
+                    if isinstance(effect, m.DeliverSignal)
+                    else m.ExternalCancelFailed(effect.initiated_event_id, cause)
+                )
+                self.engine.tell_or_retry(self, me, Envelope(answer))
+                return
+            if isinstance(effect, m.DeliverSignal):
+                out = m.Signal(
+                    effect.signal_name,
+                    effect.input,
+                    external=ex.ref,
+                    external_initiated_event_id=effect.initiated_event_id,
+                )
+                back: Any = m.ExternalSignaled(effect.initiated_event_id, target.ref)
+            else:
+                out = m.RequestCancel(
+                    external=ex.ref,
+                    external_initiated_event_id=effect.initiated_event_id,
+                )
+                back = m.ExternalCancelRequested(effect.initiated_event_id, target.ref)
+            self.engine.tell_or_retry(self, actor_id(region, target.run_id), Envelope(out))
+            self.engine.tell_or_retry(self, me, Envelope(back))
+
+        self.engine.spawn(deliver)
+
+    def describe(self, actor: Actor[SwfState]) -> dict[str, Any]:
+        state = actor.state
+        ex = state.execution if state is not None else None
+        return {
+            "region": state.region if state is not None else None,
+            "domain": ex.domain if ex is not None else None,
+            "workflowId": ex.workflow_id if ex is not None else None,
+            "runId": ex.run_id if ex is not None else parse_actor_id(actor.id)[1],
+            "status": (ex.close_status or "OPEN") if ex is not None else None,
+        }
