@@ -19,7 +19,7 @@ from quart import Blueprint, Response, current_app, request
 
 from ..errors import Conflict as ApiConflict
 from ..errors import NotFound, StorageUnavailable
-from ..swf import queries, registry, shapes, sigv4
+from ..swf import queries, registry, shapes, sigv4, writes
 from ..swf.errors import (
     InternalFailure,
     NotImplementedFault,
@@ -44,7 +44,7 @@ BODY_MAX_DEPTH = 64  # SWF payloads (input, result, details) are strings: shapes
 
 # The actions served, by SWF action name. The model's other actions are validated, then answer
 # NotImplemented; the execution actions join this table when they are built.
-ACTIONS: dict[str, Action] = {**registry.ACTIONS, **queries.ACTIONS}
+ACTIONS: dict[str, Action] = {**registry.ACTIONS, **queries.ACTIONS, **writes.ACTIONS}
 
 
 def keys() -> SwfKeys:
@@ -124,7 +124,8 @@ async def handle(raw_body: bytes) -> dict[str, Any]:
         raise NotImplementedFault(
             f"{action} is not implemented by this Foliot yet; docs/swf.md lists the actions served."
         )
-    return await run(Ctx(engine().store, engine().clock.now(), region), body)
+    eng = engine()
+    return await run(Ctx(eng.store, eng.clock.now(), region, eng), body)
 
 
 @blueprint.post("/")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -30,6 +30,7 @@ from ..storage.swf import (
     SwfStore,
     SwfType,
 )
+from . import messages as m
 from .errors import (
     DomainAlreadyExistsFault,
     DomainDeprecatedFault,
@@ -42,6 +43,7 @@ from .errors import (
     UnknownResourceFault,
     ValidationException,
 )
+from .faults import Fault
 from .shapes import name_problem, refuse
 
 ACCOUNT_ID = "000000000000"
@@ -74,14 +76,24 @@ _ACTIVITY_DEFAULTS = (
 
 @attrs.frozen
 class Ctx:
-    """One authenticated request: the store, the time (epoch ms) and the caller's region."""
+    """One authenticated request: the store, the time (epoch ms) and the caller's region;
+    `runtime`, the engine, for the actions that go through an execution's actor."""
 
     store: SwfStore
     now: int
     region: str
+    runtime: SwfRuntime | None = None
 
 
 Action = Callable[[Ctx, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class SwfRuntime(Protocol):
+    """What the write actions need from the engine: start an execution, message its actor."""
+
+    async def swf_start(self, region: str, request: m.StartRequest) -> m.Transition | Fault: ...
+
+    async def swf_ask(self, region: str, run_id: str, message: Any) -> tuple[m.Transition | Fault, Any]: ...
 
 
 # ---------------------------------------------------------------------- pure checks

@@ -242,10 +242,8 @@ async def test_unknown_action_malformed_json_and_actions_not_built_yet(swf: Swf)
     await call(c.register_domain, name="d", workflowExecutionRetentionPeriodInDays="1")
     error = await raises(
         "NotImplemented",
-        c.start_workflow_execution,
-        domain="d",
-        workflowId="w-1",
-        workflowType={"name": "W", "version": "1"},
+        c.respond_activity_task_completed,
+        taskToken="t",
     )
     assert error.response["ResponseMetadata"]["HTTPStatusCode"] == 501
     assert "docs/swf.md" in error.response["Error"]["Message"]
