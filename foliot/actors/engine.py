@@ -40,6 +40,7 @@ from ..swf import machine as swf_machine
 from ..swf import messages as swf_messages
 from ..swf.actor import SwfKind, SwfState
 from ..swf.actor import actor_id as swf_actor_id
+from ..swf.actor import queue_of as swf_queue_of
 from ..swf.faults import Fault
 from ..workflow import machine
 from ..workflow.definition import Definition, parse_definition
@@ -200,7 +201,12 @@ class Engine:
             elif task.queue is None:
                 self.tell(task.run_id, Redeliver(task.token))
             self.recovered_tasks += 1
-        log.info("recovery done: %d open tasks re-delivered or re-offered", self.recovered_tasks)
+        open_swf = await self.swf.recover()
+        log.info(
+            "recovery done: %d open tasks re-delivered or re-offered, %d open SWF executions' tasks offered",
+            self.recovered_tasks,
+            open_swf,
+        )
 
     # ------------------------------------------------------------------ helpers for actors
 
@@ -330,6 +336,10 @@ class Engine:
         """A fresh SWF run id: 44 URL-safe characters, as long as AWS's."""
         return secrets.token_urlsafe(33)
 
+    def swf_token_key(self) -> bytes:
+        """The key SWF task tokens are signed with (stable across restarts: from the vault)."""
+        return self.vault.derive_key("swf-task-token")
+
     async def swf_start(
         self, region: str, request: swf_messages.StartRequest
     ) -> swf_messages.Transition | Fault:
@@ -354,6 +364,37 @@ class Engine:
         await self.supervisor.ask(self.swf, swf_actor_id(region, run_id), Envelope(message, slot))
         reply: swf_messages.Transition | Fault = await slot.wait()
         return reply, slot.value
+
+    async def swf_poll(
+        self, region: str, domain: str, kind: str, task_list: str, identity: str | None, wait_until: float
+    ) -> tuple[swf_messages.Transition, SwfState] | None:
+        """Long-poll an SWF task list: the first pending task whose execution's actor starts
+        it (`PollDecision`/`PollActivity` committed), or None once `wait_until` (Trio time)
+        passed with no task. As for `claim_queued`, the queue entry is settled by the actor's
+        answer (kept if the actor failed, dropped once started or no longer pending)."""
+        if not self.ready:
+            raise Unavailable("the engine is starting; retry shortly")
+        app, queue = swf_queue_of(region, domain, kind, task_list)
+        while True:
+            async with self.queues.reserve(app, queue, 1, wait_until) as held:
+                if not held.offers:
+                    return None
+                token, actor = held.offers[0]
+                scheduled = int(token.rsplit(":", 1)[1])
+                message = (
+                    swf_messages.PollDecision(scheduled, identity)
+                    if kind == "decision"
+                    else swf_messages.PollActivity(scheduled, identity)
+                )
+                slot = ReplySlot(on_settle=partial(_settle_swf_claim, held, token))
+                await self.supervisor.ask(self.swf, actor, Envelope(message, slot))
+                held.hand_over(token)
+                await slot.event.wait()
+            if slot.error is not None:
+                raise slot.error
+            if isinstance(slot.reply, swf_messages.Transition):
+                return slot.reply, slot.value
+            # No longer pending (timed out, canceled, the execution closed): wait for the next.
 
     def tell(self, run_id: str, message: ActorMessage) -> None:
         self.tell_or_retry(self.runs, run_id, Envelope(message))
@@ -565,6 +606,14 @@ class Engine:
                     # The last waiter to leave removes the entry: nothing kept for runs no one watches.
                     if self._watchers.get(run_id) is event and event.statistics().tasks_waiting == 0:
                         del self._watchers[run_id]
+
+
+def _settle_swf_claim(held: Reservation, token: str, slot: ReplySlot) -> None:
+    """An SWF task's start answered: drop the entry once started or gone, else put it back."""
+    if slot.error is not None:
+        held.settle(token, claimed=False)
+    else:
+        held.settle(token, claimed=isinstance(slot.reply, swf_messages.Transition), gone=True)
 
 
 def _settle_claim(held: Reservation, token: str, slot: ReplySlot) -> None:

@@ -24,6 +24,7 @@ from ..storage.swf import SWF_ACTOR_PREFIX, SwfExecutionStore, SwfUnit, swf_acto
 from . import machine
 from . import messages as m
 from .faults import Fault, unknown
+from .history import pending_offers
 from .model import Execution
 from .timeouts import deadlines
 
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from ..actors.engine import Engine
 
 KIND: Final = "swf"
+_RECOVERY_PAGE: Final = 500
 _PREFIX: Final = SWF_ACTOR_PREFIX
 actor_id = swf_actor_id
 
@@ -174,12 +176,8 @@ class SwfKind:
         )
         ex = after.execution
         for effect in tr.effects:
-            if isinstance(effect, m.OfferDecisionTask):
-                app, queue = queue_of(after.region, ex.domain, "decision", effect.task_list)
-                engine.queues.offer(app, queue, task_token(ex.run_id, effect.scheduled_event_id), actor)
-            elif isinstance(effect, m.OfferActivityTask):
-                app, queue = queue_of(after.region, ex.domain, "activity", effect.task_list)
-                engine.queues.offer(app, queue, task_token(ex.run_id, effect.scheduled_event_id), actor)
+            if isinstance(effect, (m.OfferDecisionTask, m.OfferActivityTask)):
+                self._offer(after.region, ex, effect)
             elif isinstance(effect, m.RetireTask):
                 engine.queues.withdraw(task_token(ex.run_id, effect.scheduled_event_id))
             elif isinstance(effect, (m.DeliverSignal, m.RequestCancelExternal, m.ApplyChildPolicy)):
@@ -191,6 +189,27 @@ class SwfKind:
             ):
                 parent = actor_id(after.region, effect.parent.run_id)
                 engine.tell_or_retry(self, parent, Envelope(effect.notify_parent))
+
+    def _offer(self, region: str, ex: Execution, offer: m.OfferDecisionTask | m.OfferActivityTask) -> None:
+        kind = "decision" if isinstance(offer, m.OfferDecisionTask) else "activity"
+        app, queue = queue_of(region, ex.domain, kind, offer.task_list)
+        token = task_token(ex.run_id, offer.scheduled_event_id)
+        self.engine.queues.offer(app, queue, token, actor_id(region, ex.run_id))
+
+    async def recover(self) -> int:
+        """After a restart: offer again every task still waiting for a poller (the queues are
+        in memory; the document says what is pending). Returns how many executions are open."""
+        after: tuple[str, str] | None = None
+        count = 0
+        while True:
+            page = await self.store.swf_open_executions(after, _RECOVERY_PAGE)
+            for stored in page:
+                for offer in pending_offers(stored.execution):
+                    self._offer(stored.region, stored.execution, offer)
+            count += len(page)
+            if len(page) < _RECOVERY_PAGE:
+                return count
+            after = (page[-1].region, page[-1].execution.run_id)
 
     def _to_other(
         self,

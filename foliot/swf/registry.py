@@ -95,6 +95,12 @@ class SwfRuntime(Protocol):
 
     async def swf_ask(self, region: str, run_id: str, message: Any) -> tuple[m.Transition | Fault, Any]: ...
 
+    async def swf_poll(
+        self, region: str, domain: str, kind: str, task_list: str, identity: str | None, wait_until: float
+    ) -> tuple[m.Transition, Any] | None: ...
+
+    def swf_token_key(self) -> bytes: ...
+
 
 # ---------------------------------------------------------------------- pure checks
 

@@ -1,19 +1,24 @@
-"""The SWF write actions that go through an execution's actor: start, signal, request-cancel,
-terminate. Each turns the request into one machine message (or a start request), sends it to
+"""The SWF write actions, all through an execution's actor: start, signal, request-cancel,
+terminate, the decision and activity task polls (60 s long polls on the task list's queue) and
+their answers. Each turns the request into one machine message (or a start request), sends it to
 the execution's actor, and answers what the committed transition (or the machine's fault) says.
 """
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+import base64
+import json
+from typing import Any, Final, NoReturn
+
+import trio
 
 from ..errors import UniqueViolation
 from ..storage.swf import SWF_OPEN_WORKFLOW_UNIQUE
-from . import errors
+from . import errors, history, tokens
 from . import messages as m
 from .errors import SwfFault, UnknownResourceFault, WorkflowExecutionAlreadyStartedFault
 from .faults import Fault
-from .model import TypeRef
+from .model import Execution, TypeRef
 from .registry import Action, Ctx, SwfRuntime, domain_of
 
 
@@ -100,3 +105,180 @@ ACTIONS: dict[str, Action] = {
     "TerminateWorkflowExecution": terminate_workflow_execution,
 }
 """The write actions served so far, by SWF action name."""
+
+
+# ---------------------------------------------------------------------- tasks
+
+POLL_SECONDS: Final = 60.0  # SWF's long poll: an empty task after 60 s without work
+
+
+def _continuation(task_token: str, page_token: str) -> str:
+    raw = json.dumps([task_token, page_token], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode()
+
+
+def _read_continuation(text: str) -> tuple[str, str]:
+    try:
+        data = json.loads(base64.urlsafe_b64decode(text.encode("ascii")))
+    except (ValueError, UnicodeEncodeError):
+        data = None
+    if not (isinstance(data, list) and len(data) == 2 and all(isinstance(x, str) for x in data)):
+        raise errors.ValidationException("Invalid nextPageToken")
+    return data[0], data[1]
+
+
+def _token(ctx: Ctx, kind: str, ex: Execution, scheduled: int, started: int) -> str:
+    task = tokens.TaskToken(kind, ex.run_id, scheduled, started)
+    return tokens.encode(_runtime(ctx).swf_token_key(), ctx.region, task)
+
+
+def _task(ctx: Ctx, text: str, kind: str) -> tokens.TaskToken:
+    found = tokens.decode(_runtime(ctx).swf_token_key(), ctx.region, text)
+    if isinstance(found, Fault):
+        raise_fault(found)
+    if found.kind != kind:
+        raise_fault(tokens.invalid())
+    return found
+
+
+async def _decision_page(
+    ctx: Ctx,
+    body: dict[str, Any],
+    ex: Execution,
+    claimed: m.DecisionTaskClaimed,
+    text: str,
+    page_token: str | None,
+) -> dict[str, Any]:
+    """One page of a decision task's events (its whole history up to its DecisionTaskStarted),
+    with a `nextPageToken` for the next poll when more follow."""
+    started = claimed.started_event_id
+    events = await ctx.store.swf_events(ctx.region, ex.run_id, None, False, started + 1)
+    window = [e for e in events if e.event_id <= started]
+    scope = f"{body['domain']}\x1f{body['taskList']['name']}\x1f{ex.run_id}\x1f{started}"
+    page = history.paginate(
+        window,
+        maximum_page_size=body.get("maximumPageSize"),
+        reverse_order=bool(body.get("reverseOrder")),
+        next_page_token=page_token,
+        scope=scope,
+    )
+    if isinstance(page, Fault):
+        raise_fault(page)
+    out = history.decision_task(ex, claimed, page, text)
+    if page.next_page_token is not None:
+        out["nextPageToken"] = _continuation(text, page.next_page_token)
+    return out
+
+
+async def poll_for_decision_task(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+    await domain_of(ctx, body["domain"])
+    continued = body.get("nextPageToken")
+    if continued is not None:
+        return await _next_page(ctx, body, continued)
+    got = await _runtime(ctx).swf_poll(
+        ctx.region,
+        body["domain"],
+        "decision",
+        body["taskList"]["name"],
+        body.get("identity"),
+        trio.current_time() + POLL_SECONDS,
+    )
+    if got is None:
+        return {"startedEventId": 0, "previousStartedEventId": 0}  # AWS's empty task
+    tr, _ = got
+    claimed = tr.reply
+    assert isinstance(claimed, m.DecisionTaskClaimed)
+    text = _token(ctx, tokens.DECISION, tr.execution, claimed.scheduled_event_id, claimed.started_event_id)
+    return await _decision_page(ctx, body, tr.execution, claimed, text, None)
+
+
+async def _next_page(ctx: Ctx, body: dict[str, Any], continued: str) -> dict[str, Any]:
+    """A poll with `nextPageToken`: the next page of the same decision task's events."""
+    text, page_token = _read_continuation(continued)
+    task = _task(ctx, text, tokens.DECISION)
+    stored = await ctx.store.swf_load(ctx.region, task.run_id)
+    if stored is None or stored.execution.domain != body["domain"]:
+        raise_fault(tokens.invalid())
+    ex = stored.execution
+    claimed = m.DecisionTaskClaimed(
+        task.scheduled_event_id, task.started_event_id, ex.previous_started_event_id
+    )
+    return await _decision_page(ctx, body, ex, claimed, text, page_token)
+
+
+async def poll_for_activity_task(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+    await domain_of(ctx, body["domain"])
+    got = await _runtime(ctx).swf_poll(
+        ctx.region,
+        body["domain"],
+        "activity",
+        body["taskList"]["name"],
+        body.get("identity"),
+        trio.current_time() + POLL_SECONDS,
+    )
+    if got is None:
+        return {"startedEventId": 0}  # AWS's empty task
+    tr, _ = got
+    claimed = tr.reply
+    assert isinstance(claimed, m.ActivityTaskClaimed)
+    text = _token(ctx, tokens.ACTIVITY, tr.execution, claimed.scheduled_event_id, claimed.started_event_id)
+    return history.activity_task(tr.execution, claimed, text)
+
+
+async def _answer(ctx: Ctx, task: tokens.TaskToken, message: Any) -> m.Transition:
+    tr, _ = await _runtime(ctx).swf_ask(ctx.region, task.run_id, message)
+    if isinstance(tr, Fault):
+        raise_fault(tr)
+    return tr
+
+
+async def respond_decision_task_completed(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+    task = _task(ctx, body["taskToken"], tokens.DECISION)
+    task_list = body.get("taskList")
+    message = m.CompleteDecision(
+        task.scheduled_event_id,
+        body.get("decisions"),
+        body.get("executionContext"),
+        task_list["name"] if task_list is not None else None,
+        body.get("taskListScheduleToStartTimeout"),
+    )
+    await _answer(ctx, task, message)
+    return {}
+
+
+async def respond_activity_task_completed(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+    task = _task(ctx, body["taskToken"], tokens.ACTIVITY)
+    await _answer(ctx, task, m.CompleteActivity(task.scheduled_event_id, body.get("result")))
+    return {}
+
+
+async def respond_activity_task_failed(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+    task = _task(ctx, body["taskToken"], tokens.ACTIVITY)
+    await _answer(ctx, task, m.FailActivity(task.scheduled_event_id, body.get("reason"), body.get("details")))
+    return {}
+
+
+async def respond_activity_task_canceled(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+    task = _task(ctx, body["taskToken"], tokens.ACTIVITY)
+    await _answer(ctx, task, m.CancelActivity(task.scheduled_event_id, body.get("details")))
+    return {}
+
+
+async def record_activity_task_heartbeat(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+    task = _task(ctx, body["taskToken"], tokens.ACTIVITY)
+    tr = await _answer(ctx, task, m.Heartbeat(task.scheduled_event_id, body.get("details")))
+    assert isinstance(tr.reply, m.HeartbeatAnswer)
+    return {"cancelRequested": tr.reply.cancel_requested}
+
+
+ACTIONS.update(
+    {
+        "PollForDecisionTask": poll_for_decision_task,
+        "RespondDecisionTaskCompleted": respond_decision_task_completed,
+        "PollForActivityTask": poll_for_activity_task,
+        "RespondActivityTaskCompleted": respond_activity_task_completed,
+        "RespondActivityTaskFailed": respond_activity_task_failed,
+        "RespondActivityTaskCanceled": respond_activity_task_canceled,
+        "RecordActivityTaskHeartbeat": record_activity_task_heartbeat,
+    }
+)
