@@ -14,39 +14,22 @@ from ..storage.swf import ACTIVITY, WORKFLOW, SwfRegistryStore, SwfType
 from . import messages as m
 from .decisions import parse_decisions, referenced_types
 from .model import ActivityTypeInfo, Execution, TypeRef, WorkflowTypeInfo
+from .registry import ACTIVITY_DEFAULTS, WORKFLOW_DEFAULTS
 
 
-def _task_list(config: dict[str, Any]) -> str | None:
-    task_list = config.get("defaultTaskList")
-    return task_list.get("name") if isinstance(task_list, dict) else None
+def _defaults(t: SwfType, members: tuple[str, ...]) -> list[Any]:
+    """The registered defaults in the type info's field order (a task list by its name)."""
+    config = json.loads(t.config)
+    out = [config.get(member) for member in members]
+    return [v.get("name") if isinstance(v, dict) else v for v in out]
 
 
 def workflow_info(t: SwfType) -> WorkflowTypeInfo:
-    c = json.loads(t.config)
-    return WorkflowTypeInfo(
-        TypeRef(t.name, t.version),
-        t.status,
-        c.get("defaultTaskStartToCloseTimeout"),
-        c.get("defaultExecutionStartToCloseTimeout"),
-        _task_list(c),
-        c.get("defaultTaskPriority"),
-        c.get("defaultChildPolicy"),
-        c.get("defaultLambdaRole"),
-    )
+    return WorkflowTypeInfo(TypeRef(t.name, t.version), t.status, *_defaults(t, WORKFLOW_DEFAULTS))
 
 
 def activity_info(t: SwfType) -> ActivityTypeInfo:
-    c = json.loads(t.config)
-    return ActivityTypeInfo(
-        TypeRef(t.name, t.version),
-        t.status,
-        c.get("defaultTaskStartToCloseTimeout"),
-        c.get("defaultTaskHeartbeatTimeout"),
-        _task_list(c),
-        c.get("defaultTaskPriority"),
-        c.get("defaultTaskScheduleToStartTimeout"),
-        c.get("defaultTaskScheduleToCloseTimeout"),
-    )
+    return ActivityTypeInfo(TypeRef(t.name, t.version), t.status, *_defaults(t, ACTIVITY_DEFAULTS))
 
 
 async def lookup(

@@ -56,7 +56,8 @@ DEFAULT_PAGE = 1000
 _TAG_TEXT = re.compile(r"^[\w\s_.:/=+\-@]*$", re.UNICODE)
 _DOMAIN_ARN = re.compile(r"^arn:aws:swf:([^:]+):([^:]+):/domain/(.+)$")
 
-_WORKFLOW_DEFAULTS = (
+# The registered defaults, in the order of `WorkflowTypeInfo` and `ActivityTypeInfo` fields.
+WORKFLOW_DEFAULTS = (
     "defaultTaskStartToCloseTimeout",
     "defaultExecutionStartToCloseTimeout",
     "defaultTaskList",
@@ -64,7 +65,7 @@ _WORKFLOW_DEFAULTS = (
     "defaultChildPolicy",
     "defaultLambdaRole",
 )
-_ACTIVITY_DEFAULTS = (
+ACTIVITY_DEFAULTS = (
     "defaultTaskStartToCloseTimeout",
     "defaultTaskHeartbeatTimeout",
     "defaultTaskList",
@@ -165,7 +166,7 @@ def tag_problems(tags: list[dict[str, Any]], path: str = "tags") -> list[str]:
 def config_problems(kind: str, body: dict[str, Any]) -> list[str]:
     """A type registration's defaults: durations, priority, task-list name."""
     found: list[str] = []
-    names = _WORKFLOW_DEFAULTS if kind == WORKFLOW else _ACTIVITY_DEFAULTS
+    names = WORKFLOW_DEFAULTS if kind == WORKFLOW else ACTIVITY_DEFAULTS
     for member in names:
         value = body.get(member)
         if value is None:
@@ -402,7 +403,7 @@ def register_type(kind: str) -> Action:
             p for p in (name_problem(body["name"], "name"), name_problem(body["version"], "version")) if p
         ]
         refuse(found + config_problems(kind, body))
-        names = _WORKFLOW_DEFAULTS if kind == WORKFLOW else _ACTIVITY_DEFAULTS
+        names = WORKFLOW_DEFAULTS if kind == WORKFLOW else ACTIVITY_DEFAULTS
         config = {k: body[k] for k in names if body.get(k) is not None}
         record = SwfType(
             region=ctx.region,

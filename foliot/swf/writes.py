@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
 import trio
@@ -246,22 +247,22 @@ async def respond_decision_task_completed(ctx: Ctx, body: dict[str, Any]) -> dic
     return {}
 
 
-async def respond_activity_task_completed(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
-    task = _task(ctx, body["taskToken"], tokens.ACTIVITY)
-    await _answer(ctx, task, m.CompleteActivity(task.scheduled_event_id, body.get("result")))
-    return {}
+def _activity_answer(make: Callable[[int, dict[str, Any]], Any]) -> Action:
+    """An activity worker's answer: the task its token names, the message `make` builds."""
+
+    async def action(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+        task = _task(ctx, body["taskToken"], tokens.ACTIVITY)
+        await _answer(ctx, task, make(task.scheduled_event_id, body))
+        return {}
+
+    return action
 
 
-async def respond_activity_task_failed(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
-    task = _task(ctx, body["taskToken"], tokens.ACTIVITY)
-    await _answer(ctx, task, m.FailActivity(task.scheduled_event_id, body.get("reason"), body.get("details")))
-    return {}
-
-
-async def respond_activity_task_canceled(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
-    task = _task(ctx, body["taskToken"], tokens.ACTIVITY)
-    await _answer(ctx, task, m.CancelActivity(task.scheduled_event_id, body.get("details")))
-    return {}
+respond_activity_task_completed = _activity_answer(lambda s, b: m.CompleteActivity(s, b.get("result")))
+respond_activity_task_failed = _activity_answer(
+    lambda s, b: m.FailActivity(s, b.get("reason"), b.get("details"))
+)
+respond_activity_task_canceled = _activity_answer(lambda s, b: m.CancelActivity(s, b.get("details")))
 
 
 async def record_activity_task_heartbeat(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
