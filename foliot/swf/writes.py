@@ -171,19 +171,24 @@ async def _decision_page(
     return out
 
 
-async def poll_for_decision_task(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+async def _poll(ctx: Ctx, body: dict[str, Any], kind: str) -> tuple[m.Transition, Any] | None:
+    """Long-poll the body's task list for a task of `kind` (decision | activity)."""
     await domain_of(ctx, body["domain"])
-    continued = body.get("nextPageToken")
-    if continued is not None:
-        return await _next_page(ctx, body, continued)
-    got = await _runtime(ctx).swf_poll(
+    return await _runtime(ctx).swf_poll(
         ctx.region,
         body["domain"],
-        "decision",
+        kind,
         body["taskList"]["name"],
         body.get("identity"),
         trio.current_time() + POLL_SECONDS,
     )
+
+
+async def poll_for_decision_task(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
+    continued = body.get("nextPageToken")
+    if continued is not None:
+        return await _next_page(ctx, body, continued)
+    got = await _poll(ctx, body, "decision")
     if got is None:
         return {"startedEventId": 0, "previousStartedEventId": 0}  # AWS's empty task
     tr, _ = got
@@ -195,6 +200,7 @@ async def poll_for_decision_task(ctx: Ctx, body: dict[str, Any]) -> dict[str, An
 
 async def _next_page(ctx: Ctx, body: dict[str, Any], continued: str) -> dict[str, Any]:
     """A poll with `nextPageToken`: the next page of the same decision task's events."""
+    await domain_of(ctx, body["domain"])
     text, page_token = _read_continuation(continued)
     task = _task(ctx, text, tokens.DECISION)
     stored = await ctx.store.swf_load(ctx.region, task.run_id)
@@ -208,15 +214,7 @@ async def _next_page(ctx: Ctx, body: dict[str, Any], continued: str) -> dict[str
 
 
 async def poll_for_activity_task(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
-    await domain_of(ctx, body["domain"])
-    got = await _runtime(ctx).swf_poll(
-        ctx.region,
-        body["domain"],
-        "activity",
-        body["taskList"]["name"],
-        body.get("identity"),
-        trio.current_time() + POLL_SECONDS,
-    )
+    got = await _poll(ctx, body, "activity")
     if got is None:
         return {"startedEventId": 0}  # AWS's empty task
     tr, _ = got

@@ -12,13 +12,13 @@ import trio
 from botocore.config import Config
 
 from ..swf.conftest import PRESET_KEY, PRESET_SECRET, call
+from ..swf.test_tasks_boto3 import register_activity, schedule
+from ..swf.test_write_boto3 import WF, register
 from .test_crash_recovery import Server, server
 
 __all__ = ["server"]  # the fixture: a `foliot serve` process, restartable on its database
 
 pytestmark = pytest.mark.e2e
-
-WF = {"name": "Order", "version": "1"}
 
 
 @pytest.fixture
@@ -43,38 +43,11 @@ async def test_tokens_from_before_a_kill_complete_their_tasks_after_it(
 ) -> None:
     with trio.fail_after(240):
         c = client(server.url)
-        await call(c.register_domain, name="d", workflowExecutionRetentionPeriodInDays="1")
-        await call(
-            c.register_workflow_type,
-            domain="d",
-            name="Order",
-            version="1",
-            defaultTaskStartToCloseTimeout="600",
-            defaultExecutionStartToCloseTimeout="3600",
-            defaultTaskList={"name": "deciders"},
-            defaultChildPolicy="TERMINATE",
-        )
-        await call(
-            c.register_activity_type,
-            domain="d",
-            name="Charge",
-            version="1",
-            defaultTaskStartToCloseTimeout="600",
-            defaultTaskHeartbeatTimeout="NONE",
-            defaultTaskList={"name": "workers"},
-            defaultTaskScheduleToStartTimeout="600",
-            defaultTaskScheduleToCloseTimeout="NONE",
-        )
+        await register(c, task_timeout="600")  # no task may time out while the server restarts
+        await register_activity(c, task_timeout="600")
         a = (await call(c.start_workflow_execution, domain="d", workflowId="a", workflowType=WF))["runId"]
         task = await call(c.poll_for_decision_task, domain="d", taskList={"name": "deciders"})
-        schedule = {
-            "decisionType": "ScheduleActivityTask",
-            "scheduleActivityTaskDecisionAttributes": {
-                "activityType": {"name": "Charge", "version": "1"},
-                "activityId": "a1",
-            },
-        }
-        await call(c.respond_decision_task_completed, taskToken=task["taskToken"], decisions=[schedule])
+        await call(c.respond_decision_task_completed, taskToken=task["taskToken"], decisions=[schedule("a1")])
         work = await call(c.poll_for_activity_task, domain="d", taskList={"name": "workers"})
         b = (await call(c.start_workflow_execution, domain="d", workflowId="b", workflowType=WF))["runId"]
         b_task = await call(c.poll_for_decision_task, domain="d", taskList={"name": "deciders"})

@@ -13,16 +13,16 @@ from .conftest import Swf, call, raises
 from .test_write_boto3 import WF, history, setup
 
 
-async def register_activity(c: Any) -> None:
+async def register_activity(c: Any, task_timeout: str = "300") -> None:
     await call(
         c.register_activity_type,
         domain="d",
         name="Charge",
         version="1",
-        defaultTaskStartToCloseTimeout="300",
+        defaultTaskStartToCloseTimeout=task_timeout,
         defaultTaskHeartbeatTimeout="NONE",
         defaultTaskList={"name": "workers"},
-        defaultTaskScheduleToStartTimeout="300",
+        defaultTaskScheduleToStartTimeout=task_timeout,
         defaultTaskScheduleToCloseTimeout="NONE",
     )
 

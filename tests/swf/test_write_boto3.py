@@ -11,20 +11,25 @@ from .conftest import Swf, call, raises
 WF = {"name": "Order", "version": "1"}
 
 
-async def setup(swf: Swf) -> Any:
-    c = swf.client()
+async def register(c: Any, task_timeout: str = "60") -> None:
+    """Domain `d`, workflow type Order 1 with every default, Bare 1 with none."""
     await call(c.register_domain, name="d", workflowExecutionRetentionPeriodInDays="30")
     await call(
         c.register_workflow_type,
         domain="d",
         name="Order",
         version="1",
-        defaultTaskStartToCloseTimeout="60",
+        defaultTaskStartToCloseTimeout=task_timeout,
         defaultExecutionStartToCloseTimeout="3600",
         defaultTaskList={"name": "deciders"},
         defaultChildPolicy="TERMINATE",
     )
     await call(c.register_workflow_type, domain="d", name="Bare", version="1")
+
+
+async def setup(swf: Swf) -> Any:
+    c = swf.client()
+    await register(c)
     return c
 
 
