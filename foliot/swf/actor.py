@@ -85,6 +85,16 @@ _FROM_OTHERS = (
 )
 
 
+def transition_unit(
+    region: str, tr: m.Transition, expected_version: int | None
+) -> tuple[SwfUnit, m.Transition | None]:
+    """The unit of work that commits `tr`, and a continued run's first transition if any
+    (ContinueAsNewWorkflowExecution: its insert commits in the same unit)."""
+    continued = next((e.start for e in tr.effects if isinstance(e, m.ContinuedAsNew)), None)
+    after = None if continued is None else SwfUnit(region, continued.execution, None, continued.events)
+    return SwfUnit(region, tr.execution, expected_version, tr.events, after), continued
+
+
 class SwfKind:
     """`Kind[SwfState]`."""
 
@@ -139,14 +149,7 @@ class SwfKind:
             if envelope.reply is not None:
                 envelope.reply.put(tr)
             return False
-        continued = next((e.start for e in tr.effects if isinstance(e, m.ContinuedAsNew)), None)
-        unit = SwfUnit(
-            state.region,
-            tr.execution,
-            state.version,
-            tr.events,
-            None if continued is None else SwfUnit(state.region, continued.execution, None, continued.events),
-        )
+        unit, continued = transition_unit(state.region, tr, state.version)
         try:
             await self.engine.shielded(partial(self.store.swf_commit, unit))
         except StaleWrite:

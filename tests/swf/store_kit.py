@@ -10,6 +10,7 @@ import attrs
 from foliot.storage.swf import SwfExecutionStore, SwfStored, SwfUnit
 from foliot.swf import machine
 from foliot.swf import messages as m
+from foliot.swf.actor import transition_unit
 from foliot.swf.model import Execution, TypeRef
 
 from ..unit.swf_kit import ACT_INFO, T0, WF, WF_INFO, decision, schedule
@@ -41,14 +42,7 @@ class Live:
     async def send(self, msg: m.Message, now: int, new_run_id: str = "") -> m.Transition:
         tr = machine.transition(self.ex, msg, m.Context(now=now, catalog=CATALOG, new_run_id=new_run_id))
         assert isinstance(tr, m.Transition), tr
-        continued = next((e.start for e in tr.effects if isinstance(e, m.ContinuedAsNew)), None)
-        unit = SwfUnit(
-            self.region,
-            tr.execution,
-            self.version,
-            tr.events,
-            None if continued is None else SwfUnit(self.region, continued.execution, None, continued.events),
-        )
+        unit, continued = transition_unit(self.region, tr, self.version)
         await self.store.swf_commit(unit)
         self.ex, self.version = tr.execution, unit.version
         if continued is not None:
