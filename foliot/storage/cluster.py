@@ -10,14 +10,13 @@ burst of runs' writes.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import asyncpg
 
 from ..cluster.leases import Lease, Node, View
-
-T = TypeVar("T")
+from .pg_calls import PgCalls
 
 NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
@@ -44,19 +43,8 @@ class ClusterStore(Protocol):
         ...
 
 
-class ClusterPostgres:
+class ClusterPostgres(PgCalls):
     """`ClusterStore` on PostgreSQL, mixed into `PostgresStore`."""
-
-    if TYPE_CHECKING:  # provided by PostgresStore
-
-        async def _call(
-            self,
-            fn: Callable[[asyncpg.Connection], Awaitable[T]],
-            *,
-            write: bool = False,
-            limit_s: float | None = None,
-        ) -> T:
-            raise NotImplementedError
 
     async def cluster_heartbeat(self, node_id: str, address: str, live_actors: int) -> View:
         async def fn(conn: asyncpg.Connection) -> View:

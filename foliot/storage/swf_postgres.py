@@ -5,13 +5,13 @@ ids, and a claim locks its row with `FOR UPDATE SKIP LOCKED`."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 import asyncpg
 
 from ..swf.events import HistoryEvent
 from .base import prune_keys
+from .pg_calls import PgCalls
 from .swf import (
     DEPRECATED,
     Insert,
@@ -44,21 +44,8 @@ from .swf_sql import (
     unit_statements,
 )
 
-T = TypeVar("T")
 
-
-class SwfPostgres:
-    if TYPE_CHECKING:  # provided by PostgresStore
-
-        async def _call(
-            self,
-            fn: Callable[[asyncpg.Connection], Awaitable[T]],
-            *,
-            write: bool = False,
-            limit_s: float | None = None,
-        ) -> T:
-            raise NotImplementedError
-
+class SwfPostgres(PgCalls):
     async def add_swf_credential(self, credential: SwfCredential) -> None:
         await self._call(
             lambda c: c.execute(

@@ -66,6 +66,26 @@ def owned_at_most_once(owners: list[Recorder]) -> None:
         seen |= owner.owned
 
 
+def two_nodes(
+    cluster: FakeCluster,
+) -> tuple[list[tuple[float, str, str, frozenset[int]]], Recorder, Recorder, LeaseKeeper, LeaseKeeper]:
+    """Nodes a and b on one fake database: their shared log, owners and keepers."""
+    store = FakeClusterStore(cluster)
+    log: list[tuple[float, str, str, frozenset[int]]] = []
+    a, b = Recorder("a", log), Recorder("b", log)
+    return (
+        log,
+        a,
+        b,
+        LeaseKeeper(store, "a", "http://a", a, ttl_ms=TTL),
+        LeaseKeeper(store, "b", "http://b", b, ttl_ms=TTL),
+    )
+
+
+def balanced(*keepers: LeaseKeeper) -> bool:
+    return sorted(len(k.held) for k in keepers) == [128, 128]
+
+
 async def test_a_lone_node_holds_everything_and_is_ready(autojump_clock: trio.testing.MockClock) -> None:
     cluster = FakeCluster(db_now)
     log: list[tuple[float, str, str, frozenset[int]]] = []
@@ -111,11 +131,7 @@ async def test_a_dead_nodes_partitions_are_taken_over_within_ttl_plus_2s(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     cluster = FakeCluster(db_now)
-    store = FakeClusterStore(cluster)
-    log: list[tuple[float, str, str, frozenset[int]]] = []
-    a, b = Recorder("a", log), Recorder("b", log)
-    dying = LeaseKeeper(store, "a", "http://a", a, ttl_ms=TTL)
-    survivor = LeaseKeeper(store, "b", "http://b", b, ttl_ms=TTL)
+    _, _, _, dying, survivor = two_nodes(cluster)
     async with trio.open_nursery() as nursery:
         doomed = trio.CancelScope()  # node a, killed by cancelling its keeper: it says nothing
 
@@ -125,7 +141,7 @@ async def test_a_dead_nodes_partitions_are_taken_over_within_ttl_plus_2s(
 
         nursery.start_soon(node_a)
         await nursery.start(survivor.run)
-        await until(lambda: sorted((len(dying.held), len(survivor.held))) == [128, 128], 0.5)
+        await until(lambda: balanced(dying, survivor), 0.5)
         doomed.cancel()
         killed = trio.current_time()
         orphans = frozenset(p for p, holder in cluster.holders().items() if holder == "a")
@@ -139,15 +155,11 @@ async def test_a_node_cut_off_from_the_database_drops_its_leases_before_anyone_c
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     cluster = FakeCluster(db_now)
-    store = FakeClusterStore(cluster)
-    log: list[tuple[float, str, str, frozenset[int]]] = []
-    a, b = Recorder("a", log), Recorder("b", log)
-    ka = LeaseKeeper(store, "a", "http://a", a, ttl_ms=TTL)
-    kb = LeaseKeeper(store, "b", "http://b", b, ttl_ms=TTL)
+    log, a, b, ka, kb = two_nodes(cluster)
     async with trio.open_nursery() as nursery:
         await nursery.start(ka.run)
         await nursery.start(kb.run)
-        await until(lambda: sorted((len(ka.held), len(kb.held))) == [128, 128], 0.5)
+        await until(lambda: balanced(ka, kb), 0.5)
         cluster.down.add("a")
         cut = trio.current_time()
         mine = frozenset(ka.held)
@@ -161,7 +173,7 @@ async def test_a_node_cut_off_from_the_database_drops_its_leases_before_anyone_c
         # Back on line: a rejoins and gets its share again.
         cluster.down.discard("a")
         await until(
-            lambda: sorted((len(ka.held), len(kb.held))) == [128, 128],
+            lambda: balanced(ka, kb),
             0.5,
             lambda: owned_at_most_once([a, b]),
         )
