@@ -227,3 +227,42 @@ async def test_deadlines_are_stored_and_fire_after_a_restart(swf: Env, autojump_
     await advance(3_600)
     assert (await history(swf, run_id))[-1] == "WorkflowExecutionTimedOut"
     assert await swf.engine.store.timers_due_before(2**62, 10) == []
+
+
+async def test_a_long_poll_with_no_task_answers_the_empty_task_after_60_s(
+    swf: Env, autojump_clock: MockClock
+) -> None:
+    import trio
+
+    from foliot.swf import writes
+    from foliot.swf.registry import Ctx
+
+    ctx = Ctx(swf.engine.store, swf.engine.clock.now(), REGION, swf.engine)
+    body = {"domain": "d", "taskList": {"name": "deciders"}, "identity": "decider-1"}
+    t0 = trio.current_time()
+    assert await writes.poll_for_decision_task(ctx, body) == {
+        "startedEventId": 0,
+        "previousStartedEventId": 0,
+    }
+    assert trio.current_time() - t0 == pytest.approx(writes.POLL_SECONDS)
+    t1 = trio.current_time()
+    activity_body = {"domain": "d", "taskList": {"name": "workers"}}
+    assert await writes.poll_for_activity_task(ctx, activity_body) == {"startedEventId": 0}
+    assert trio.current_time() - t1 == pytest.approx(writes.POLL_SECONDS)
+
+    # A poll already waiting is handed a task scheduled 10 s later at once, not at the end.
+    answered: dict[str, Any] = {}
+
+    async def poll() -> None:
+        answered["task"] = await writes.poll_for_decision_task(ctx, body)
+        answered["at"] = trio.current_time()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(poll)
+        await advance(10)
+        scheduled_at = trio.current_time()
+        run_id = await start(swf)
+    task = answered["task"]
+    assert task["workflowExecution"]["runId"] == run_id and task["taskToken"]
+    assert answered["at"] - scheduled_at < 1
+    assert (await history(swf, run_id))[-1] == "DecisionTaskStarted"
