@@ -266,3 +266,32 @@ async def test_a_long_poll_with_no_task_answers_the_empty_task_after_60_s(
     assert task["workflowExecution"]["runId"] == run_id and task["taskToken"]
     assert answered["at"] - scheduled_at < 1
     assert (await history(swf, run_id))[-1] == "DecisionTaskStarted"
+
+
+async def test_continue_as_new_starts_the_next_run_with_its_actor_task_and_deadlines(
+    swf: Env, autojump_clock: MockClock
+) -> None:
+    run_id = await start(swf)
+    state = await decide(swf, run_id, decision("ContinueAsNewWorkflowExecution", input="round 2"))
+    first = state.execution
+    assert first.close_status == "CONTINUED_AS_NEW"
+    stored = await swf.engine.store.swf_find(REGION, "d", "order-1")  # the open run of order-1
+    assert stored is not None and stored.execution.run_id != run_id
+    nxt = stored.execution
+    (started,) = await swf.engine.store.swf_events(REGION, nxt.run_id, None, False, 1)
+    assert started.attributes["input"] == "round 2"
+    assert started.attributes["continuedExecutionRunId"] == run_id
+    # The next run is live at once: its actor holds it, its decision task waits for a poller
+    # and its workflow deadline is armed (nothing waits for a restart).
+    assert actor_id(REGION, nxt.run_id) in swf.engine.supervisor.actors
+    app, queue = queue_of(REGION, "d", "decision", "deciders")
+    assert swf.engine.queues.depth(app, queue) == 1
+    await ask(swf, nxt.run_id, m.PollDecision(2, "decider"))
+    assert (await history(swf, nxt.run_id)) == [
+        "WorkflowExecutionStarted",
+        "DecisionTaskScheduled",
+        "DecisionTaskStarted",
+    ]
+    await advance(3_601)
+    timed_out = await swf.engine.store.swf_load(REGION, nxt.run_id)
+    assert timed_out is not None and timed_out.execution.close_status == "TIMED_OUT"
