@@ -11,28 +11,34 @@ A firing of deadline `key` arrives as `Fire(key)`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
+import trio
 
 from ..actors.messages import Envelope
 from ..actors.runtime import Actor
-from ..errors import StaleWrite
+from ..errors import StaleWrite, StorageError, UniqueViolation
 from ..storage.swf import SWF_ACTOR_PREFIX, SwfExecutionStore, SwfUnit, swf_actor_id
 from . import machine
 from . import messages as m
 from .faults import Fault, unknown
 from .history import pending_offers
 from .model import Execution
+from .start import start_failure_cause
 from .timeouts import deadlines
 
 if TYPE_CHECKING:
     from ..actors.engine import Engine
 
+log = logging.getLogger("foliot.swf")
+
 KIND: Final = "swf"
 _RECOVERY_PAGE: Final = 500
+_CHILD_RETRY_S: Final = (0.1, 0.5, 2.0, 5.0)  # backoff while storage refuses a child's start
 _PREFIX: Final = SWF_ACTOR_PREFIX
 actor_id = swf_actor_id
 
@@ -185,6 +191,8 @@ class SwfKind:
                 engine.queues.withdraw(task_token(ex.run_id, effect.scheduled_event_id))
             elif isinstance(effect, (m.DeliverSignal, m.RequestCancelExternal, m.ApplyChildPolicy)):
                 self._to_other(after.region, ex, effect.workflow_id, effect.run_id, effect)
+            elif isinstance(effect, m.StartChild):
+                self._start_child(after.region, ex, effect)
             elif (
                 isinstance(effect, m.Closed)
                 and effect.parent is not None
@@ -192,6 +200,40 @@ class SwfKind:
             ):
                 parent = actor_id(after.region, effect.parent.run_id)
                 engine.tell_or_retry(self, parent, Envelope(effect.notify_parent))
+
+    def _start_child(self, region: str, ex: Execution, effect: m.StartChild) -> None:
+        """Start a child execution (StartChildWorkflowExecution) and tell the parent how it went:
+        `ChildStarted` with the child's run id, or `ChildStartFailed` with SWF's cause. A start
+        refused because the workflow id is open is this very child when that open run names
+        this parent and initiating event (a retry whose first attempt committed): started."""
+        parent = actor_id(region, ex.run_id)
+        request = effect.request
+
+        async def attempt() -> Any:
+            try:
+                started = await self.engine.swf_start(region, request)
+            except UniqueViolation:
+                found = await self.store.swf_find(region, request.domain, request.workflow_id)
+                if found is not None and _child_of(found.execution, ex, effect.initiated_event_id):
+                    return m.ChildStarted(effect.initiated_event_id, found.execution.run_id)
+                return m.ChildStartFailed(effect.initiated_event_id, "WORKFLOW_ALREADY_RUNNING")
+            if isinstance(started, Fault):
+                return m.ChildStartFailed(effect.initiated_event_id, start_failure_cause(started))
+            return m.ChildStarted(effect.initiated_event_id, started.execution.run_id)
+
+        async def start() -> None:
+            delays = iter(_CHILD_RETRY_S)
+            while True:
+                try:
+                    answer = await attempt()
+                except StorageError as exc:  # down for now: the parent waits, the start is retried
+                    log.warning("SWF: starting a child of %s failed (%s); retrying", ex.run_id, exc)
+                    await trio.sleep(next(delays, _CHILD_RETRY_S[-1]))
+                    continue
+                self.engine.tell_or_retry(self, parent, Envelope(answer))
+                return
+
+        self.engine.spawn(start)
 
     def _offer(self, region: str, ex: Execution, offer: m.OfferDecisionTask | m.OfferActivityTask) -> None:
         kind = "decision" if isinstance(offer, m.OfferDecisionTask) else "activity"
@@ -277,3 +319,11 @@ class SwfKind:
             "runId": ex.run_id if ex is not None else parse_actor_id(actor.id)[1],
             "status": (ex.close_status or "OPEN") if ex is not None else None,
         }
+
+
+def _child_of(child: Execution, parent: Execution, initiated_event_id: int) -> bool:
+    return (
+        child.parent is not None
+        and child.parent.run_id == parent.run_id
+        and child.parent_initiated_event_id == initiated_event_id
+    )

@@ -295,3 +295,67 @@ async def test_continue_as_new_starts_the_next_run_with_its_actor_task_and_deadl
     await advance(3_601)
     timed_out = await swf.engine.store.swf_load(REGION, nxt.run_id)
     assert timed_out is not None and timed_out.execution.close_status == "TIMED_OUT"
+
+
+async def test_a_child_execution_is_started_and_its_close_reaches_the_parent(
+    swf: Env, autojump_clock: MockClock
+) -> None:
+    parent = await start(swf)
+    child_type = {"name": "Order", "version": "1"}
+    await decide(
+        swf,
+        parent,
+        decision("StartChildWorkflowExecution", workflowType=child_type, workflowId="child-1", input="c"),
+        decision("StartChildWorkflowExecution", workflowType=child_type, workflowId="order-1"),
+    )
+    await advance(1)  # the child's start runs after the parent's commit
+    events = await swf.engine.store.swf_events(REGION, parent, None, False, 1000)
+    kinds = [e.event_type for e in events]
+    assert kinds.count("StartChildWorkflowExecutionInitiated") == 2
+    (failed,) = [e for e in events if e.event_type == "StartChildWorkflowExecutionFailed"]
+    assert failed.attributes["cause"] == "WORKFLOW_ALREADY_RUNNING"  # the parent's own id is open
+    assert failed.attributes["workflowId"] == "order-1"
+    (started,) = [e for e in events if e.event_type == "ChildWorkflowExecutionStarted"]
+    child_run = started.attributes["workflowExecution"]["runId"]
+    child = await swf.engine.store.swf_find(REGION, "d", "child-1")
+    assert child is not None and child.execution.run_id == child_run
+    assert child.execution.parent is not None and child.execution.parent.run_id == parent
+    assert actor_id(REGION, child_run) in swf.engine.supervisor.actors  # live, its task offered
+    app, queue = queue_of(REGION, "d", "decision", "deciders")
+    assert swf.engine.queues.depth(app, queue) == 2  # the child's first task and the parent's next
+
+    await decide(swf, child_run, decision("CompleteWorkflowExecution", result="done"))
+    await advance(1)
+    events = await swf.engine.store.swf_events(REGION, parent, None, False, 1000)
+    (completed,) = [e for e in events if e.event_type == "ChildWorkflowExecutionCompleted"]
+    assert completed.attributes["result"] == "done"
+    assert completed.attributes["workflowExecution"]["runId"] == child_run
+
+
+async def test_a_child_start_retried_after_it_committed_reports_the_child_not_a_conflict(
+    swf: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = await start(swf)
+    child_type = {"name": "Order", "version": "1"}
+    state = await decide(
+        swf, parent, decision("StartChildWorkflowExecution", workflowType=child_type, workflowId="child-1")
+    )
+    await advance(1)
+    child = await swf.engine.store.swf_find(REGION, "d", "child-1")
+    assert child is not None
+    told: list[Any] = []
+    monkeypatch.setattr(
+        swf.engine, "tell_or_retry", lambda kind, actor, envelope: told.append(envelope.message)
+    )
+    (initiated,) = [c for c in state.execution.children if c.workflow_id == "child-1"]
+    request = m.StartRequest(
+        "d", "child-1", WF, parent=state.execution.ref, parent_initiated_event_id=initiated.initiated_event_id
+    )
+    swf.engine.swf._start_child(REGION, state.execution, m.StartChild(initiated.initiated_event_id, request))
+    await advance(1)
+    assert told == [m.ChildStarted(initiated.initiated_event_id, child.execution.run_id)]
+    # Another parent's start of the same open workflow id is refused.
+    other = m.StartRequest("d", "child-1", WF)
+    swf.engine.swf._start_child(REGION, state.execution, m.StartChild(99, other))
+    await advance(1)
+    assert told[1:] == [m.ChildStartFailed(99, "WORKFLOW_ALREADY_RUNNING")]
