@@ -25,9 +25,10 @@ from ..errors import StaleWrite, StorageError, UniqueViolation
 from ..storage.swf import SWF_ACTOR_PREFIX, SwfExecutionStore, SwfUnit, swf_actor_id
 from . import machine
 from . import messages as m
+from .events import HistoryEvent
 from .faults import Fault, unknown
-from .history import pending_offers
 from .model import Execution
+from .recovery import owed_effects
 from .start import start_failure_cause
 from .timeouts import deadlines
 
@@ -179,27 +180,25 @@ class SwfKind:
     # ------------------------------------------------------------------ effects
 
     def perform(self, actor: str, before: SwfState | None, after: SwfState, tr: m.Transition) -> None:
-        engine = self.engine
-        engine.timers.sync(
+        self.engine.timers.sync(
             self.name, actor, () if before is None else self.timers(before), self.timers(after)
         )
-        ex = after.execution
         for effect in tr.effects:
-            if isinstance(effect, (m.OfferDecisionTask, m.OfferActivityTask)):
-                self._offer(after.region, ex, effect)
-            elif isinstance(effect, m.RetireTask):
-                engine.queues.withdraw(task_token(ex.run_id, effect.scheduled_event_id))
-            elif isinstance(effect, (m.DeliverSignal, m.RequestCancelExternal, m.ApplyChildPolicy)):
-                self._to_other(after.region, ex, effect.workflow_id, effect.run_id, effect)
-            elif isinstance(effect, m.StartChild):
-                self._start_child(after.region, ex, effect)
-            elif (
-                isinstance(effect, m.Closed)
-                and effect.parent is not None
-                and effect.notify_parent is not None
-            ):
-                parent = actor_id(after.region, effect.parent.run_id)
-                engine.tell_or_retry(self, parent, Envelope(effect.notify_parent))
+            self._effect(after.region, after.execution, effect)
+
+    def _effect(self, region: str, ex: Execution, effect: m.Effect) -> None:
+        """Carry out one effect of a committed transition (deadlines are synced apart)."""
+        if isinstance(effect, (m.OfferDecisionTask, m.OfferActivityTask)):
+            self._offer(region, ex, effect)
+        elif isinstance(effect, m.RetireTask):
+            self.engine.queues.withdraw(task_token(ex.run_id, effect.scheduled_event_id))
+        elif isinstance(effect, (m.DeliverSignal, m.RequestCancelExternal, m.ApplyChildPolicy)):
+            self._to_other(region, ex, effect.workflow_id, effect.run_id, effect)
+        elif isinstance(effect, m.StartChild):
+            self._start_child(region, ex, effect)
+        elif isinstance(effect, m.Closed) and effect.parent is not None and effect.notify_parent is not None:
+            parent = actor_id(region, effect.parent.run_id)
+            self.engine.tell_or_retry(self, parent, Envelope(effect.notify_parent))
 
     def _start_child(self, region: str, ex: Execution, effect: m.StartChild) -> None:
         """Start a child execution (StartChildWorkflowExecution) and tell the parent how it went:
@@ -242,15 +241,24 @@ class SwfKind:
         self.engine.queues.offer(app, queue, token, actor_id(region, ex.run_id))
 
     async def recover(self) -> int:
-        """After a restart: offer again every task still waiting for a poller (the queues are
-        in memory; the document says what is pending). Returns how many executions are open."""
+        """After a restart, what every open execution is still owed (`recovery.owed_effects`):
+        its tasks offered again (the queues are in memory; the document says what is pending),
+        children not yet started started, signals and cancel requests not yet answered sent
+        again. Returns how many executions are open."""
         after: tuple[str, str] | None = None
         count = 0
         while True:
             page = await self.store.swf_open_executions(after, _RECOVERY_PAGE)
             for stored in page:
-                for offer in pending_offers(stored.execution):
-                    self._offer(stored.region, stored.execution, offer)
+                ex = stored.execution
+                events: dict[int, HistoryEvent] = {}
+                if ex.externals or ex.lambdas or any(c.started_event_id is None for c in ex.children):
+                    history = await self.store.swf_events(
+                        stored.region, ex.run_id, None, False, ex.last_event_id
+                    )
+                    events = {e.event_id: e for e in history}
+                for effect in owed_effects(ex, events.__getitem__):
+                    self._effect(stored.region, ex, effect)
             count += len(page)
             if len(page) < _RECOVERY_PAGE:
                 return count

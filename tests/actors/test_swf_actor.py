@@ -359,3 +359,35 @@ async def test_a_child_start_retried_after_it_committed_reports_the_child_not_a_
     swf.engine.swf._start_child(REGION, state.execution, m.StartChild(99, other))
     await advance(1)
     assert told[1:] == [m.ChildStartFailed(99, "WORKFLOW_ALREADY_RUNNING")]
+
+
+async def test_a_child_start_cut_off_by_a_crash_is_carried_out_after_the_restart(
+    swf: Env, autojump_clock: MockClock
+) -> None:
+    import trio.testing
+
+    from ..swf.store_kit import Live
+
+    parent = await start(swf)
+    store = swf.engine.store
+    assert swf.scope is not None
+    swf.scope.cancel()  # the process dies ...
+    await trio.testing.wait_all_tasks_blocked()
+    stored = await store.swf_load(REGION, parent)
+    assert stored is not None
+    live = Live(store, REGION, stored)  # ... right after committing a decision, before its effects
+    child_type = {"name": "Order", "version": "1"}
+    await live.decide(
+        swf.engine.clock.now(),
+        decision("StartChildWorkflowExecution", workflowType=child_type, workflowId="child-1"),
+    )
+    assert await store.swf_find(REGION, "d", "child-1") is None
+    swf.engine = swf.make_engine()
+    await swf.boot()
+    await advance(1)
+    child = await store.swf_find(REGION, "d", "child-1")
+    assert child is not None and child.execution.parent is not None
+    assert child.execution.parent.run_id == parent
+    assert "ChildWorkflowExecutionStarted" in await history(swf, parent)
+    app, queue = queue_of(REGION, "d", "decision", "deciders")
+    assert swf.engine.queues.depth(app, queue) == 2  # the child's first task and the parent's next
