@@ -73,7 +73,7 @@ def worker(server: FakeServer, handler: Callable[..., Any]) -> Worker:
 
 async def test_heartbeats_every_third_of_the_time_the_task_had(mock_clock: trio.testing.MockClock) -> None:
     async def handler(t: Task) -> str:
-        await trio.sleep(25)
+        await trio.sleep_until(trio.current_time() + 25)  # 25 s of MockClock time
         return "done"
 
     server = FakeServer([task], [])
