@@ -104,15 +104,19 @@ def pg_cluster() -> Iterator[Cluster | None]:
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """Every test that stores through this runs once per backend."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'foliot.db'}"
+        yield f"sqlite:///{tmp_path / 'foliot.db'}"
+        return
     configured = os.environ.get("FOLIOT_TEST_DATABASE_URL")
     if configured:
-        return configured
+        yield configured
+        return
     cluster: Cluster = request.getfixturevalue("pg_cluster")
-    return cluster.new_database()
+    url = cluster.migrated_database()
+    yield url
+    cluster.finished(url)
 
 
 @pytest.fixture

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import glob
 import os
+import queue
+import sys
+import threading
 import shutil
 import socket
 import subprocess
@@ -40,6 +43,10 @@ class Cluster:
         self.port = free_port()
         self.user: str | None = "nobody" if os.geteuid() == 0 else None
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        self._ready: queue.Queue[str | BaseException] | None = None
+        self._template = ""
+        self._stopping = False
+        self._finished: queue.Queue[str] = queue.Queue()
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         if self.user is not None:
@@ -77,7 +84,68 @@ class Cluster:
         self._run(_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name)
         return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
 
+    def migrated_database(self) -> str:
+        """A fresh database holding the current schema; returns its URL.
+
+        Copied from a template migrated once per session (`createdb -T`), and kept a few ahead
+        by a background thread: a test pays neither `createdb` nor the migrations' time.
+        """
+        if self._ready is None:
+            template = self.new_database()
+            env = {**os.environ, "FOLIOT_DATABASE_URL": template}
+            subprocess.run(
+                [sys.executable, "-m", "foliot.cli", "migrate"], check=True, capture_output=True, env=env, timeout=120
+            )
+            self._template = template.rsplit("/", 1)[1]
+            # No session may hold the template while it is copied (autovacuum skips it too).
+            self._run(_bin("psql"), self.url, "-XAtc", f"ALTER DATABASE {self._template} ALLOW_CONNECTIONS false")
+            self._ready = queue.Queue(maxsize=3)
+            threading.Thread(target=self._fill, name="pg-databases", daemon=True).start()
+        url = self._ready.get(timeout=120)
+        if isinstance(url, BaseException):
+            raise url
+        return url
+
+    def _copy_template(self) -> str:
+        name = "t_" + uuid.uuid4().hex[:12]
+        self._run(
+            _bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-T", self._template, name
+        )
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+
+    def finished(self, url: str) -> None:
+        """The test holding `url` is over: its database is dropped in the background (hundreds
+        of 8 MB databases would otherwise pile up until the session's end)."""
+        self._finished.put(url.rsplit("/", 1)[1])
+
+    def _drop_finished(self) -> None:
+        while True:
+            try:
+                name = self._finished.get_nowait()
+            except queue.Empty:
+                return
+            self._run(_bin("psql"), self.url, "-XAtc", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", check=False)
+
+    def _fill(self) -> None:
+        assert self._ready is not None
+        while not self._stopping:
+            self._drop_finished()
+            item: str | BaseException
+            for attempt in range(3):
+                try:
+                    item = self._copy_template()
+                    break
+                except BaseException as exc:  # after three tries, handed to the next test
+                    item = exc
+            while not self._stopping:
+                try:
+                    self._ready.put(item, timeout=0.5)
+                    break
+                except queue.Full:
+                    self._drop_finished()
+
     def destroy(self) -> None:
+        self._stopping = True
         self._run(_bin("pg_ctl"), "-D", str(self.data), "stop", "-m", "immediate", check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
