@@ -9,12 +9,12 @@ from __future__ import annotations
 import glob
 import os
 import queue
-import sys
-import threading
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
@@ -94,11 +94,17 @@ class Cluster:
             template = self.new_database()
             env = {**os.environ, "FOLIOT_DATABASE_URL": template}
             subprocess.run(
-                [sys.executable, "-m", "foliot.cli", "migrate"], check=True, capture_output=True, env=env, timeout=120
+                [sys.executable, "-m", "foliot.cli", "migrate"],
+                check=True,
+                capture_output=True,
+                env=env,
+                timeout=120,
             )
             self._template = template.rsplit("/", 1)[1]
             # No session may hold the template while it is copied (autovacuum skips it too).
-            self._run(_bin("psql"), self.url, "-XAtc", f"ALTER DATABASE {self._template} ALLOW_CONNECTIONS false")
+            self._run(
+                _bin("psql"), self.url, "-XAtc", f"ALTER DATABASE {self._template} ALLOW_CONNECTIONS false"
+            )
             self._ready = queue.Queue(maxsize=3)
             threading.Thread(target=self._fill, name="pg-databases", daemon=True).start()
         url = self._ready.get(timeout=120)
@@ -109,7 +115,16 @@ class Cluster:
     def _copy_template(self) -> str:
         name = "t_" + uuid.uuid4().hex[:12]
         self._run(
-            _bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-T", self._template, name
+            _bin("createdb"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-U",
+            "postgres",
+            "-T",
+            self._template,
+            name,
         )
         return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
 
@@ -124,14 +139,16 @@ class Cluster:
                 name = self._finished.get_nowait()
             except queue.Empty:
                 return
-            self._run(_bin("psql"), self.url, "-XAtc", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", check=False)
+            self._run(
+                _bin("psql"), self.url, "-XAtc", f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", check=False
+            )
 
     def _fill(self) -> None:
         assert self._ready is not None
         while not self._stopping:
             self._drop_finished()
             item: str | BaseException
-            for attempt in range(3):
+            for _attempt in range(3):
                 try:
                     item = self._copy_template()
                     break
