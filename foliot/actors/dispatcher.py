@@ -40,7 +40,7 @@ from ..workflow.machine import (
 )
 from ..workflow.model import Run, TaskRef
 from ..workflow.payload import compact_json
-from .pushclient import PushClient, PushError
+from .pushclient import PushClient, PushError, post
 
 log = logging.getLogger("foliot.dispatcher")
 
@@ -94,6 +94,23 @@ class Push:
     def app(self) -> str:
         return self.run.app
 
+    @property
+    def token(self) -> str:
+        return self.task.token
+
+
+@attrs.define(eq=False)
+class Call:
+    """An outbound call other than a task push (an SWF Lambda invocation): queued and sent by
+    the same senders under the same caps, fair among `app`s; `send` makes the call and reports
+    its outcome itself. A call whose token is queued or in flight is not queued twice."""
+
+    app: str
+    token: str
+    send: Callable[[], Awaitable[None]]
+    scope: trio.CancelScope | None = None
+    dropped: bool = False
+
 
 class Dispatcher:
     def __init__(
@@ -119,11 +136,11 @@ class Dispatcher:
         self._max_body = max_body
         self.concurrency = max(1, concurrency)
         self.per_app = max(1, min(per_app or self.concurrency, self.concurrency))
-        self._fifo: dict[str, deque[Push]] = {}  # app -> its queued pushes, oldest first
+        self._fifo: dict[str, deque[Push | Call]] = {}  # app -> its queued pushes, oldest first
         self._ready: deque[str] = deque()  # apps with queued pushes and room, round-robin
         self._in_ready: set[str] = set()
-        self._queued: dict[str, Push] = {}  # token -> waiting for a sender
-        self._sending: dict[str, Push] = {}  # token -> being sent
+        self._queued: dict[str, Push | Call] = {}  # token -> waiting for a sender
+        self._sending: dict[str, Push | Call] = {}  # token -> being sent
         self._app_queued: dict[str, int] = {}
         self._app_sending: dict[str, int] = {}
         self._idle = ParkingLot()
@@ -169,10 +186,16 @@ class Dispatcher:
 
     def push(self, run: Run, task: TaskRef, path: str, timeout_ms: int) -> None:
         """Queue a push (synchronous: called right after the attempt was committed)."""
-        token = task.token
+        self._enqueue(Push(run, task, path, timeout_ms))
+
+    def call(self, item: Call) -> None:
+        """Queue a call (see `Call`)."""
+        self._enqueue(item)
+
+    def _enqueue(self, item: Push | Call) -> None:
+        token = item.token
         if token in self._queued or token in self._sending:
             return
-        item = Push(run, task, path, timeout_ms)
         app = item.app
         self._queued[token] = item
         self._app_queued[app] = self._app_queued.get(app, 0) + 1
@@ -204,7 +227,7 @@ class Dispatcher:
             self._ready.append(app)
             self._in_ready.add(app)
 
-    def _next(self) -> Push | None:
+    def _next(self) -> Push | Call | None:
         """The next push to send: the app at the head of the ready-queue gives its oldest, then
         goes to the back of the queue if it still has pushes and room under its cap."""
         while self._ready:
@@ -221,7 +244,7 @@ class Dispatcher:
                 del self._fifo[app]
             if item is None:
                 continue
-            token = item.task.token
+            token = item.token
             del self._queued[token]
             self._uncount_queued(app)
             self._sending[token] = item
@@ -232,10 +255,10 @@ class Dispatcher:
             return item
         return None
 
-    def _finished(self, item: Push) -> None:
+    def _finished(self, item: Push | Call) -> None:
         app = item.app
-        if self._sending.get(item.task.token) is item:
-            del self._sending[item.task.token]
+        if self._sending.get(item.token) is item:
+            del self._sending[item.token]
         left = self._app_sending[app] - 1
         if left:
             self._app_sending[app] = left
@@ -277,9 +300,16 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ sending
 
-    async def _deliver(self, item: Push) -> None:
+    async def _deliver(self, item: Push | Call) -> None:
         """Send one push and tell the run's actor the outcome (unless it was aborted)."""
         assert item.scope is not None
+        if isinstance(item, Call):
+            with item.scope:
+                try:
+                    await item.send()
+                except Exception:  # never let one call take a sender down
+                    log.exception("outbound call %s failed unexpectedly", item.token)
+            return
         outcome: Outcome | None = None
         started = trio.current_time()
         with item.scope:
@@ -352,35 +382,15 @@ class Dispatcher:
     ) -> Outcome | None:
         """The HTTP call itself, bounded by `budget_ms`; None when the budget ran out."""
         with trio.move_on_after(budget_ms / 1000):
-            if isinstance(self._client, PushClient):
-                try:
-                    answer = await self._client.post(url, body, headers, self._max_body)
-                except PushError as exc:
-                    return connection_failure(str(exc)[:500])
-                if answer.body is None:
-                    return Failed(
-                        "output_too_large",
-                        f"the output of step {step!r} is over {self._max_body} bytes",
-                        False,
-                    )
-                return classify_response(answer.status, answer.body, answer.next_step)
             try:
-                async with self._client.stream(
-                    "POST", url, content=body, headers=headers, timeout=None
-                ) as response:
-                    chunks: list[bytes] = []
-                    size = 0
-                    async for chunk in response.aiter_bytes():
-                        size += len(chunk)
-                        if size > self._max_body:
-                            return Failed(
-                                "output_too_large",
-                                f"the output of step {step!r} is over {self._max_body} bytes",
-                                False,
-                            )
-                        chunks.append(chunk)
-                    raw = b"".join(chunks)
-                    return classify_response(response.status_code, raw, response.headers.get("foliot-next"))
-            except httpx.TransportError as exc:
-                return connection_failure(f"{type(exc).__name__}: {exc}"[:500])
+                answer = await post(self._client, url, body, headers, self._max_body)
+            except PushError as exc:
+                return connection_failure(str(exc)[:500])
+            if answer.body is None:
+                return Failed(
+                    "output_too_large",
+                    f"the output of step {step!r} is over {self._max_body} bytes",
+                    False,
+                )
+            return classify_response(answer.status, answer.body, answer.next_step)
         return None

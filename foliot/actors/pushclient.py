@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 import attrs
 import h11
+import httpx
 import trio
 
 _IDLE_MAX_S = 30.0  # an idle connection older than this is closed rather than reused
@@ -44,6 +45,7 @@ class Answer:
     status: int
     body: bytes | None  # None: the body passed the size limit (the connection is dropped)
     next_step: str | None
+    function_error: str | None = None  # `X-Amz-Function-Error` (an SWF Lambda function's answer)
 
 
 @attrs.define(eq=False)
@@ -181,6 +183,7 @@ class PushClient:
             await conn.stream.send_all(request)
             status = 0
             next_step: str | None = None
+            function_error: str | None = None
             chunks: list[bytes] = []
             size = 0
             while True:
@@ -200,14 +203,16 @@ class PushClient:
                     for name, value in event.headers:
                         if name == b"foliot-next":
                             next_step = value.decode("latin-1")
+                        elif name == b"x-amz-function-error":
+                            function_error = value.decode("latin-1")
                 elif isinstance(event, h11.Data):
                     size += len(event.data)
                     if size > max_body:
-                        return Answer(status, None, next_step), False
+                        return Answer(status, None, next_step, function_error), False
                     chunks.append(bytes(event.data))
                 elif isinstance(event, h11.EndOfMessage):
                     keep = h.our_state is h11.DONE and h.their_state is h11.DONE
-                    return Answer(status, b"".join(chunks), next_step), keep
+                    return Answer(status, b"".join(chunks), next_step, function_error), keep
                 else:  # ConnectionClosed before the answer ended
                     raise PushError("the server closed the connection mid-answer")
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -218,3 +223,29 @@ class PushClient:
             if reused and not got_bytes:
                 raise _Stale from exc
             raise PushError(f"RemoteProtocolError: {exc}") from exc
+
+
+async def post(
+    client: PushClient | httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str], max_body: int
+) -> Answer:
+    """One POST through Foliot's client (or an httpx client, as tests pass): the answer, its body
+    read up to `max_body` (None past it). `PushError` when it could not be sent or read."""
+    if isinstance(client, PushClient):
+        return await client.post(url, body, headers, max_body)
+    try:
+        async with client.stream("POST", url, content=body, headers=headers, timeout=None) as response:
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > max_body:
+                    return Answer(response.status_code, None, response.headers.get("foliot-next"))
+                chunks.append(chunk)
+            return Answer(
+                response.status_code,
+                b"".join(chunks),
+                response.headers.get("foliot-next"),
+                response.headers.get("x-amz-function-error"),
+            )
+    except httpx.TransportError as exc:
+        raise PushError(f"{type(exc).__name__}: {exc}") from exc

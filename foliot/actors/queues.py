@@ -1,6 +1,7 @@
 """Pull queues: tasks offered to long-polling workers.
 
-Offers are kept per (app, queue) in arrival order; a poller parks on the queue's
+Offers are kept per (app, queue), highest priority first (SWF's `taskPriority`; Foliot's own
+queues offer everything at 0), then in arrival order; a poller parks on the queue's
 `ParkingLot` and is unparked the moment a task is offered, so an idle poller costs nothing.
 
 A poller never pops an offer outright: it takes a `Reservation`. A reserved token leaves the
@@ -15,7 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import attrs
@@ -32,6 +33,56 @@ SEEN_WORKERS = 32
 class _Offer:
     seq: int  # arrival order, so a released token goes back where it was
     run_id: str
+    priority: int = 0
+
+
+class _Lane:
+    """One queue's waiting offers: a band per priority (taken highest first), each in arrival
+    order. Almost every queue has one band, so taking and offering stay O(1)."""
+
+    __slots__ = ("bands", "size")
+
+    def __init__(self) -> None:
+        self.bands: dict[int, OrderedDict[str, _Offer]] = {}
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[str]:
+        for priority in sorted(self.bands, reverse=True):
+            yield from self.bands[priority]
+
+    def add(self, token: str, offer: _Offer) -> None:
+        """Append, or put back in its arrival place (a released reservation)."""
+        band = self.bands.setdefault(offer.priority, OrderedDict())
+        if not band or next(reversed(band.values())).seq < offer.seq:
+            band[token] = offer
+        else:
+            merged = heapq.merge(band.items(), [(token, offer)], key=lambda item: item[1].seq)
+            self.bands[offer.priority] = OrderedDict(merged)
+        self.size += 1
+
+    def pop(self) -> tuple[str, _Offer]:
+        priority = max(self.bands)
+        band = self.bands[priority]
+        item = band.popitem(last=False)
+        if not band:
+            del self.bands[priority]
+        self.size -= 1
+        return item
+
+    def remove(self, token: str) -> None:
+        for priority, band in self.bands.items():
+            if band.pop(token, None) is not None:
+                if not band:
+                    del self.bands[priority]
+                self.size -= 1
+                return
+
+    def oldest(self) -> str | None:
+        heads = [next(iter(band.items())) for band in self.bands.values()]
+        return min(heads, key=lambda item: item[1].seq)[0] if heads else None
 
 
 @attrs.define
@@ -67,7 +118,7 @@ class Reservation:
 
 class Queues:
     def __init__(self) -> None:
-        self._pending: dict[QueueKey, OrderedDict[str, _Offer]] = {}
+        self._pending: dict[QueueKey, _Lane] = {}
         self._lots: dict[QueueKey, ParkingLot] = {}
         self._where: dict[str, QueueKey] = {}  # pending and reserved tokens
         self._reserved: dict[str, _Offer] = {}
@@ -75,11 +126,15 @@ class Queues:
         # (app, queue) -> (last poll, workerId -> last seen), least recently polled first.
         self._seen: OrderedDict[QueueKey, tuple[int, OrderedDict[str, int]]] = OrderedDict()
 
-    def offer(self, app: str, queue: str, token: str, run_id: str) -> None:
+    def offer(self, app: str, queue: str, token: str, run_id: str, priority: int = 0) -> None:
+        """Offer a token to the queue's pollers: higher `priority` first, then oldest first."""
         if token in self._where:
             return  # already offered (or held by a poller): once is enough
         key = (app, queue)
-        self._pending.setdefault(key, OrderedDict())[token] = _Offer(next(self._seq), run_id)
+        lane = self._pending.get(key)
+        if lane is None:
+            lane = self._pending[key] = _Lane()
+        lane.add(token, _Offer(next(self._seq), run_id, priority))
         self._where[token] = key
         self._wake(key)
 
@@ -122,7 +177,7 @@ class Queues:
     def oldest_offer(self, app: str, queue: str) -> str | None:
         """The token that has waited longest on this queue."""
         pending = self._pending.get((app, queue))
-        return next(iter(pending)) if pending else None
+        return pending.oldest() if pending else None
 
     def depth(self, app: str, queue: str) -> int:
         return len(self._pending.get((app, queue), ()))
@@ -151,7 +206,7 @@ class Queues:
     def _drop_pending(self, key: QueueKey, token: str) -> None:
         pending = self._pending.get(key)
         if pending is not None:
-            pending.pop(token, None)
+            pending.remove(token)
             if not pending:
                 del self._pending[key]
 
@@ -164,7 +219,7 @@ class Queues:
         pending = self._pending.get(key)
         out: list[tuple[str, str]] = []
         while pending and len(out) < count:
-            token, offer = pending.popitem(last=False)
+            token, offer = pending.pop()
             self._reserved[token] = offer
             out.append((token, offer.run_id))
         if pending is not None and not pending:
@@ -180,12 +235,10 @@ class Queues:
         key = self._where.get(token)
         if offer is None or key is None:
             return  # withdrawn meanwhile (run cancelled): nothing to put back
-        pending = self._pending.setdefault(key, OrderedDict())
-        if not pending or next(reversed(pending.values())).seq < offer.seq:
-            pending[token] = offer
-        else:
-            merged = heapq.merge(pending.items(), [(token, offer)], key=lambda item: item[1].seq)
-            self._pending[key] = OrderedDict(merged)
+        lane = self._pending.get(key)
+        if lane is None:
+            lane = self._pending[key] = _Lane()
+        lane.add(token, offer)
         self._wake(key)
 
     @asynccontextmanager

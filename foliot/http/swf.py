@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from typing import Any
+from urllib.parse import urlsplit
 
+import attrs
 from quart import Blueprint, Response, current_app, request
 
 from ..errors import Conflict as ApiConflict
-from ..errors import NotFound, StorageUnavailable
+from ..errors import InvalidRequest, NotFound, StorageUnavailable
+from ..storage.swf import SwfLambdaFunction
 from ..swf import queries, registry, shapes, sigv4, writes
 from ..swf.errors import (
     InternalFailure,
@@ -33,7 +37,7 @@ from ..swf.keys import SwfKeys
 from ..swf.registry import Action, Ctx
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.payload import DepthError, loads
-from .app import check_query, engine, json_response, require_admin, settings
+from .app import EmptyBody, body, check_query, engine, json_response, query_int, require_admin, settings
 
 log = logging.getLogger("foliot.swf")
 blueprint = Blueprint("swf", __name__)
@@ -187,3 +191,142 @@ async def revoke_credential(access_key_id: str) -> Response:
     if not await book.revoke(access_key_id):
         raise NotFound(f"no live SWF access key {access_key_id!r}")
     return json_response({"accessKeyId": access_key_id, "revoked": True})
+
+
+# ---------------------------------------------------------------------- Lambda functions
+
+_FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+MAX_LAMBDAS_LISTED = 1000
+
+
+@attrs.frozen
+class LambdaBody:
+    url: str
+
+
+def _region(region: str) -> str:
+    if not sigv4.is_region(region):
+        raise InvalidRequest("must be a region name: lower-case letters, digits and '-'", field="region")
+    return region
+
+
+def _function_name(name: str) -> str:
+    if not _FUNCTION_NAME.fullmatch(name):
+        raise InvalidRequest("must match ^[A-Za-z0-9_-]{1,64}$", field="name")
+    return name
+
+
+def _function_url(url: str) -> str:
+    parts = urlsplit(url)
+    if len(url) > 2048:
+        raise InvalidRequest("is longer than 2048 characters", field="url")
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
+        raise InvalidRequest("must be an http(s) URL with a host and no fragment", field="url")
+    return url
+
+
+def _function_view(fn: SwfLambdaFunction) -> dict[str, Any]:
+    return {
+        "region": fn.region,
+        "name": fn.name,
+        "url": fn.url,
+        "createdAt": ts(fn.created_at),
+        "updatedAt": ts(fn.updated_at),
+    }
+
+
+@blueprint.put("/admin/lambda/<region>/<name>")
+async def put_lambda(region: str, name: str) -> Response:
+    """Register (201) or re-point (200) the function ScheduleLambdaFunction invokes by `name`
+    in `region`: Foliot POSTs the input to `url`."""
+    await require_admin()
+    check_query(set())
+    _region(region)
+    _function_name(name)
+    url = _function_url((await body(LambdaBody)).url)
+    now = engine().clock.now()
+    stored = await engine().store.swf_put_lambda(SwfLambdaFunction(region, name, url, now, now))
+    created = stored.created_at == now and stored.updated_at == now
+    return json_response(_function_view(stored), 201 if created else 200)
+
+
+@blueprint.get("/admin/lambda")
+async def list_lambdas() -> Response:
+    await require_admin()
+    check_query(set())
+    found = await engine().store.swf_list_lambdas(None, MAX_LAMBDAS_LISTED)
+    return json_response({"functions": [_function_view(f) for f in found]})
+
+
+@blueprint.get("/admin/lambda/<region>")
+async def list_region_lambdas(region: str) -> Response:
+    await require_admin()
+    check_query(set())
+    found = await engine().store.swf_list_lambdas(_region(region), MAX_LAMBDAS_LISTED)
+    return json_response({"functions": [_function_view(f) for f in found]})
+
+
+@blueprint.get("/admin/lambda/<region>/<name>")
+async def get_lambda(region: str, name: str) -> Response:
+    await require_admin()
+    check_query(set())
+    found = await engine().store.swf_get_lambda(_region(region), _function_name(name))
+    if found is None:
+        raise NotFound(f"no Lambda function {name!r} in {region}")
+    return json_response(_function_view(found))
+
+
+@blueprint.delete("/admin/lambda/<region>/<name>")
+async def delete_lambda(region: str, name: str) -> Response:
+    await require_admin()
+    check_query(set())
+    if not await engine().store.swf_delete_lambda(_region(region), _function_name(name)):
+        raise NotFound(f"no Lambda function {name!r} in {region}")
+    return json_response({"region": region, "name": name, "deleted": True})
+
+
+# ---------------------------------------------------------------------- parked executions
+
+
+@blueprint.get("/admin/swf/parked")
+async def list_parked() -> Response:
+    """Executions parked after their actor crashed too often, by (region, runId); `after`
+    (`<region>/<runId>` of the last one seen) pages on."""
+    await require_admin()
+    check_query({"after", "limit"})
+    limit = query_int("limit", 100, 1, 1000)
+    after: tuple[str, str] | None = None
+    raw = request.args.get("after")
+    if raw is not None:
+        region, sep, run_id = raw.partition("/")
+        if not sep or not region or not run_id:
+            raise InvalidRequest("must be <region>/<runId>", field="after")
+        after = (region, run_id)
+    store = engine().store
+    page = await store.swf_list_parked(after, limit)
+    out: list[dict[str, Any]] = []
+    for p in page:
+        stored = await store.swf_load(p.region, p.run_id)
+        ex = stored.execution if stored is not None else None
+        out.append(
+            {
+                "region": p.region,
+                "domain": ex.domain if ex is not None else None,
+                "workflowId": ex.workflow_id if ex is not None else None,
+                "runId": p.run_id,
+                "reason": p.reason,
+                "parkedAt": ts(p.parked_at),
+            }
+        )
+    more = len(page) == limit
+    return json_response({"parked": out, "next": f"{page[-1].region}/{page[-1].run_id}" if more else None})
+
+
+@blueprint.post("/admin/swf/parked/<region>/<run_id>/resume")
+async def resume_parked(region: str, run_id: str) -> Response:
+    await require_admin()
+    check_query(set())
+    await body(EmptyBody, empty_ok=True)
+    if not await engine().swf.resume(_region(region), run_id):
+        raise NotFound(f"no parked SWF execution {run_id!r} in {region}")
+    return json_response({"region": region, "runId": run_id, "resumed": True})

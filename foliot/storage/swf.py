@@ -178,6 +178,8 @@ class SwfUnit:
     - The listing rows (`facets`) are written at the start and closed with the execution.
     - `continued`: ContinueAsNewWorkflowExecution's next run (an insert), committed in the
       same transaction after this unit closed the current one.
+    - `owed`: the close owes effects to other executions; an `swf_owed` row remembers it until
+      `swf_settle_owed` (start-up performs them again while it is there).
     """
 
     region: str
@@ -185,6 +187,9 @@ class SwfUnit:
     expected_version: int | None
     events: tuple[HistoryEvent, ...] = ()
     continued: SwfUnit | None = None
+    # The execution closed owing effects to others (a child policy, its parent's notice): a
+    # `swf_owed` row is written with the close and deleted once they are acknowledged.
+    owed: bool = False
 
     def __attrs_post_init__(self) -> None:
         last = self.execution.last_event_id
@@ -216,6 +221,28 @@ class SwfTask:
     priority: int
     scheduled_at: int
     claimed_until: int | None = None
+
+
+@attrs.frozen
+class SwfLambdaFunction:
+    """A function ScheduleLambdaFunction may invoke: its name in a region and the URL Foliot
+    POSTs the input to (registered with `PUT /admin/lambda/{region}/{name}`)."""
+
+    region: str
+    name: str
+    url: str
+    created_at: int
+    updated_at: int
+
+
+@attrs.frozen
+class SwfParked:
+    """An execution parked after its actor crashed too often; an operator resumes it."""
+
+    region: str
+    run_id: str
+    reason: str
+    parked_at: int
 
 
 @attrs.frozen
@@ -390,7 +417,46 @@ class SwfExecutionStore(Protocol):
     async def swf_prune_closed(self, now: int, limit: int) -> int:
         """Delete executions closed longer ago than their domain's retention
         (`retention_ms`), with their events, tasks and listing rows: at most `limit`
-        executions, fewer when their histories are long (`base.prune_pick`). Returns how many."""
+        executions, fewer when their histories are long (`base.prune_pick`); never one that
+        still owes closing effects (`swf_owed`). Returns how many."""
+        ...
+
+    # closed executions owing effects (`SwfUnit.owed`)
+    async def swf_owed_executions(self, after: tuple[str, str] | None, limit: int) -> list[SwfStored]:
+        """Closed executions with an `swf_owed` row, by (region, run id) past `after`."""
+        ...
+
+    async def swf_settle_owed(self, region: str, run_id: str) -> None:
+        """Every closing effect of the execution was acknowledged: forget the row."""
+        ...
+
+    # Lambda functions (admin registry)
+    async def swf_put_lambda(self, function: SwfLambdaFunction) -> SwfLambdaFunction:
+        """Register or re-point a function; keeps `created_at` of an existing one. Returns the
+        stored record (its `created_at == updated_at` when it was created)."""
+        ...
+
+    async def swf_get_lambda(self, region: str, name: str) -> SwfLambdaFunction | None: ...
+
+    async def swf_list_lambdas(self, region: str | None, limit: int) -> list[SwfLambdaFunction]:
+        """Functions of one region (or all), by (region, name), at most `limit`."""
+        ...
+
+    async def swf_delete_lambda(self, region: str, name: str) -> bool: ...
+
+    # parked executions (an actor that crashed too often)
+    async def swf_park(self, parked: SwfParked) -> None:
+        """Park the execution (a second park replaces the reason and time)."""
+        ...
+
+    async def swf_get_parked(self, region: str, run_id: str) -> SwfParked | None: ...
+
+    async def swf_list_parked(self, after: tuple[str, str] | None, limit: int) -> list[SwfParked]:
+        """Parked executions by (region, run id) past `after`."""
+        ...
+
+    async def swf_unpark(self, region: str, run_id: str) -> bool:
+        """False when it was not parked."""
         ...
 
 

@@ -18,6 +18,8 @@ from .swf import (
     SwfCredential,
     SwfCursor,
     SwfDomain,
+    SwfLambdaFunction,
+    SwfParked,
     SwfQuery,
     SwfStored,
     SwfTask,
@@ -30,14 +32,24 @@ from .swf import (
     stored_execution,
 )
 from .swf_sql import (
+    DELETE_LAMBDA,
     EXPIRED_SQL,
+    GET_LAMBDA,
+    GET_PARKED,
     LOAD_SQL,
+    OWED_PAGE_SQL,
     PENDING_COUNT_SQL,
     PRUNED_TABLES,
+    PUT_LAMBDA,
+    PUT_PARKED,
     RELEASE_SQL,
+    SETTLE_OWED,
+    UNPARK,
     count_sql,
     events_sql,
     find_sql,
+    keyed_page_sql,
+    lambdas_sql,
     list_sql,
     numbered,
     open_page_sql,
@@ -364,6 +376,48 @@ class SwfPostgres(PgCalls):
             return len(keys)
 
         return await self._call(fn, write=True)
+
+    async def swf_owed_executions(self, after: tuple[str, str] | None, limit: int) -> list[SwfStored]:
+        sql, args = keyed_page_sql(OWED_PAGE_SQL, "o", after, limit)
+        rows = await self._call(lambda c: c.fetch(numbered(sql), *args))
+        return [stored_execution(r[0], r[1], r[2]) for r in rows]
+
+    async def swf_settle_owed(self, region: str, run_id: str) -> None:
+        await self._call(lambda c: c.execute(numbered(SETTLE_OWED), region, run_id), write=True)
+
+    async def swf_put_lambda(self, function: SwfLambdaFunction) -> SwfLambdaFunction:
+        row = await self._call(lambda c: c.fetchrow(numbered(PUT_LAMBDA), *attrs_tuple(function)), write=True)
+        return SwfLambdaFunction(*row)
+
+    async def swf_get_lambda(self, region: str, name: str) -> SwfLambdaFunction | None:
+        row = await self._call(lambda c: c.fetchrow(numbered(GET_LAMBDA), region, name))
+        return None if row is None else SwfLambdaFunction(*row)
+
+    async def swf_list_lambdas(self, region: str | None, limit: int) -> list[SwfLambdaFunction]:
+        sql, args = lambdas_sql(region, limit)
+        rows = await self._call(lambda c: c.fetch(numbered(sql), *args))
+        return [SwfLambdaFunction(*r) for r in rows]
+
+    async def swf_delete_lambda(self, region: str, name: str) -> bool:
+        status = await self._call(lambda c: c.execute(numbered(DELETE_LAMBDA), region, name), write=True)
+        return bool(status.endswith(" 1"))
+
+    async def swf_park(self, parked: SwfParked) -> None:
+        await self._call(lambda c: c.execute(numbered(PUT_PARKED), *attrs_tuple(parked)), write=True)
+
+    async def swf_get_parked(self, region: str, run_id: str) -> SwfParked | None:
+        row = await self._call(lambda c: c.fetchrow(numbered(GET_PARKED), region, run_id))
+        return None if row is None else SwfParked(*row)
+
+    async def swf_list_parked(self, after: tuple[str, str] | None, limit: int) -> list[SwfParked]:
+        base = "SELECT p.region, p.run_id, p.reason, p.parked_at FROM swf_parked p"
+        sql, args = keyed_page_sql(base, "p", after, limit)
+        rows = await self._call(lambda c: c.fetch(numbered(sql), *args))
+        return [SwfParked(*r) for r in rows]
+
+    async def swf_unpark(self, region: str, run_id: str) -> bool:
+        status = await self._call(lambda c: c.execute(numbered(UNPARK), region, run_id), write=True)
+        return bool(status.endswith(" 1"))
 
 
 # Claim the next claimable task of a task list: (region, domain, kind, task_list, now, until).

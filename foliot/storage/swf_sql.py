@@ -80,6 +80,7 @@ EXPIRED_SQL: Final = (
     "SELECT l.region, l.run_id, e.last_event_id FROM swf_listing l JOIN swf_executions e"
     " ON e.region = l.region AND e.run_id = l.run_id WHERE l.region = ? AND l.domain = ?"
     " AND l.facet = '' AND l.closed_at IS NOT NULL AND l.closed_at <= ?"
+    " AND NOT EXISTS (SELECT 1 FROM swf_owed o WHERE o.region = l.region AND o.run_id = l.run_id)"
     " ORDER BY l.closed_at LIMIT ?"
 )
 # An execution's deadlines (`timeouts.deadlines`) as rows of the shared `timers` table, owned
@@ -88,7 +89,48 @@ DELETE_TIMERS: Final = "DELETE FROM timers WHERE run_id = ?"
 INSERT_TIMER: Final = (
     "INSERT INTO timers (run_id, slot, kind, key, due_at, actor_kind) VALUES (?, ?, 'deadline', ?, ?, 'swf')"
 )
-PRUNED_TABLES: Final = ("swf_events", "swf_tasks", "swf_listing", "swf_executions")
+PRUNED_TABLES: Final = ("swf_events", "swf_tasks", "swf_listing", "swf_owed", "swf_parked", "swf_executions")
+INSERT_OWED: Final = "INSERT INTO swf_owed (region, run_id) VALUES (?, ?) ON CONFLICT DO NOTHING"
+SETTLE_OWED: Final = "DELETE FROM swf_owed WHERE region = ? AND run_id = ?"
+# (region, version, doc) of closed executions still owing effects, by (region, run id).
+OWED_PAGE_SQL: Final = (
+    "SELECT e.region, e.version, e.doc FROM swf_owed o JOIN swf_executions e"
+    " ON e.region = o.region AND e.run_id = o.run_id"
+)
+PUT_LAMBDA: Final = (
+    "INSERT INTO swf_lambda_functions (region, name, url, created_at, updated_at) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT (region, name) DO UPDATE SET url = excluded.url, updated_at = excluded.updated_at"
+    " RETURNING region, name, url, created_at, updated_at"
+)
+GET_LAMBDA: Final = (
+    "SELECT region, name, url, created_at, updated_at FROM swf_lambda_functions WHERE region = ? AND name = ?"
+)
+DELETE_LAMBDA: Final = "DELETE FROM swf_lambda_functions WHERE region = ? AND name = ?"
+PUT_PARKED: Final = (
+    "INSERT INTO swf_parked (region, run_id, reason, parked_at) VALUES (?, ?, ?, ?)"
+    " ON CONFLICT (region, run_id) DO UPDATE SET reason = excluded.reason, parked_at = excluded.parked_at"
+)
+GET_PARKED: Final = "SELECT region, run_id, reason, parked_at FROM swf_parked WHERE region = ? AND run_id = ?"
+UNPARK: Final = "DELETE FROM swf_parked WHERE region = ? AND run_id = ?"
+
+
+def keyed_page_sql(base: str, alias: str, after: tuple[str, str] | None, limit: int) -> tuple[str, list[Any]]:
+    """`base` paged by (region, run id) of table `alias`, strictly past `after`."""
+    args: list[Any] = []
+    sql = base
+    if after is not None:
+        sql += f" WHERE ({alias}.region, {alias}.run_id) > (?, ?)"
+        args += after
+    return sql + f" ORDER BY {alias}.region, {alias}.run_id LIMIT ?", [*args, limit]
+
+
+def lambdas_sql(region: str | None, limit: int) -> tuple[str, list[Any]]:
+    sql = "SELECT region, name, url, created_at, updated_at FROM swf_lambda_functions"
+    args: list[Any] = []
+    if region is not None:
+        sql += " WHERE region = ?"
+        args.append(region)
+    return sql + " ORDER BY region, name LIMIT ?", [*args, limit]
 
 
 def _unit_statements(unit: SwfUnit) -> list[Statement]:
@@ -124,6 +166,8 @@ def _unit_statements(unit: SwfUnit) -> list[Statement]:
             keys = [facet_close_status(ex.close_status)]
     if keys:
         out.append(Statement(INSERT_LISTING, rows=tuple(listing_rows(region, ex, keys)), many=True))
+    if unit.owed:
+        out.append(Statement(INSERT_OWED, (region, ex.run_id)))
     owner = swf_actor_id(region, ex.run_id)
     if unit.expected_version is not None:
         out.append(Statement(DELETE_TIMERS, (owner,)))

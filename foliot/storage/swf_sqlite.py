@@ -16,6 +16,8 @@ from .swf import (
     SwfCredential,
     SwfCursor,
     SwfDomain,
+    SwfLambdaFunction,
+    SwfParked,
     SwfQuery,
     SwfStored,
     SwfTask,
@@ -28,14 +30,24 @@ from .swf import (
     stored_execution,
 )
 from .swf_sql import (
+    DELETE_LAMBDA,
     EXPIRED_SQL,
+    GET_LAMBDA,
+    GET_PARKED,
     LOAD_SQL,
+    OWED_PAGE_SQL,
     PENDING_COUNT_SQL,
     PRUNED_TABLES,
+    PUT_LAMBDA,
+    PUT_PARKED,
     RELEASE_SQL,
+    SETTLE_OWED,
+    UNPARK,
     count_sql,
     events_sql,
     find_sql,
+    keyed_page_sql,
+    lambdas_sql,
     list_sql,
     open_page_sql,
     unit_statements,
@@ -351,6 +363,47 @@ class SwfSqlite:
             return len(keys)
 
         return await self._write(fn)
+
+    async def swf_owed_executions(self, after: tuple[str, str] | None, limit: int) -> list[SwfStored]:
+        sql, args = keyed_page_sql(OWED_PAGE_SQL, "o", after, limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
+        return [stored_execution(r[0], r[1], r[2]) for r in rows]
+
+    async def swf_settle_owed(self, region: str, run_id: str) -> None:
+        await self._write(lambda c: c.execute(SETTLE_OWED, (region, run_id)))
+
+    async def swf_put_lambda(self, function: SwfLambdaFunction) -> SwfLambdaFunction:
+        row = await self._write(lambda c: c.execute(PUT_LAMBDA, attrs_tuple(function)).fetchone())
+        return SwfLambdaFunction(*row)
+
+    async def swf_get_lambda(self, region: str, name: str) -> SwfLambdaFunction | None:
+        row = await self._read(lambda c: c.execute(GET_LAMBDA, (region, name)).fetchone())
+        return None if row is None else SwfLambdaFunction(*row)
+
+    async def swf_list_lambdas(self, region: str | None, limit: int) -> list[SwfLambdaFunction]:
+        sql, args = lambdas_sql(region, limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
+        return [SwfLambdaFunction(*r) for r in rows]
+
+    async def swf_delete_lambda(self, region: str, name: str) -> bool:
+        count = await self._write(lambda c: c.execute(DELETE_LAMBDA, (region, name)).rowcount)
+        return bool(count)
+
+    async def swf_park(self, parked: SwfParked) -> None:
+        await self._write(lambda c: c.execute(PUT_PARKED, attrs_tuple(parked)))
+
+    async def swf_get_parked(self, region: str, run_id: str) -> SwfParked | None:
+        row = await self._read(lambda c: c.execute(GET_PARKED, (region, run_id)).fetchone())
+        return None if row is None else SwfParked(*row)
+
+    async def swf_list_parked(self, after: tuple[str, str] | None, limit: int) -> list[SwfParked]:
+        base = "SELECT p.region, p.run_id, p.reason, p.parked_at FROM swf_parked p"
+        sql, args = keyed_page_sql(base, "p", after, limit)
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
+        return [SwfParked(*r) for r in rows]
+
+    async def swf_unpark(self, region: str, run_id: str) -> bool:
+        return bool(await self._write(lambda c: c.execute(UNPARK, (region, run_id)).rowcount))
 
 
 # The next claimable task of a task list: (region, domain, kind, task_list, now).

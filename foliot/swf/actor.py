@@ -19,18 +19,22 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from ..actors.messages import Envelope
+from ..actors.dispatcher import Call
+from ..actors.messages import Envelope, ReplySlot
+from ..actors.pushclient import PushError, post
 from ..actors.runtime import Actor
-from ..errors import StaleWrite, StorageError, UniqueViolation
-from ..storage.swf import SWF_ACTOR_PREFIX, SwfExecutionStore, SwfUnit, swf_actor_id
-from . import machine
+from ..errors import ApiError, StaleWrite, StorageError, Unavailable, UniqueViolation
+from ..storage.swf import SWF_ACTOR_PREFIX, SwfExecutionStore, SwfParked, SwfStored, SwfUnit, swf_actor_id
+from ..workflow.duration import format_timestamp
+from . import lambdas, machine
 from . import messages as m
 from .events import HistoryEvent
 from .faults import Fault, unknown
+from .history import pending_offers
 from .model import Execution
-from .recovery import owed_effects
+from .recovery import owed_effects, owes
 from .start import start_failure_cause
-from .timeouts import deadlines
+from .timeouts import LAMBDA_DEFAULT_START_TO_CLOSE, deadlines, parse_seconds
 
 if TYPE_CHECKING:
     from ..actors.engine import Engine
@@ -40,6 +44,7 @@ log = logging.getLogger("foliot.swf")
 KIND: Final = "swf"
 _RECOVERY_PAGE: Final = 500
 _CHILD_RETRY_S: Final = (0.1, 0.5, 2.0, 5.0)  # backoff while storage refuses a child's start
+_ASK_ATTEMPTS: Final = 30  # an owed message not answered after this many tries waits for a restart
 _PREFIX: Final = SWF_ACTOR_PREFIX
 actor_id = swf_actor_id
 
@@ -78,6 +83,7 @@ class SwfState:
     region: str
     execution: Execution
     version: int
+    parked: str | None = None  # why, when an operator must resume it (`SwfKind.give_up`)
 
 
 # Answers of other executions: no caller waits, and they must not be given up.
@@ -89,6 +95,8 @@ _FROM_OTHERS = (
     m.ExternalSignalFailed,
     m.ExternalCancelRequested,
     m.ExternalCancelFailed,
+    m.LambdaCompleted,
+    m.LambdaFailed,
 )
 
 
@@ -99,7 +107,8 @@ def transition_unit(
     (ContinueAsNewWorkflowExecution: its insert commits in the same unit)."""
     continued = next((e.start for e in tr.effects if isinstance(e, m.ContinuedAsNew)), None)
     after = None if continued is None else SwfUnit(region, continued.execution, None, continued.events)
-    return SwfUnit(region, tr.execution, expected_version, tr.events, after), continued
+    unit = SwfUnit(region, tr.execution, expected_version, tr.events, after, owes(tr.effects))
+    return unit, continued
 
 
 class SwfKind:
@@ -115,9 +124,14 @@ class SwfKind:
     async def load(self, actor: str) -> SwfState | None:
         region, run_id = parse_actor_id(actor)
         stored = await self.store.swf_load(region, run_id)
-        return None if stored is None else SwfState(region, stored.execution, stored.version)
+        if stored is None:
+            return None
+        parked = await self.store.swf_get_parked(region, run_id) if stored.execution.is_open else None
+        return SwfState(region, stored.execution, stored.version, None if parked is None else parked.reason)
 
     def timers(self, state: SwfState) -> Sequence[tuple[str, Deadline]]:
+        if state.parked is not None:
+            return []  # a parked execution's deadlines wait in storage until it is resumed
         return [(key, Deadline("deadline", key, due)) for key, due in deadlines(state.execution).items()]
 
     def firing(self, slot: str, kind: str, key: str) -> m.Fire:
@@ -139,13 +153,51 @@ class SwfKind:
         return isinstance(message, _FROM_OTHERS)
 
     async def give_up(self, actor: Actor[SwfState], exc: Exception) -> None:
-        """A crashing execution is left open for an operator (terminate it); its crash records
-        are dropped, so the next message tries again."""
+        """The execution's actor crashed `MAX_CRASHES` times: park it (an `swf_parked` row, listed
+        by `GET /admin/swf/parked`) rather than crash forever. A parked execution stays open
+        and loses nothing: its tasks leave the task lists, its deadlines wait in storage, every
+        message but a termination is refused (`ServiceUnavailable`) or dropped (answers of
+        other executions are re-derived when it is resumed). An operator resumes it
+        (`POST /admin/swf/parked/{region}/{runId}/resume`) or terminates it."""
+        region, run_id = parse_actor_id(actor.id)
+        stored = await self.store.swf_load(region, run_id)
+        if stored is None or not stored.execution.is_open:
+            return
+        reason = (
+            f"the execution's actor crashed {self.engine.supervisor.max_crashes} times: {type(exc).__name__}"
+        )
+        await self.store.swf_park(SwfParked(region, run_id, reason[:1000], self.engine.clock.now()))
+        log.error("SWF execution %s parked: %s", actor.id, reason)
+        before = SwfState(region, stored.execution, stored.version)
+        self.engine.timers.sync(self.name, actor.id, self.timers(before), ())
+        for offer in pending_offers(stored.execution):
+            self.engine.queues.withdraw(task_token(run_id, offer.scheduled_event_id))
+
+    async def resume(self, region: str, run_id: str) -> bool:
+        """An operator's resume of a parked execution: it is loaded afresh, its deadlines armed
+        and what it is owed performed, as after a restart. False when it was not parked."""
+        if not await self.store.swf_unpark(region, run_id):
+            return False
+        actor = self.engine.supervisor.actors.get(actor_id(region, run_id))
+        if actor is not None and actor.state is not None:
+            actor.state = None  # reloaded by its next message
+        stored = await self.store.swf_load(region, run_id)
+        if stored is not None and stored.execution.is_open:
+            state = SwfState(region, stored.execution, stored.version)
+            self.engine.timers.sync(self.name, actor_id(region, run_id), (), self.timers(state))
+            await self._recover_one(stored)
+        return True
 
     async def handle(self, actor: Actor[SwfState], envelope: Envelope) -> bool:
         state = actor.state
         assert state is not None
         msg = envelope.message
+        if state.parked is not None and not isinstance(msg, m.Terminate):
+            if envelope.reply is not None:
+                envelope.reply.fail(
+                    Unavailable(f"this SWF execution is parked ({state.parked}); an operator must resume it")
+                )
+            return False
         ctx = m.Context(
             now=self.engine.clock.now(),
             catalog=await self.catalog(state.region, state.execution, msg),
@@ -162,6 +214,8 @@ class SwfKind:
         except StaleWrite:
             return True
         actor.state = SwfState(state.region, tr.execution, unit.version)
+        if state.parked is not None:  # terminated by an operator: nothing to resume any more
+            await self.store.swf_unpark(state.region, tr.execution.run_id)
         self.perform(actor.id, state, actor.state, tr)
         if continued is not None:
             self.adopt(state.region, continued)
@@ -183,22 +237,156 @@ class SwfKind:
         self.engine.timers.sync(
             self.name, actor, () if before is None else self.timers(before), self.timers(after)
         )
-        for effect in tr.effects:
-            self._effect(after.region, after.execution, effect)
+        self._effects(after.region, after.execution, tr.effects)
 
-    def _effect(self, region: str, ex: Execution, effect: m.Effect) -> None:
-        """Carry out one effect of a committed transition (deadlines are synced apart)."""
-        if isinstance(effect, (m.OfferDecisionTask, m.OfferActivityTask)):
-            self._offer(region, ex, effect)
-        elif isinstance(effect, m.RetireTask):
-            self.engine.queues.withdraw(task_token(ex.run_id, effect.scheduled_event_id))
-        elif isinstance(effect, (m.DeliverSignal, m.RequestCancelExternal, m.ApplyChildPolicy)):
-            self._to_other(region, ex, effect.workflow_id, effect.run_id, effect)
-        elif isinstance(effect, m.StartChild):
-            self._start_child(region, ex, effect)
-        elif isinstance(effect, m.Closed) and effect.parent is not None and effect.notify_parent is not None:
-            parent = actor_id(region, effect.parent.run_id)
-            self.engine.tell_or_retry(self, parent, Envelope(effect.notify_parent))
+    def _effects(self, region: str, ex: Execution, effects: Sequence[m.Effect]) -> None:
+        """Carry out the effects of a committed transition (deadlines are synced apart). What a
+        close owes other executions goes out together and is acknowledged (`_settle_close`)."""
+        owed: list[m.ApplyChildPolicy | m.Closed] = []
+        for effect in effects:
+            if isinstance(effect, (m.OfferDecisionTask, m.OfferActivityTask)):
+                self._offer(region, ex, effect)
+            elif isinstance(effect, m.RetireTask):
+                self.engine.queues.withdraw(task_token(ex.run_id, effect.scheduled_event_id))
+            elif isinstance(effect, (m.DeliverSignal, m.RequestCancelExternal)):
+                self._to_other(region, ex, effect.workflow_id, effect.run_id, effect)
+            elif isinstance(effect, m.StartChild):
+                self._start_child(region, ex, effect)
+            elif isinstance(effect, m.InvokeLambda):
+                self._invoke_lambda(region, ex, effect)
+            elif isinstance(effect, m.ApplyChildPolicy) or (
+                isinstance(effect, m.Closed)
+                and effect.parent is not None
+                and effect.notify_parent is not None
+            ):
+                owed.append(effect)
+        if owed:
+            self.engine.spawn(partial(self._settle_close, region, ex, owed))
+
+    async def _settle_close(
+        self, region: str, ex: Execution, owed: list[m.ApplyChildPolicy | m.Closed]
+    ) -> None:
+        """Apply the child policy to each open child and tell the parent, waiting for each
+        receiver's answer (committed, or refused because it is closed); then forget the
+        `swf_owed` row. Until then a restart performs them again (at-least-once)."""
+        results: list[bool] = []
+
+        async def one(effect: m.ApplyChildPolicy | m.Closed) -> None:
+            if isinstance(effect, m.ApplyChildPolicy):
+                found = await self._retrying(
+                    partial(self.store.swf_find, region, ex.domain, effect.workflow_id, effect.run_id)
+                )
+                if found is None or not found.execution.is_open:
+                    results.append(True)
+                    return
+                cause = "CHILD_POLICY_APPLIED"
+                out: Any = (
+                    m.Terminate(cause=cause) if effect.policy == "TERMINATE" else m.RequestCancel(cause=cause)
+                )
+                results.append(await self._answered(actor_id(region, found.execution.run_id), out))
+            else:
+                assert effect.parent is not None
+                results.append(
+                    await self._answered(actor_id(region, effect.parent.run_id), effect.notify_parent)
+                )
+
+        async with trio.open_nursery() as nursery:
+            for effect in owed:
+                nursery.start_soon(one, effect)
+        if all(results):
+            await self._retrying(partial(self.store.swf_settle_owed, region, ex.run_id))
+
+    async def _answered(self, actor: str, message: Any) -> bool:
+        """Send `message` to an execution's actor until it answers (a transition or a fault:
+        either way it was handled); False after `_ASK_ATTEMPTS` refusals (busy, storage down,
+        crashing): the `swf_owed` row stays for the next start."""
+        for attempt in range(_ASK_ATTEMPTS):
+            slot = ReplySlot()
+            try:
+                await self.engine.supervisor.ask(self, actor, Envelope(message, slot))
+                await slot.wait()
+                return True
+            except ApiError as exc:
+                log.warning("SWF: %s did not take %s (%s); retrying", actor, type(message).__name__, exc)
+                await trio.sleep(_CHILD_RETRY_S[min(attempt, len(_CHILD_RETRY_S) - 1)])
+        return False
+
+    @staticmethod
+    async def _retrying(read: Callable[[], Awaitable[Any]]) -> Any:
+        """A storage call, retried with backoff while storage is down."""
+        delays = iter(_CHILD_RETRY_S)
+        while True:
+            try:
+                return await read()
+            except StorageError as exc:
+                log.warning("SWF: storage failed (%s); retrying", exc)
+                await trio.sleep(next(delays, _CHILD_RETRY_S[-1]))
+
+    # ------------------------------------------------------------------ Lambda functions
+
+    def _invoke_lambda(self, region: str, ex: Execution, effect: m.InvokeLambda) -> None:
+        """Record `LambdaFunctionStarted` (the function is invoked only once that committed),
+        then queue the call with the dispatcher's senders (`_call_lambda`)."""
+        me = actor_id(region, ex.run_id)
+        scheduled = effect.scheduled_event_id
+
+        async def start() -> None:
+            started_at = effect.started_at
+            if started_at is None:
+                slot = ReplySlot()
+                try:
+                    await self.engine.supervisor.ask(self, me, Envelope(m.LambdaStarted(scheduled), slot))
+                    tr = await slot.wait()
+                except ApiError as exc:  # the call stays owed: performed at the next start
+                    log.warning("SWF: could not start Lambda %s of %s (%s)", effect.name, ex.run_id, exc)
+                    return
+                fn = tr.execution.lambda_call(scheduled) if isinstance(tr, m.Transition) else None
+                if fn is None or fn.started_at is None:
+                    return  # started already, or no longer open
+                started_at = fn.started_at
+            self.engine.dispatcher.call(
+                Call(
+                    f"swf-lambda:{region}",
+                    f"swf-lambda:{region}:{ex.run_id}:{scheduled}",
+                    partial(self._call_lambda, region, ex, effect, started_at),
+                )
+            )
+
+        self.engine.spawn(start)
+
+    async def _call_lambda(self, region: str, ex: Execution, effect: m.InvokeLambda, started_at: int) -> None:
+        """POST the input to the function's URL within what is left of its start-to-close
+        timeout and tell the execution the outcome (`lambdas.outcome`); past the timeout the
+        call is dropped and the deadline records `LambdaFunctionTimedOut`."""
+        engine = self.engine
+        scheduled = effect.scheduled_event_id
+        seconds = parse_seconds(effect.start_to_close_timeout) or int(LAMBDA_DEFAULT_START_TO_CLOSE)
+        due = started_at + seconds * 1000
+        with trio.move_on_after(max(0, due - engine.clock.now()) / 1000):
+            function = await self._retrying(partial(self.store.swf_get_lambda, region, effect.name))
+            answer: m.LambdaCompleted | m.LambdaFailed
+            if function is None:
+                answer = lambdas.not_found(scheduled, region, effect.name)
+            else:
+                headers = {
+                    "content-type": "application/json",
+                    "user-agent": "foliot",
+                    "foliot-idempotency-key": f"swf:{region}:{ex.run_id}:{scheduled}",
+                    "foliot-deadline": format_timestamp(due) or "",
+                }
+                try:
+                    got = await post(
+                        engine.http,
+                        function.url,
+                        effect.input.encode(),
+                        headers,
+                        engine.settings.body_max_bytes,
+                    )
+                except PushError as exc:
+                    answer = lambdas.unreachable(scheduled, str(exc))
+                else:
+                    answer = lambdas.outcome(scheduled, got.status, got.body, got.function_error)
+            engine.tell_or_retry(self, actor_id(region, ex.run_id), Envelope(answer))
 
     def _start_child(self, region: str, ex: Execution, effect: m.StartChild) -> None:
         """Start a child execution (StartChildWorkflowExecution) and tell the parent how it went:
@@ -238,31 +426,47 @@ class SwfKind:
         kind = "decision" if isinstance(offer, m.OfferDecisionTask) else "activity"
         app, queue = queue_of(region, ex.domain, kind, offer.task_list)
         token = task_token(ex.run_id, offer.scheduled_event_id)
-        self.engine.queues.offer(app, queue, token, actor_id(region, ex.run_id))
+        priority = 0 if offer.task_priority is None else int(offer.task_priority)
+        self.engine.queues.offer(app, queue, token, actor_id(region, ex.run_id), priority)
 
     async def recover(self) -> int:
-        """After a restart, what every open execution is still owed (`recovery.owed_effects`):
-        its tasks offered again (the queues are in memory; the document says what is pending),
-        children not yet started started, signals and cancel requests not yet answered sent
-        again. Returns how many executions are open."""
+        """After a restart, what executions are still owed (`recovery.owed_effects`): every
+        open one's tasks offered again (the queues are in memory; the document says what is
+        pending), children not yet started started, signals and cancel requests not yet
+        answered sent again, Lambda calls made (again); and every closed one with an `swf_owed`
+        row gets its child policy applied and its parent told. Returns how many are open."""
+        count = await self._recover_pages(self.store.swf_open_executions)
+        await self._recover_pages(self.store.swf_owed_executions)
+        return count
+
+    async def _recover_pages(
+        self, page_of: Callable[[tuple[str, str] | None, int], Awaitable[list[SwfStored]]]
+    ) -> int:
         after: tuple[str, str] | None = None
         count = 0
         while True:
-            page = await self.store.swf_open_executions(after, _RECOVERY_PAGE)
+            page = await page_of(after, _RECOVERY_PAGE)
             for stored in page:
-                ex = stored.execution
-                events: dict[int, HistoryEvent] = {}
-                if ex.externals or ex.lambdas or any(c.started_event_id is None for c in ex.children):
-                    history = await self.store.swf_events(
-                        stored.region, ex.run_id, None, False, ex.last_event_id
-                    )
-                    events = {e.event_id: e for e in history}
-                for effect in owed_effects(ex, events.__getitem__):
-                    self._effect(stored.region, ex, effect)
+                await self._recover_one(stored)
             count += len(page)
             if len(page) < _RECOVERY_PAGE:
                 return count
             after = (page[-1].region, page[-1].execution.run_id)
+
+    async def _recover_one(self, stored: SwfStored) -> None:
+        ex = stored.execution
+        events: dict[int, HistoryEvent] = {}
+        if not ex.is_open:  # the closing event is the last one
+            history = await self.store.swf_events(stored.region, ex.run_id, ex.last_event_id - 1, False, 1)
+            events = {e.event_id: e for e in history}
+        elif ex.externals or ex.lambdas or any(c.started_event_id is None for c in ex.children):
+            history = await self.store.swf_events(stored.region, ex.run_id, None, False, ex.last_event_id)
+            events = {e.event_id: e for e in history}
+        effects = owed_effects(ex, events.__getitem__)
+        if not ex.is_open and not owes(effects):
+            await self.store.swf_settle_owed(stored.region, ex.run_id)
+            return
+        self._effects(stored.region, ex, effects)
 
     def _to_other(
         self,
@@ -270,7 +474,7 @@ class SwfKind:
         ex: Execution,
         workflow_id: str,
         run_id: str | None,
-        effect: m.DeliverSignal | m.RequestCancelExternal | m.ApplyChildPolicy,
+        effect: m.DeliverSignal | m.RequestCancelExternal,
     ) -> None:
         """Find the execution an effect names (its open run when `run_id` is None), then send
         it the message; the sender hears back when it named one (signal or cancel request)."""
@@ -279,16 +483,6 @@ class SwfKind:
         async def deliver() -> None:
             found = await self.store.swf_find(region, ex.domain, workflow_id, run_id)
             target = found.execution if found is not None and found.execution.is_open else None
-            if isinstance(effect, m.ApplyChildPolicy):
-                if target is not None:
-                    cause = "CHILD_POLICY_APPLIED"
-                    out: Any = (
-                        m.Terminate(cause=cause)
-                        if effect.policy == "TERMINATE"
-                        else m.RequestCancel(cause=cause)
-                    )
-                    self.engine.tell_or_retry(self, actor_id(region, target.run_id), Envelope(out))
-                return
             if target is None:
                 cause = "UNKNOWN_EXTERNAL_WORKFLOW_EXECUTION"
                 answer: Any = (
@@ -298,6 +492,7 @@ class SwfKind:
                 )
                 self.engine.tell_or_retry(self, me, Envelope(answer))
                 return
+            out: Any
             if isinstance(effect, m.DeliverSignal):
                 out = m.Signal(
                     effect.signal_name,
@@ -326,6 +521,7 @@ class SwfKind:
             "workflowId": ex.workflow_id if ex is not None else None,
             "runId": ex.run_id if ex is not None else parse_actor_id(actor.id)[1],
             "status": (ex.close_status or "OPEN") if ex is not None else None,
+            "parked": state.parked if state is not None else None,
         }
 
 

@@ -22,6 +22,7 @@ from .timeouts import LAMBDA_DEFAULT_START_TO_CLOSE, parse_seconds
 OPEN_ACTIVITIES_LIMIT: Final = 1000
 OPEN_TIMERS_LIMIT: Final = 1000
 OPEN_CHILDREN_LIMIT: Final = 1000
+OPEN_LAMBDAS_LIMIT: Final = 1000  # as for activities: SWF's open-task quota per execution
 
 
 @attrs.frozen
@@ -386,6 +387,15 @@ def _start_child(b: Builder, d: Decision, batch: Batch) -> None:
 
 
 def _schedule_lambda(b: Builder, d: Decision, batch: Batch) -> None:
+    if len(b.ex.lambdas) >= OPEN_LAMBDAS_LIMIT:
+        b.add(
+            "ScheduleLambdaFunctionFailed",
+            id=d.get("id"),
+            name=d.get("name"),
+            cause="OPEN_LAMBDA_FUNCTIONS_LIMIT_EXCEEDED",
+            decisionTaskCompletedEventId=batch.completed_event_id,
+        )
+        return
     timeout = d.get("startToCloseTimeout") or LAMBDA_DEFAULT_START_TO_CLOSE
     event_id = b.add(
         "LambdaFunctionScheduled",

@@ -20,8 +20,10 @@ Effects (performed by the runtime after the commit, in order):
   execution with `ChildStarted(run_id)` or `ChildStartFailed(cause)`
   (`WORKFLOW_ALREADY_RUNNING` when the workflow id is open, or the cause the child's start
   returned, see `machine.start_failure_cause`).
-- `InvokeLambda`: send `LambdaStarted`, invoke the function, then `LambdaCompleted` or
-  `LambdaFailed` (reason `ResourceNotFoundException` for an unknown function).
+- `InvokeLambda`: send `LambdaStarted`, invoke the function once that committed, then
+  `LambdaCompleted` or `LambdaFailed` (reason `ResourceNotFoundException` for an unknown
+  function; see `lambdas.outcome`). With `started_at` (a call started before a crash) the
+  function is invoked again without a second `LambdaStarted`.
 - `ApplyChildPolicy`: the parent closed; `Terminate` (cause `CHILD_POLICY_APPLIED`) or
   `RequestCancel` (cause `CHILD_POLICY_APPLIED`) the child, by run id when known.
 - `ContinuedAsNew(start)`: commit `start` (the new run's first transition) with this one.
@@ -376,6 +378,7 @@ class InvokeLambda:
     name: str
     input: str  # `{}` when the decision gave none
     start_to_close_timeout: str
+    started_at: int | None = None  # set after a crash: `LambdaStarted` is recorded, call again
 
 
 @attrs.frozen

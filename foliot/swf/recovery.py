@@ -10,7 +10,8 @@ handled (an answer finds nothing pending, a terminated child is closed), so perf
 twice is harmless.
 
 Deadlines are not here: `timeouts.deadlines(execution)` is the whole set at any time. A Lambda
-call that had started is not invoked again: its start-to-close deadline settles it. Nor is
+call that had started is invoked again (`InvokeLambda.started_at`: at-least-once; its answer
+died with the process) within what is left of its start-to-close timeout. Nor is
 `ContinuedAsNew`: the next run must be committed in the same unit of work as the close.
 """
 
@@ -54,13 +55,17 @@ def owed_effects(ex: Execution, event_at: EventAt) -> tuple[m.Effect, ...]:
                 m.StartChild(child.initiated_event_id, _child_request(ex, event_at(child.initiated_event_id)))
             )
     for fn in ex.lambdas:
-        if fn.started_event_id is None:
-            a = event_at(fn.scheduled_event_id).attributes
-            out.append(
-                m.InvokeLambda(
-                    fn.scheduled_event_id, fn.id, fn.name, a.get("input", "{}"), fn.start_to_close_timeout
-                )
+        a = event_at(fn.scheduled_event_id).attributes
+        out.append(
+            m.InvokeLambda(
+                fn.scheduled_event_id,
+                fn.id,
+                fn.name,
+                a.get("input", "{}"),
+                fn.start_to_close_timeout,
+                fn.started_at,
             )
+        )
     return tuple(out)
 
 
@@ -80,6 +85,18 @@ def _child_request(ex: Execution, initiated: HistoryEvent) -> m.StartRequest:
         lambda_role=a.get("lambdaRole"),
         parent=ex.ref,
         parent_initiated_event_id=initiated.event_id,
+    )
+
+
+def owes(effects: tuple[m.Effect, ...]) -> bool:
+    """The transition closed owing something to other executions: a child policy to apply or
+    a parent to tell (what start-up performs again until it is acknowledged)."""
+    return any(_owed_to_other(e) for e in effects)
+
+
+def _owed_to_other(effect: m.Effect) -> bool:
+    return isinstance(effect, m.ApplyChildPolicy) or (
+        isinstance(effect, m.Closed) and effect.parent is not None and effect.notify_parent is not None
     )
 
 

@@ -144,6 +144,11 @@ def check_scope(auth: Authorization, date_text: str) -> None:
         )
 
 
+def is_region(name: str) -> bool:
+    """A region name as Foliot accepts one in a credential scope."""
+    return _REGION.fullmatch(name) is not None
+
+
 def check_skew(signed_at_ms: int, now_ms: int) -> None:
     """AWS refuses a signature more than 15 minutes away from its own clock, either way."""
     if signed_at_ms < now_ms - MAX_SKEW_MS:
