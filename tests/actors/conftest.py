@@ -44,6 +44,10 @@ class Env:
     pushes: list[Pushed] = attrs.Factory(list)
     answers: dict[str, list[Any]] = attrs.Factory(dict)
     pushed: trio.Event = attrs.Factory(trio.Event)
+    # SWF Lambda functions at http://lambda.test/<path>: the requests made, and a reply per path
+    # (an httpx.Response or an async fn(request) -> Response; 200 "null" when none).
+    lambda_calls: list[httpx.Request] = attrs.Factory(list)
+    lambda_replies: dict[str, Any] = attrs.Factory(dict)
 
     def answer(self, step: str, *replies: Any) -> None:
         """Queue replies for a step: an httpx.Response, or an async fn(body) -> Response."""
@@ -133,6 +137,10 @@ async def env(
 
     async def transport(request: httpx.Request) -> httpx.Response:
         e = holder[0]
+        if request.url.host == "lambda.test":
+            e.lambda_calls.append(request)
+            reply = e.lambda_replies.get(request.url.path, ok(None))
+            return await reply(request) if callable(reply) else reply
         body = json.loads(request.content)
         e.pushes.append(Pushed(trio.current_time(), body, dict(request.headers)))
         e.pushed.set()

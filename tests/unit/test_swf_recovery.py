@@ -6,7 +6,7 @@ import pytest
 
 from foliot.swf import messages as m
 from foliot.swf.model import ExecutionRef
-from foliot.swf.recovery import owed_effects
+from foliot.swf.recovery import owed_effects, owes
 
 from .swf_kit import Kit, decision, schedule
 from .test_swf_relations import CATALOG, start_child
@@ -62,7 +62,32 @@ def test_answered_requests_are_no_longer_owed() -> None:
     k.send(m.ExternalSignaled(6, ExecutionRef("o", "r")))
     k.send(m.ChildStarted(7, "cr"))
     k.send(m.LambdaStarted(8))
+    # A started Lambda call is made again (at-least-once: its answer died with the process),
+    # within what is left of its start-to-close timeout, without a second LambdaStarted.
+    assert _owed(k) == (
+        m.OfferDecisionTask("deciders", 11),
+        m.InvokeLambda(8, "f", "fn", "{}", "900", started_at=k.ex.lambdas[0].started_at),
+    )
+    k.send(m.LambdaCompleted(8, "ok"))
     assert _owed(k) == (m.OfferDecisionTask("deciders", 11),)
+
+
+def test_what_a_close_owes_others_is_remembered() -> None:
+    k = Kit()
+    k.decide(decision("CompleteWorkflowExecution", result="r"))
+    assert not owes(k.last_effects)  # no parent, no children: nothing to remember
+    child = Kit(catalog=CATALOG, parent=ExecutionRef("p", "pr"), parent_initiated_event_id=3)
+    child.decide(decision("CompleteWorkflowExecution", result="r"))
+    assert owes(child.last_effects)
+    parent = Kit(catalog=CATALOG)
+    parent.decide(start_child("c1"))
+    parent.send(m.ChildStarted(5, "r1"))
+    parent.send(m.Terminate(reason="ops", child_policy="ABANDON"))
+    assert not owes(parent.last_effects)
+    again = Kit(catalog=CATALOG)
+    again.decide(start_child("c1"))
+    again.send(m.Terminate(reason="ops"))
+    assert owes(again.last_effects)
 
 
 @pytest.mark.parametrize("how", ["terminate", "timeout", "complete", "fail", "cancel", "continue"])
