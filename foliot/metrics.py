@@ -61,6 +61,49 @@ def tally_run_events(tally: dict[str, list[int]], unit: UnitOfWork) -> None:
             tally.setdefault(unit.run.app, [0, 0, 0])[slot] += 1
 
 
+# SWF: every label value is from the service model's enums (fixed vocabularies).
+SWF_CLOSE_STATUSES: Final = ("COMPLETED", "FAILED", "CANCELED", "TERMINATED", "CONTINUED_AS_NEW", "TIMED_OUT")
+SWF_DECISIONS: Final = (
+    "ScheduleActivityTask",
+    "RequestCancelActivityTask",
+    "CompleteWorkflowExecution",
+    "FailWorkflowExecution",
+    "CancelWorkflowExecution",
+    "ContinueAsNewWorkflowExecution",
+    "RecordMarker",
+    "StartTimer",
+    "CancelTimer",
+    "SignalExternalWorkflowExecution",
+    "RequestCancelExternalWorkflowExecution",
+    "StartChildWorkflowExecution",
+    "ScheduleLambdaFunction",
+)
+# History event -> (counter, label) it counts under.
+_SWF_EVENTS: Final = {
+    "WorkflowExecutionStarted": ("started", ""),
+    "DecisionTaskCompleted": ("decision_tasks", "completed"),
+    "DecisionTaskStarted": ("decision_tasks", "started"),
+    "DecisionTaskScheduled": ("decision_tasks", "scheduled"),
+    "ActivityTaskScheduled": ("activity_tasks", "scheduled"),
+    "ActivityTaskStarted": ("activity_tasks", "started"),
+    "ActivityTaskCompleted": ("activity_tasks", "completed"),
+    "ActivityTaskFailed": ("activity_tasks", "failed"),
+    "ActivityTaskCanceled": ("activity_tasks", "canceled"),
+    "ActivityTaskTimedOut": ("activity_tasks", "timed_out"),
+    "LambdaFunctionCompleted": ("lambda_calls", "completed"),
+    "LambdaFunctionFailed": ("lambda_calls", "failed"),
+    "LambdaFunctionTimedOut": ("lambda_calls", "timed_out"),
+    "StartLambdaFunctionFailed": ("lambda_calls", "not_started"),
+}
+_SWF_TIMEOUTS: Final = {
+    "WorkflowExecutionTimedOut": "workflow",
+    "DecisionTaskTimedOut": "decision",
+    "ActivityTaskTimedOut": "activity",
+    "LambdaFunctionTimedOut": "lambda",
+}
+SWF_TIMEOUT_TYPES: Final = ("START_TO_CLOSE", "SCHEDULE_TO_START", "SCHEDULE_TO_CLOSE", "HEARTBEAT")
+_POLL_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 65.0)
+
 _PUSH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
@@ -121,10 +164,83 @@ class Metrics:
         )
         for outcome in OUTCOMES:  # every series exists from the start, at 0
             self.push_outcomes.labels(outcome)
+        self._swf_instruments(r)
         # app -> [started, completed, failed] since this engine started: the console's per-app
         # trends (not exported: app names are no fixed vocabulary).
         self.run_tally: dict[str, list[int]] = {}
         self._collector: EngineCollector | None = None
+
+    def _swf_instruments(self, r: CollectorRegistry) -> None:
+        self.swf_started = Counter(
+            "foliot_swf_executions_started",
+            "SWF executions started (children and continued runs too).",
+            registry=r,
+        )
+        self.swf_closed = Counter(
+            "foliot_swf_executions_closed", "SWF executions closed, by close status.", ["status"], registry=r
+        )
+        self.swf_decisions = Counter(
+            "foliot_swf_decisions",
+            "Decisions applied (RespondDecisionTaskCompleted), by type.",
+            ["decision"],
+            registry=r,
+        )
+        self.swf_decision_tasks = Counter(
+            "foliot_swf_decision_tasks", "Decision task events, by event.", ["event"], registry=r
+        )
+        self.swf_activity_tasks = Counter(
+            "foliot_swf_activity_tasks", "Activity task events, by event.", ["event"], registry=r
+        )
+        self.swf_lambda_calls = Counter(
+            "foliot_swf_lambda_calls", "Lambda function outcomes, by outcome.", ["outcome"], registry=r
+        )
+        self.swf_timeouts = Counter(
+            "foliot_swf_timeouts",
+            "SWF timeouts fired, by what timed out and the timeout type.",
+            ["kind", "type"],
+            registry=r,
+        )
+        self.swf_poll_wait = Histogram(
+            "foliot_swf_poll_wait_seconds",
+            "How long a PollFor*Task waited, by task kind and whether it got a task.",
+            ["kind", "result"],
+            buckets=_POLL_BUCKETS,
+            registry=r,
+        )
+        self._swf_counters = {
+            "decision_tasks": self.swf_decision_tasks,
+            "activity_tasks": self.swf_activity_tasks,
+            "lambda_calls": self.swf_lambda_calls,
+        }
+        for status in SWF_CLOSE_STATUSES:
+            self.swf_closed.labels(status)
+        for decision in SWF_DECISIONS:
+            self.swf_decisions.labels(decision)
+
+    def swf_committed(self, events: Iterable[Any], decisions: Iterable[str] = ()) -> None:
+        """Count what one committed SWF transition recorded (its history events), and the
+        decisions of a decision batch (types outside the enum were refused before)."""
+        for event in events:
+            kind = event.event_type
+            counted = _SWF_EVENTS.get(kind)
+            if counted is not None:
+                name, label = counted
+                if name == "started":
+                    self.swf_started.inc()
+                else:
+                    self._swf_counters[name].labels(label).inc()
+            timed_out = _SWF_TIMEOUTS.get(kind)
+            if timed_out is not None:
+                timeout_type = event.attributes.get("timeoutType", "START_TO_CLOSE")
+                if timeout_type in SWF_TIMEOUT_TYPES:
+                    self.swf_timeouts.labels(timed_out, timeout_type).inc()
+            if kind.startswith("WorkflowExecution"):
+                status = _CLOSING.get(kind)
+                if status is not None:
+                    self.swf_closed.labels(status).inc()
+        for decision in decisions:
+            if decision in SWF_DECISIONS:
+                self.swf_decisions.labels(decision).inc()
 
     def attach(self, engine: Engine) -> None:
         """Read the engine's live values (actors, timers, queues, storage) at each scrape."""
@@ -169,10 +285,12 @@ class Metrics:
 
         store.commit = commit  # type: ignore[method-assign]
 
-    def exposition(self, open_runs: Mapping[str, int]) -> bytes:
-        """The text exposition; `open_runs` was read from the store just before (an async read)."""
+    def exposition(self, open_runs: Mapping[str, int], swf: Mapping[str, int] | None = None) -> bytes:
+        """The text exposition; `open_runs` (and `swf`: open and parked executions) were read
+        from the store just before (an async read)."""
         if self._collector is not None:
             self._collector.open_runs = dict(open_runs)
+            self._collector.swf = dict(swf or {})
         return generate_latest(self.registry)
 
 
@@ -182,13 +300,16 @@ class EngineCollector:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.open_runs: dict[str, int] = {}
+        self.swf: dict[str, int] = {}
 
     def collect(self) -> Iterable[Metric]:
         eng = self.engine
         sup = eng.supervisor
         actors = list(sup.actors.values())
         timers = eng.timers.stats()
-        yield _gauge("foliot_live_actors", "Run actors currently in memory.", len(actors))
+        yield _gauge(
+            "foliot_live_actors", "Actors (runs and SWF executions) currently in memory.", len(actors)
+        )
         yield _counter("foliot_actor_spawns", "Actors spawned or rehydrated.", sup.spawned)
         yield _counter(
             "foliot_actor_exits", "Actors that left memory (passivated, closed or stopped).", sup.passivated
@@ -286,6 +407,28 @@ class EngineCollector:
             refused.add_metric([reason], count)
         yield refused
         yield from _writer(eng.store)
+        if "open" in self.swf:
+            yield _gauge(
+                "foliot_swf_open_executions", "Open SWF executions, read from storage.", self.swf["open"]
+            )
+        if "parked" in self.swf:
+            yield _gauge(
+                "foliot_swf_parked_executions",
+                "SWF executions parked after their actor crashed too often (GET /admin/swf/parked).",
+                self.swf["parked"],
+            )
+        swf_actors = sum(1 for a in actors if a.kind.name == "swf")
+        yield _gauge("foliot_swf_live_actors", "SWF execution actors currently in memory.", swf_actors)
+
+
+_CLOSING: Final = {
+    "WorkflowExecutionCompleted": "COMPLETED",
+    "WorkflowExecutionFailed": "FAILED",
+    "WorkflowExecutionCanceled": "CANCELED",
+    "WorkflowExecutionTerminated": "TERMINATED",
+    "WorkflowExecutionContinuedAsNew": "CONTINUED_AS_NEW",
+    "WorkflowExecutionTimedOut": "TIMED_OUT",
+}
 
 
 def _writer(store: Any) -> Iterable[Metric]:

@@ -375,9 +375,13 @@ class Engine:
         if not self.ready:
             raise Unavailable("the engine is starting; retry shortly")
         app, queue = swf_queue_of(region, domain, kind, task_list)
+        waited_from = trio.current_time()
         while True:
             async with self.queues.reserve(app, queue, 1, wait_until) as held:
                 if not held.offers:
+                    self.metrics.swf_poll_wait.labels(kind, "empty").observe(
+                        trio.current_time() - waited_from
+                    )
                     return None
                 token, actor = held.offers[0]
                 scheduled = int(token.rsplit(":", 1)[1])
@@ -393,6 +397,7 @@ class Engine:
             if slot.error is not None:
                 raise slot.error
             if isinstance(slot.reply, swf_messages.Transition):
+                self.metrics.swf_poll_wait.labels(kind, "task").observe(trio.current_time() - waited_from)
                 return slot.reply, slot.value
             # No longer pending (timed out, canceled, the execution closed): wait for the next.
 

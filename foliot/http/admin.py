@@ -7,7 +7,7 @@ from typing import Any
 from quart import Blueprint, Response, current_app, request
 
 from ..errors import InvalidRequest, NotFound, Unavailable
-from ..metrics import CONTENT_TYPE
+from ..metrics import CONTENT_TYPE, SWF_CLOSE_STATUSES
 from ..workflow.duration import DurationError, parse_duration
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.model import STATUSES
@@ -48,16 +48,25 @@ def _actor_view(view: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
+# An SWF execution actor's `status`: OPEN, or its close status.
+SWF_STATUSES = frozenset({"OPEN", *SWF_CLOSE_STATUSES})
+
+
 @blueprint.get("/admin/actors")
 async def actors() -> Response:
     await require_admin()
-    check_query({"status", "limit"})
+    check_query({"status", "limit", "kind"})
     status = request.args.get("status")
-    if status is not None and status not in STATUSES:
+    kind = request.args.get("kind")
+    if kind is not None and kind not in engine().kinds:
+        raise InvalidRequest(f"must be one of {', '.join(sorted(engine().kinds))}", field="kind")
+    if status is not None and status not in STATUSES and status not in SWF_STATUSES:
         raise InvalidRequest("unknown status", field="status")
     limit = query_int("limit", 100, 1, 1000)
     out = []
     for actor in list(engine().supervisor.actors.values()):
+        if kind is not None and actor.kind.name != kind:
+            continue
         view = actor.describe()
         if status is None or view.get("status") == status:
             out.append(_actor_view(view))
@@ -113,7 +122,8 @@ async def metrics() -> Response:
     await require_admin()
     eng = engine()
     open_runs = await eng.store.count_open_runs()
-    return Response(eng.metrics.exposition(open_runs), content_type=CONTENT_TYPE)
+    swf = await eng.store.swf_counts()
+    return Response(eng.metrics.exposition(open_runs, swf), content_type=CONTENT_TYPE)
 
 
 @blueprint.get("/admin/runs/overdue")

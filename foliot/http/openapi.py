@@ -12,6 +12,7 @@ from typing import Any
 from quart import Quart
 
 from .. import __version__
+from ..metrics import SWF_CLOSE_STATUSES
 from ..workflow.model import STATUSES
 
 NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}
@@ -41,6 +42,7 @@ SCHEMAS: dict[str, Any] = {
         {"handlerBaseUrl": {"type": "string", "format": "uri"}, "description": {"type": ["string", "null"]}},
         ("handlerBaseUrl",),
     ),
+    "LambdaPut": _obj({"url": {"type": "string", "format": "uri", "maxLength": 2048}}, ("url",)),
     "Rotate": _obj({"graceSeconds": {"type": "integer", "minimum": 0, "maximum": 2_592_000}}),
     "Empty": _obj({}),
     "Workflow": {"type": "object", "description": "A workflow definition (see docs/api.md)."},
@@ -190,7 +192,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("GET", "/readyz"): ("Readiness (storage reachable, recovery done)", None, 200, "none"),
     ("GET", "/openapi.json"): ("This document", None, 200, "none"),
     ("GET", "/metrics"): ("Prometheus metrics", None, 200, "admin"),
-    ("GET", "/admin/actors"): ("Live run actors", None, 200, "admin"),
+    ("GET", "/admin/actors"): ("Live actors (runs and SWF executions)", None, 200, "admin"),
     ("GET", "/admin/actors/{run_id}"): ("One live actor with its timers", None, 200, "admin"),
     ("GET", "/admin/timers"): ("Timer wheel status", None, 200, "admin"),
     ("POST", "/"): ("AWS SWF JSON 1.0, SigV4-signed (docs/swf.md); AWS error shapes", None, 200, "none"),
@@ -207,6 +209,28 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("GET", "/admin/operator-tokens"): ("List live operator tokens", None, 200, "admin"),
     ("DELETE", "/admin/operator-tokens/{token_id}"): ("Revoke an operator token", None, 200, "admin"),
     ("GET", "/admin/queues"): ("Pull queues on this node: tasks waiting, pollers parked", None, 200, "admin"),
+    ("PUT", "/admin/lambda/{region}/{name}"): (
+        "Register (201) or re-point (200) the Lambda function SWF's ScheduleLambdaFunction invokes",
+        "LambdaPut",
+        200,
+        "admin",
+    ),
+    ("GET", "/admin/lambda"): ("Registered Lambda functions of every region", None, 200, "admin"),
+    ("GET", "/admin/lambda/{region}"): ("Registered Lambda functions of a region", None, 200, "admin"),
+    ("GET", "/admin/lambda/{region}/{name}"): ("One registered Lambda function", None, 200, "admin"),
+    ("DELETE", "/admin/lambda/{region}/{name}"): ("Remove a Lambda function", None, 200, "admin"),
+    ("GET", "/admin/swf/parked"): (
+        "SWF executions parked after their actor crashed too often",
+        None,
+        200,
+        "admin",
+    ),
+    ("POST", "/admin/swf/parked/{region}/{run_id}/resume"): (
+        "Resume a parked SWF execution",
+        "Empty",
+        200,
+        "admin",
+    ),
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
@@ -225,7 +249,12 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "limit": _LIMIT,
         "cursor": {"type": "string"},
     },
-    ("GET", "/admin/actors"): {"status": _STATUS, "limit": _LIMIT},
+    ("GET", "/admin/actors"): {
+        "status": {"type": "string", "enum": [*sorted(STATUSES), "OPEN", *SWF_CLOSE_STATUSES]},
+        "kind": {"type": "string", "enum": ["run", "swf"]},
+        "limit": _LIMIT,
+    },
+    ("GET", "/admin/swf/parked"): {"after": {"type": "string"}, "limit": _LIMIT},
     ("GET", "/admin/runs/overdue"): {"olderThan": DURATION, "limit": _LIMIT},
 }
 

@@ -459,6 +459,10 @@ class SwfExecutionStore(Protocol):
         """False when it was not parked."""
         ...
 
+    async def swf_counts(self) -> dict[str, int]:
+        """`{"open": open executions, "parked": parked ones}` of every region (for /metrics)."""
+        ...
+
 
 class SwfStore(SwfRegistryStore, SwfExecutionStore, Protocol):
     """Everything SWF needs from a store (both backends are one)."""

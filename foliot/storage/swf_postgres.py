@@ -32,6 +32,7 @@ from .swf import (
     stored_execution,
 )
 from .swf_sql import (
+    COUNTS_SQL,
     DELETE_LAMBDA,
     EXPIRED_SQL,
     GET_LAMBDA,
@@ -418,6 +419,10 @@ class SwfPostgres(PgCalls):
     async def swf_unpark(self, region: str, run_id: str) -> bool:
         status = await self._call(lambda c: c.execute(numbered(UNPARK), region, run_id), write=True)
         return bool(status.endswith(" 1"))
+
+    async def swf_counts(self) -> dict[str, int]:
+        row = await self._call(lambda c: c.fetchrow(COUNTS_SQL))
+        return {"open": int(row[0]), "parked": int(row[1])}
 
 
 # Claim the next claimable task of a task list: (region, domain, kind, task_list, now, until).

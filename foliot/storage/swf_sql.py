@@ -112,6 +112,9 @@ PUT_PARKED: Final = (
 )
 GET_PARKED: Final = "SELECT region, run_id, reason, parked_at FROM swf_parked WHERE region = ? AND run_id = ?"
 UNPARK: Final = "DELETE FROM swf_parked WHERE region = ? AND run_id = ?"
+COUNTS_SQL: Final = (
+    "SELECT (SELECT COUNT(*) FROM swf_executions WHERE is_open = 1), (SELECT COUNT(*) FROM swf_parked)"
+)
 
 
 def keyed_page_sql(base: str, alias: str, after: tuple[str, str] | None, limit: int) -> tuple[str, list[Any]]:

@@ -30,6 +30,7 @@ from .swf import (
     stored_execution,
 )
 from .swf_sql import (
+    COUNTS_SQL,
     DELETE_LAMBDA,
     EXPIRED_SQL,
     GET_LAMBDA,
@@ -404,6 +405,10 @@ class SwfSqlite:
 
     async def swf_unpark(self, region: str, run_id: str) -> bool:
         return bool(await self._write(lambda c: c.execute(UNPARK, (region, run_id)).rowcount))
+
+    async def swf_counts(self) -> dict[str, int]:
+        row = await self._read(lambda c: c.execute(COUNTS_SQL).fetchone(), scan=True)
+        return {"open": int(row[0]), "parked": int(row[1])}
 
 
 # The next claimable task of a task list: (region, domain, kind, task_list, now).

@@ -214,6 +214,8 @@ class SwfKind:
         except StaleWrite:
             return True
         actor.state = SwfState(state.region, tr.execution, unit.version)
+        decided = msg.decisions if isinstance(msg, m.CompleteDecision) and msg.decisions else ()
+        self.engine.metrics.swf_committed(tr.events, (d.get("decisionType", "") for d in decided))
         if state.parked is not None:  # terminated by an operator: nothing to resume any more
             await self.store.swf_unpark(state.region, tr.execution.run_id)
         self.perform(actor.id, state, actor.state, tr)
@@ -228,6 +230,7 @@ class SwfKind:
         the document and its first effects run."""
         state = SwfState(region, tr.execution, 1)
         actor = actor_id(region, tr.execution.run_id)
+        self.engine.metrics.swf_committed(tr.events)
         self.engine.supervisor.adopt(self, actor, state)
         self.perform(actor, None, state, tr)
 

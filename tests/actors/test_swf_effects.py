@@ -398,3 +398,34 @@ async def test_the_start_request_priority_beats_the_types_default(
     app, queue = queue_of(REGION, "d", "decision", "deciders")
     async with swf.engine.queues.reserve(app, queue, 2, 0) as held:
         assert [token for token, _ in held.offers] == [task_token(second, 2), task_token(first, 2)]
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+async def test_swf_metrics_count_what_committed(swf: Env, autojump_clock: MockClock) -> None:
+    metrics = swf.engine.metrics
+
+    def sample(name: str, **labels: str) -> float:
+        return metrics.registry.get_sample_value(name, labels) or 0.0
+
+    run_id = await start(swf)
+    await decide(
+        swf, run_id, schedule("a1", scheduleToStartTimeout="5"), decision("RecordMarker", markerName="m")
+    )
+    await advance(6)
+    await ask(swf, run_id, m.PollDecision(8, "decider"))
+    await advance(61)  # the decision task times out too
+    await ask(swf, run_id, m.Terminate(reason="enough"))
+    assert sample("foliot_swf_executions_started_total") == 1
+    assert sample("foliot_swf_decisions_total", decision="ScheduleActivityTask") == 1
+    assert sample("foliot_swf_decisions_total", decision="RecordMarker") == 1
+    assert sample("foliot_swf_activity_tasks_total", event="scheduled") == 1
+    assert sample("foliot_swf_activity_tasks_total", event="timed_out") == 1
+    assert sample("foliot_swf_timeouts_total", kind="activity", type="SCHEDULE_TO_START") == 1
+    assert sample("foliot_swf_timeouts_total", kind="decision", type="START_TO_CLOSE") == 1
+    assert sample("foliot_swf_decision_tasks_total", event="completed") == 1
+    assert sample("foliot_swf_executions_closed_total", status="TERMINATED") == 1
+    assert sample("foliot_swf_executions_closed_total", status="COMPLETED") == 0
+    text = metrics.exposition({}, await swf.engine.store.swf_counts()).decode()
+    assert "foliot_swf_open_executions 0.0" in text and "foliot_swf_parked_executions 0.0" in text
