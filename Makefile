@@ -40,6 +40,7 @@ bench: $(STAMP)
 	-$(BIN)/python bench/million.py --quick
 	-$(BIN)/python bench/console_queries.py --quick
 	-$(BIN)/python bench/swf_queries.py --quick
+	-$(BIN)/python bench/swf_throughput.py --quick
 	-$(BIN)/python bench/restart.py --quick
 	-$(BIN)/python bench/dbos_peer.py --quick
 	-$(BIN)/python bench/idle_pollers.py --pollers 200 --idle 3
