@@ -95,13 +95,22 @@ class Samples:
         return out
 
 
+def poll(samples: Samples, op: str, fn: Any, task_list: str) -> Any:
+    """One poll; None when it got no task (then wait 10 ms: moto answers empty polls at once)."""
+    task = samples.timed(
+        op, fn, domain=DOMAIN, taskList={"name": task_list}, identity=f"{task_list}-{os.getpid()}"
+    )
+    if not task or not task.get("taskToken"):
+        time.sleep(0.01)
+        return None
+    return task
+
+
 def decider(url: str, path: str, done: Any, total: int) -> None:
     swf, samples = client(url), Samples(path)
     while done.value < total:
-        task = samples.timed("PollForDecisionTask", swf.poll_for_decision_task, domain=DOMAIN,
-                             taskList={"name": "deciders"}, identity=f"decider-{os.getpid()}")  # fmt: skip
-        if not task or not task.get("taskToken"):
-            time.sleep(0.01)
+        task = poll(samples, "PollForDecisionTask", swf.poll_for_decision_task, "deciders")
+        if task is None:
             continue
         kinds = [e["eventType"] for e in task["events"]]
         if "ActivityTaskCompleted" in kinds:
@@ -121,10 +130,8 @@ def decider(url: str, path: str, done: Any, total: int) -> None:
 def worker(url: str, path: str, done: Any, total: int) -> None:
     swf, samples = client(url), Samples(path)
     while done.value < total:
-        task = samples.timed("PollForActivityTask", swf.poll_for_activity_task, domain=DOMAIN,
-                             taskList={"name": "workers"}, identity=f"worker-{os.getpid()}")  # fmt: skip
-        if not task or not task.get("taskToken"):
-            time.sleep(0.01)
+        task = poll(samples, "PollForActivityTask", swf.poll_for_activity_task, "workers")
+        if task is None:
             continue
         samples.timed("RespondActivityTaskCompleted", swf.respond_activity_task_completed,
                       taskToken=task["taskToken"], result="charged")  # fmt: skip

@@ -14,7 +14,7 @@ import trio.testing
 from trio.testing import MockClock
 
 from foliot.errors import Unavailable
-from foliot.storage.swf import SwfLambdaFunction
+from foliot.storage.swf import SwfLambdaFunction, SwfStored
 from foliot.swf import machine
 from foliot.swf import messages as m
 from foliot.swf.actor import actor_id, queue_of, task_token
@@ -217,6 +217,15 @@ async def test_lambda_functions_are_invoked_through_the_dispatchers_bounded_send
 # --------------------------------------------------------------------------- closes owing others
 
 
+async def with_child(env: Env, parent: str) -> SwfStored:
+    """The parent's decider starts child `c1`; the child as stored once it started."""
+    await decide(env, parent, decision("StartChildWorkflowExecution", workflowType=CHILD, workflowId="c1"))
+    await advance(1)
+    child = await env.engine.store.swf_find(REGION, "d", "c1")
+    assert child is not None
+    return child
+
+
 async def owed_rows(env: Env) -> list[str]:
     return [s.execution.run_id for s in await env.engine.store.swf_owed_executions(None, 100)]
 
@@ -225,10 +234,7 @@ async def test_a_close_owing_others_is_remembered_until_they_answered(
     swf: Env, autojump_clock: MockClock
 ) -> None:
     parent = await start(swf)
-    await decide(swf, parent, decision("StartChildWorkflowExecution", workflowType=CHILD, workflowId="c1"))
-    await advance(1)
-    child = await swf.engine.store.swf_find(REGION, "d", "c1")
-    assert child is not None
+    child = await with_child(swf, parent)
     await decide(swf, child.execution.run_id, decision("CompleteWorkflowExecution", result="r"))
     await advance(1)
     assert "ChildWorkflowExecutionCompleted" in await history(swf, parent)
@@ -242,10 +248,7 @@ async def test_a_child_policy_cut_off_by_a_crash_is_applied_after_the_restart(
     swf: Env, autojump_clock: MockClock, policy: str
 ) -> None:
     parent = await start(swf, child_policy=policy)
-    await decide(swf, parent, decision("StartChildWorkflowExecution", workflowType=CHILD, workflowId="c1"))
-    await advance(1)
-    child = await swf.engine.store.swf_find(REGION, "d", "c1")
-    assert child is not None
+    child = await with_child(swf, parent)
     store = swf.engine.store
     await stop(swf)
     stored = await store.swf_load(REGION, parent)
@@ -271,10 +274,7 @@ async def test_a_parents_notice_cut_off_by_a_crash_is_delivered_after_the_restar
     swf: Env, autojump_clock: MockClock
 ) -> None:
     parent = await start(swf)
-    await decide(swf, parent, decision("StartChildWorkflowExecution", workflowType=CHILD, workflowId="c1"))
-    await advance(1)
-    child = await swf.engine.store.swf_find(REGION, "d", "c1")
-    assert child is not None
+    child = await with_child(swf, parent)
     store = swf.engine.store
     await stop(swf)
     live = Live(store, REGION, child)
@@ -289,10 +289,7 @@ async def test_a_parents_notice_cut_off_by_a_crash_is_delivered_after_the_restar
 
 async def test_an_owed_close_is_not_pruned_before_it_is_settled(swf: Env, autojump_clock: MockClock) -> None:
     parent = await start(swf)
-    await decide(swf, parent, decision("StartChildWorkflowExecution", workflowType=CHILD, workflowId="c1"))
-    await advance(1)
-    child = await swf.engine.store.swf_find(REGION, "d", "c1")
-    assert child is not None
+    child = await with_child(swf, parent)
     store = swf.engine.store
     await stop(swf)
     live = Live(store, REGION, child)
