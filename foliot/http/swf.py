@@ -220,6 +220,8 @@ def _function_url(url: str) -> str:
     parts = urlsplit(url)
     if len(url) > 2048:
         raise InvalidRequest("is longer than 2048 characters", field="url")
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise InvalidRequest("must not hold whitespace or control characters", field="url")
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
         raise InvalidRequest("must be an http(s) URL with a host and no fragment", field="url")
     return url
