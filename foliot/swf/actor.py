@@ -366,10 +366,11 @@ class SwfKind:
         seconds = parse_seconds(effect.start_to_close_timeout) or int(LAMBDA_DEFAULT_START_TO_CLOSE)
         due = started_at + seconds * 1000
         with trio.move_on_after(max(0, due - engine.clock.now()) / 1000):
-            function = await self._retrying(partial(self.store.swf_get_lambda, region, effect.name))
+            name = lambdas.function_name(effect.name)
+            function = await self._retrying(partial(self.store.swf_get_lambda, region, name))
             answer: m.LambdaCompleted | m.LambdaFailed
             if function is None:
-                answer = lambdas.not_found(scheduled, region, effect.name)
+                answer = lambdas.not_found(scheduled, region, name)
             else:
                 headers = {
                     "content-type": "application/json",

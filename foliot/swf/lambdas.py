@@ -29,6 +29,16 @@ MAX_RESULT: Final = 32_768  # SWF's limit on `result` and `details`
 _REASONS: Final = ("Handled", "Unhandled")
 
 
+def function_name(name: str) -> str:
+    """The function a decision names: its name, or the name inside a function ARN
+    (`arn:aws:lambda:<region>:<account>:function:<name>[:<qualifier>]`), as Lambda accepts both."""
+    if name.startswith("arn:"):
+        _, marker, rest = name.partition(":function:")
+        if marker:
+            return rest.split(":", 1)[0]
+    return name
+
+
 def not_found(scheduled_event_id: int, region: str, name: str) -> m.LambdaFailed:
     arn = f"arn:aws:lambda:{region}:000000000000:function:{name}"
     return m.LambdaFailed(scheduled_event_id, "ResourceNotFoundException", f"Function not found: {arn}")
