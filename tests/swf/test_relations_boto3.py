@@ -159,27 +159,36 @@ async def test_every_timeout_in_bounded_real_time(swf: Swf) -> None:
     decision = await start(c, "d-timeout", taskStartToCloseTimeout="1", taskList={"name": "slow"})
     acts = await start(c, "a-timeout", taskList={"name": "acts"})
     await call(c.poll_for_decision_task, domain="d", taskList={"name": "slow"})  # never answered
+    charge = {"name": "Charge", "version": "1"}
     await decide_next(
         c,
-        d("ScheduleActivityTask", activityType={"name": "Charge", "version": "1"}, activityId="s2s"),
-        d("ScheduleActivityTask", activityType={"name": "Charge", "version": "1"}, activityId="beat",
-          taskList={"name": "busy"}, heartbeatTimeout="1", startToCloseTimeout="30"),
+        d("ScheduleActivityTask", activityType=charge, activityId="s2s"),
+        d("ScheduleActivityTask", activityType=charge, activityId="beat", taskList={"name": "busy"},
+          heartbeatTimeout="1", startToCloseTimeout="30"),
+        d("ScheduleActivityTask", activityType=charge, activityId="slow", taskList={"name": "busy2"},
+          heartbeatTimeout="NONE", startToCloseTimeout="1"),
+        d("ScheduleActivityTask", activityType=charge, activityId="s2c", taskList={"name": "nobody"},
+          scheduleToStartTimeout="30", scheduleToCloseTimeout="1"),
+        d("StartTimer", timerId="t", startToFireTimeout="1"),
         task_list="acts",
     )  # fmt: skip
     await call(c.poll_for_activity_task, domain="d", taskList={"name": "busy"})  # never answered
+    await call(c.poll_for_activity_task, domain="d", taskList={"name": "busy2"})  # never answered
     # Each timeout schedules a decision task (the workflow's closes the execution instead).
     task = await call(c.poll_for_decision_task, domain="d", taskList={"name": "slow"})
     assert "DecisionTaskTimedOut" in [e["eventType"] for e in task["events"]]
     seen: dict[str, str] = {}
+    fired = False
     with trio.fail_after(20):
-        while len(seen) < 2:
+        while len(seen) < 4 or not fired:
             task = await call(c.poll_for_decision_task, domain="d", taskList={"name": "acts"})
             for e in task["events"]:
+                fired = fired or e["eventType"] == "TimerFired"
                 if e["eventType"] == "ActivityTaskTimedOut":
                     a = e["activityTaskTimedOutEventAttributes"]
                     seen[str(a["scheduledEventId"])] = a["timeoutType"]
             await call(c.respond_decision_task_completed, taskToken=task["taskToken"], decisions=[])
-    assert sorted(seen.values()) == ["HEARTBEAT", "SCHEDULE_TO_START"]
+    assert sorted(seen.values()) == ["HEARTBEAT", "SCHEDULE_TO_CLOSE", "SCHEDULE_TO_START", "START_TO_CLOSE"]
     await eventually(lambda: _is(status(c, "w-timeout", workflow), "TIMED_OUT"))
     assert (await kinds(c, "w-timeout", workflow))[-1] == "WorkflowExecutionTimedOut"
     assert await status(c, "d-timeout", decision) == await status(c, "a-timeout", acts) == "OPEN"
