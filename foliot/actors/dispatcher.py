@@ -1,6 +1,7 @@
 """Pushes tasks to handlers over HTTP: signed, bounded by deadline and sync cap, classified.
 
-The only outbound call Foliot makes. Pushes wait in a queue Foliot owns, one FIFO per app,
+Foliot's only outbound sender: task pushes, and `Call`s (an SWF Lambda invocation) beside them
+under the same caps. Pushes wait in a queue Foliot owns, one FIFO per app,
 and a fixed set of `FOLIOT_PUSH_CONCURRENCY` senders takes them from a ready-queue of apps
 served round-robin, at most `FOLIOT_PUSH_CONCURRENCY_PER_APP` in flight per app, so one app's
 burst cannot starve another and no request ever waits inside httpx's connection pool (the pool
