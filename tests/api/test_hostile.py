@@ -521,6 +521,7 @@ class TestNoServerErrors:
             "key_id": ["fk_nope"],
             "access_key_id": ["FKIANOPE000000000000"],
             "token_id": ["op_nope"],
+            "region": ["us-east-1"],
         }
         statuses: list[int] = []
 
