@@ -99,6 +99,11 @@ class Push:
     def token(self) -> str:
         return self.task.token
 
+    @property
+    def owner(self) -> str:
+        """The actor the push is for (its run)."""
+        return self.run.run_id
+
 
 @attrs.define(eq=False)
 class Call:
@@ -109,6 +114,7 @@ class Call:
     app: str
     token: str
     send: Callable[[], Awaitable[None]]
+    owner: str = ""  # the actor the call is for (an SWF execution's actor id)
     scope: trio.CancelScope | None = None
     dropped: bool = False
 

@@ -53,6 +53,11 @@ class _Lane:
         for priority in sorted(self.bands, reverse=True):
             yield from self.bands[priority]
 
+    def items(self) -> Iterator[tuple[str, _Offer]]:
+        """(token, offer) in the order pollers take them."""
+        for priority in sorted(self.bands, reverse=True):
+            yield from self.bands[priority].items()
+
     def add(self, token: str, offer: _Offer) -> None:
         """Append, or put back in its arrival place (a released reservation)."""
         band = self.bands.setdefault(offer.priority, OrderedDict())

@@ -352,6 +352,7 @@ class SwfKind:
                     f"swf-lambda:{region}",
                     f"swf-lambda:{region}:{ex.run_id}:{scheduled}",
                     partial(self._call_lambda, region, ex, effect, started_at),
+                    me,
                 )
             )
 

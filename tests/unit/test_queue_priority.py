@@ -23,6 +23,8 @@ async def test_priority_then_arrival_and_a_release_keeps_its_place() -> None:
         q.offer("a", "q", token, "run", priority)
     assert q.depth("a", "q") == 5 and q.total() == 5
     assert q.oldest_offer("a", "q") == "p0-a"  # waited longest, whatever its priority
+    lane = q._pending[("a", "q")]
+    assert [t for t, _ in lane.items()] == list(lane) == ["p5-a", "p5-b", "p0-a", "p0-b", "low"]
     async with q.reserve("a", "q", 2, 0) as held:
         assert [t for t, _ in held.offers] == ["p5-a", "p5-b"]
         held.settle("p5-b", claimed=True)
