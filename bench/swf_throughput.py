@@ -9,8 +9,9 @@ threads, against:
 - the floor: the bare quart-trio app's requests/s (`floor_app.py`, `wrk`) ÷ the 7 requests one
   execution needs (start, 3 polls, 3 answers).
 
-Prints executions/s, the ratio to moto and to the floor, and p50/p99 per call (a poll's time
-includes its wait for a task). moto answers an empty poll at once, so a poller that got nothing
+Prints executions/s, the ratio to moto and to the floor, the serving process's CPU ms per
+execution (the figure that survives a shared machine: 17 boto3 client processes compete with the
+server for the cores), and p50/p99 per call (a poll's time includes its wait for a task). moto answers an empty poll at once, so a poller that got nothing
 sleeps 10 ms before asking again (Foliot holds a poll up to 60 s and never answers one empty
 during a run). Figures only: nothing asserted. See bench/README.md.
 """
@@ -160,8 +161,9 @@ def starter(url: str, path: str, count: int, threads: int) -> None:
         t.join()
 
 
-def drive(name: str, url: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """Run N executions against one endpoint; returns executions/s and per-call latencies."""
+def drive(name: str, url: str, args: argparse.Namespace, workdir: Path, pid: int) -> dict[str, Any]:
+    """Run N executions against one endpoint (served by process `pid`); returns executions/s,
+    the server's CPU seconds per execution and per-call latencies."""
     register(url)
     ctx = multiprocessing.get_context("spawn")
     done = ctx.Value("i", 0)
@@ -179,12 +181,14 @@ def drive(name: str, url: str, args: argparse.Namespace, workdir: Path) -> dict[
     c.on_exit(lambda: [p.kill() for p in procs if p.is_alive()])  # type: ignore[func-returns-value]
     time.sleep(args.warmup)  # clients imported boto3 and are polling
     t0 = time.perf_counter()
+    cpu0 = c.cpu_seconds(pid)
     start = ctx.Process(target=starter, args=(url, str(files / "s"), args.executions, args.starters))
     start.start()
     deadline = t0 + args.limit
     while done.value < args.executions and time.perf_counter() < deadline:
         time.sleep(0.05)
     wall = time.perf_counter() - t0
+    cpu = c.cpu_seconds(pid) - cpu0
     completed = done.value
     start.join(timeout=30)
     time.sleep(0.5)
@@ -202,7 +206,7 @@ def drive(name: str, url: str, args: argparse.Namespace, workdir: Path) -> dict[
             else:
                 calls.setdefault(op, []).append(float(seconds))
     return {"completed": completed, "wall": wall, "rate": completed / wall if wall else 0.0, "calls": calls,
-            "errors": errors}  # fmt: skip
+            "errors": errors, "cpu_ms": 1000 * cpu / completed if completed else 0.0}  # fmt: skip
 
 
 def moto_server(workdir: Path) -> tuple[c.Child, str]:
@@ -247,7 +251,7 @@ def main() -> None:
     c.header("SWF throughput: Foliot vs moto vs the quart-trio floor", args)
     workdir = c.tmpdir("swf")
 
-    floor = floor_rate(workdir, args.floor_seconds) if c.have_wrk() else 0.0
+    floor, floor_cpu = floor_rate(workdir, args.floor_seconds) if c.have_wrk() else (0.0, 0.0)
     cluster = c.pg_cluster() if args.backend == "postgres" else None
     server = c.Foliot(
         c.database_url(args.backend, workdir, cluster),
@@ -257,7 +261,7 @@ def main() -> None:
     )
     server.start()
     c.on_exit(server.stop)
-    results = {f"foliot ({args.backend})": drive("foliot", server.url, args, workdir)}
+    results = {f"foliot ({args.backend})": drive("foliot", server.url, args, workdir, server.pid)}
     cpu_note = ""
     if not server.alive():
         cpu_note = server.death()
@@ -265,7 +269,7 @@ def main() -> None:
     if not args.skip_moto:
         moto, moto_url = moto_server(workdir)
         c.on_exit(moto.stop)
-        results["moto (in memory)"] = drive("moto", moto_url, args, workdir)
+        results["moto (in memory)"] = drive("moto", moto_url, args, workdir, moto.pid)
         moto.stop()
 
     floor_exec = floor / CALLS_PER_EXECUTION
@@ -275,11 +279,13 @@ def main() -> None:
         vs_moto = c.ratio(r["rate"], moto_rate) if moto_rate else "-"
         vs_floor = c.ratio(r["rate"], floor_exec) if floor else "-"
         rows.append([name, f"{r['completed']}/{args.executions}", f"{r['wall']:.1f}", f"{r['rate']:.1f}",
-                     vs_moto, vs_floor, sum(r["errors"].values())])  # fmt: skip
-    rows.append(["floor (quart-trio)", "-", "-", f"{floor_exec:.1f}", "-", "1.00", "-"])
+                     vs_moto, vs_floor, f"{r['cpu_ms']:.1f}", sum(r["errors"].values())])  # fmt: skip
+    rows.append(["floor (quart-trio)", "-", "-", f"{floor_exec:.1f}", "-", "1.00",
+                 f"{floor_cpu * CALLS_PER_EXECUTION:.1f}", "-"])  # fmt: skip
     print(c.table(
         f"executions/s (floor: {floor:.0f} requests/s ÷ {CALLS_PER_EXECUTION} calls per execution)",
-        ["endpoint", "completed", "seconds", "executions/s", "vs moto", "vs floor", "errors"], rows,
+        ["endpoint", "completed", "seconds", "executions/s", "vs moto", "vs floor", "server CPU ms/execution",
+         "errors"], rows,
     ))  # fmt: skip
     ops = ["StartWorkflowExecution", "PollForDecisionTask", "RespondDecisionTaskCompleted",
            "PollForActivityTask", "RespondActivityTaskCompleted"]  # fmt: skip
