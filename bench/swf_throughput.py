@@ -221,14 +221,16 @@ def moto_server(workdir: Path) -> tuple[c.Child, str]:
     return child, url
 
 
-def floor_rate(workdir: Path, seconds: float) -> float:
+def floor_rate(workdir: Path, seconds: float) -> tuple[float, float]:
+    """The floor's requests/s and its CPU ms per request."""
     floor = c.Floor(workdir, "floor-token")
     try:
         body = {"workflow": "w", "input": {"orderId": 1}}
-        result = c.wrk_post(
-            f"{floor.url}/apps/bench/runs", body, "floor-token", seconds=seconds, connections=16
-        )
-        return float(result["rps"])
+        cpu0 = c.cpu_seconds(floor.pid)
+        url = f"{floor.url}/apps/bench/runs"
+        result = c.wrk_post(url, body, "floor-token", seconds=seconds, connections=16)
+        cpu = c.cpu_seconds(floor.pid) - cpu0
+        return float(result["rps"]), 1000 * cpu / max(1, result["requests"])
     finally:
         floor.child.stop()
 
