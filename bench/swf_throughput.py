@@ -11,9 +11,10 @@ threads, against:
 
 Prints executions/s, the ratio to moto and to the floor, the serving process's CPU ms per
 execution (the figure that survives a shared machine: 17 boto3 client processes compete with the
-server for the cores), and p50/p99 per call (a poll's time includes its wait for a task). moto answers an empty poll at once, so a poller that got nothing
-sleeps 10 ms before asking again (Foliot holds a poll up to 60 s and never answers one empty
-during a run). Figures only: nothing asserted. See bench/README.md.
+server for the cores), and p50/p99 per call (a poll's time includes its wait for a task).
+moto answers an empty poll at once, so a poller that got nothing sleeps 10 ms before asking
+again (Foliot holds a poll up to 60 s and never answers one empty during a run).
+Figures only: nothing asserted. See bench/README.md.
 """
 
 from __future__ import annotations
