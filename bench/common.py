@@ -182,6 +182,39 @@ class RssSampler:
         self._thread.join(timeout=2)
 
 
+def accept_queue(port: int) -> int:
+    """Connections waiting in the kernel's accept queue of the 127.0.0.1 listener on `port`
+    (/proc/net/tcp: a LISTEN socket's rx_queue is its accept queue); -1 when not found."""
+    try:
+        with open("/proc/net/tcp") as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return -1
+    want = f"0100007F:{port:04X}"
+    for row in rows:
+        fields = row.split()
+        if fields[1] == want and fields[3] == "0A":  # 0A: LISTEN
+            return int(fields[4].split(":")[1], 16)
+    return -1
+
+
+class AcceptQueueSampler(RssSampler):
+    """Samples the accept queue of a listener on a thread; keeps the peak."""
+
+    def __init__(self, port: int, interval_s: float = 0.05) -> None:
+        super().__init__(0, interval_s)
+        self.port = port
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, accept_queue(self.port))
+
+    def __enter__(self) -> AcceptQueueSampler:
+        self.peak = max(0, accept_queue(self.port))
+        self._thread.start()
+        return self
+
+
 # ---------------------------------------------------------------------------- figures
 
 
