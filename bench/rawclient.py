@@ -16,7 +16,6 @@ connection error.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import selectors
 import socket
 import threading
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import on_exit, tmpdir
+from bench.common import spawn_workers
 
 Request = list[Any]
 
@@ -174,14 +173,9 @@ def run_open(
 ) -> tuple[list[list[Any]], float]:
     """Send `requests` open loop at `rate`/s in total from `procs` processes; (results, wall)."""
     url = urlsplit(base_url)
-    workdir = tmpdir("raw-clients")
-    ctx = multiprocessing.get_context("spawn")
     procs = max(1, min(procs, len(requests)))
-    barrier = ctx.Barrier(procs)
-    children = []
-    t0 = time.time()
-    for w in range(procs):
-        spec = {
+    specs = [
+        {
             "host": url.hostname,
             "port": url.port,
             "headers": headers,
@@ -192,17 +186,6 @@ def run_open(
             "max_conns": max_conns,
             "limit_s": limit_s,
         }
-        p = ctx.Process(target=_worker, args=(spec, str(workdir / f"raw{w}.json"), barrier), daemon=True)
-        p.start()
-        on_exit(lambda p=p: p.kill() if p.is_alive() else None)
-        children.append(p)
-    for p in children:
-        p.join(timeout=max(1.0, t0 + 150 + limit_s - time.time()))
-        if p.is_alive():
-            p.kill()
-    results: list[list[Any]] = []
-    for w in range(procs):
-        path = workdir / f"raw{w}.json"
-        if path.exists():
-            results += json.loads(path.read_text())
-    return results, time.time() - t0
+        for w in range(procs)
+    ]
+    return spawn_workers(_worker, specs, limit_s)
