@@ -71,6 +71,7 @@ class Admission:
         )
         self._traffic = trio.Event()  # set by a start or signal; `watch_lag` probes while set
         self._last_call = 0.0  # Trio time of the last start or signal seen
+        self.lag_probes = 0  # wake-ups of `watch_lag` so far
 
     def _seen(self, now: float) -> None:
         self._last_call = now
@@ -94,6 +95,7 @@ class Admission:
             gate.expect(due)
             await trio.sleep_until(due)
             now = trio.current_time()
+            self.lag_probes += 1
             gate.lagged(now, now - due)
             if now - self._last_call > idle_after:
                 self._traffic = trio.Event()
