@@ -182,6 +182,39 @@ class RssSampler:
         self._thread.join(timeout=2)
 
 
+def accept_queue(port: int) -> int:
+    """Connections waiting in the kernel's accept queue of the 127.0.0.1 listener on `port`
+    (/proc/net/tcp: a LISTEN socket's rx_queue is its accept queue); -1 when not found."""
+    try:
+        with open("/proc/net/tcp") as f:
+            rows = f.read().splitlines()[1:]
+    except OSError:
+        return -1
+    want = f"0100007F:{port:04X}"
+    for row in rows:
+        fields = row.split()
+        if fields[1] == want and fields[3] == "0A":  # 0A: LISTEN
+            return int(fields[4].split(":")[1], 16)
+    return -1
+
+
+class AcceptQueueSampler(RssSampler):
+    """Samples the accept queue of a listener on a thread; keeps the peak."""
+
+    def __init__(self, port: int, interval_s: float = 0.05) -> None:
+        super().__init__(0, interval_s)
+        self.port = port
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, accept_queue(self.port))
+
+    def __enter__(self) -> AcceptQueueSampler:
+        self.peak = max(0, accept_queue(self.port))
+        self._thread.start()
+        return self
+
+
 # ---------------------------------------------------------------------------- figures
 
 
@@ -585,14 +618,9 @@ def run_clients(
     timetable is split across processes, interleaved). closed: `concurrency` loops per process,
     each sending its next request when the previous one answered (or cycling the list for
     `cycle_s` seconds). Returns (results, wall seconds)."""
-    ctx = multiprocessing.get_context("spawn")
-    workdir = tmpdir("clients")
-    t0 = time.time()
     procs = max(1, min(procs, len(requests))) if cycle_s is None else max(1, procs)
-    children = []
-    barrier = ctx.Barrier(procs)
-    for w in range(procs):
-        spec = {
+    specs = [
+        {
             "base_url": base_url,
             "headers": headers,
             "mode": mode,
@@ -605,7 +633,23 @@ def run_clients(
             "concurrency": concurrency,
             "cycle_s": cycle_s,
         }
-        p = ctx.Process(target=_worker, args=(spec, str(workdir / f"out{w}.json"), barrier), daemon=True)
+        for w in range(procs)
+    ]
+    return spawn_workers(_worker, specs, limit_s)
+
+
+def spawn_workers(
+    target: Callable[..., None], specs: list[dict[str, Any]], limit_s: float
+) -> tuple[list[list[Any]], float]:
+    """Run `target(spec, out_path, barrier)` in one spawned process per spec (each starts its
+    timetable once all reached the barrier), bounded by `limit_s`; (their results, wall s)."""
+    ctx = multiprocessing.get_context("spawn")
+    workdir = tmpdir("clients")
+    t0 = time.time()
+    barrier = ctx.Barrier(len(specs))
+    children = []
+    for w, spec in enumerate(specs):
+        p = ctx.Process(target=target, args=(spec, str(workdir / f"out{w}.json"), barrier), daemon=True)
         p.start()
         on_exit(lambda p=p: p.kill() if p.is_alive() else None)
         children.append(p)
@@ -615,7 +659,7 @@ def run_clients(
             p.kill()
     wall = time.time() - t0
     results: list[list[Any]] = []
-    for w in range(procs):
+    for w in range(len(specs)):
         path = workdir / f"out{w}.json"
         if path.exists():
             results += json.loads(path.read_text())

@@ -29,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common as c
+from bench import rawclient
 
 ROUNDS = 8
 WORKFLOW = {
@@ -107,16 +108,28 @@ def phase(
     targets = c.random_targets(run_ids, count, seed)
     requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
     cpu0 = c.cpu_seconds(server.pid)
-    results, wall = c.run_clients(
-        server.url,
-        c.bearer(key),
-        requests,
-        mode="open",
-        rate=rate,
-        procs=args.procs,
-        timeout=args.timeout,
-        limit_s=args.seconds + args.timeout + 10,
-    )
+    with c.AcceptQueueSampler(server.port) as backlog:
+        if args.client == "raw":
+            results, wall = rawclient.run_open(
+                server.url,
+                c.bearer(key),
+                requests,
+                rate=rate,
+                procs=args.procs,
+                timeout=args.timeout,
+                limit_s=args.seconds + args.timeout + 10,
+            )
+        else:
+            results, wall = c.run_clients(
+                server.url,
+                c.bearer(key),
+                requests,
+                mode="open",
+                rate=rate,
+                procs=args.procs,
+                timeout=args.timeout,
+                limit_s=args.seconds + args.timeout + 10,
+            )
     s = c.summarize(results, wall)
     time.sleep(min(5.0, args.timeout))  # let pushes of the last signals arrive
     cpu = c.cpu_seconds(server.pid) - cpu0  # the signals, their pushes and the answers to them
@@ -127,6 +140,7 @@ def phase(
         to_task_p50=c.pct(to_task, 50),
         to_task_p99=c.pct(to_task, 99),
         no_task=missing,
+        accept_q=backlog.peak,
     )
     return s
 
@@ -163,6 +177,7 @@ def row(mode: str, label: str, s: dict[str, Any]) -> list[Any]:
         f"{s['cpu_ms']:.1f}",
         s["other"],
         s["client_overrun"],
+        f"{s['accept_q']:.0f}",
     ]
 
 
@@ -174,6 +189,7 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
         c.database_url(args.backend, work, cluster),
         work,
         FOLIOT_PASSIVATE_AFTER_MS=PASSIVATE[mode],
+        FOLIOT_ADMISSION_LAG_MS=args.lag_ms,
     )
     server.start()
     key = server.setup_app([WORKFLOW], handler_url=handler.url)
@@ -276,6 +292,15 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=2, help="client processes")
     parser.add_argument("--timeout", type=float, default=30.0, help="client timeout per signal, s")
     parser.add_argument(
+        "--lag-ms", type=int, default=0, help="FOLIOT_ADMISSION_LAG_MS for the server (0: measured only)"
+    )
+    parser.add_argument(
+        "--client",
+        choices=["raw", "httpx"],
+        default="raw",
+        help="raw: plain sockets, tens of us per request (bench/rawclient.py); httpx: 2-3 ms per request",
+    )
+    parser.add_argument(
         "--profile",
         default="",
         help="directory: py-spy record the server during the phases, print top frames",
@@ -300,7 +325,8 @@ def main() -> None:
     print(
         c.table(
             f"signals ({args.backend}; ms from the scheduled send; task = signal -> push at the handler; "
-            "cpu = server CPU, all threads, per 2xx, its push and answer included)",
+            "cpu = server CPU, all threads, per 2xx, its push and answer included; "
+            "accept q = most connections waiting in the kernel's accept queue)",
             [
                 "mode",
                 "phase",
@@ -321,6 +347,7 @@ def main() -> None:
                 "cpu ms/2xx",
                 "other",
                 "unsent",
+                "accept q",
             ],
             rows,
         )

@@ -109,6 +109,9 @@ class Settings:
     # Latency gate: past this queueing delay for a whole interval, starts and signals are shed.
     admission_target_ms: int = 100  # 0 turns the gate off
     admission_interval_ms: int = 200
+    # Event-loop lag past which the gate sheds too (the process reads its sockets that late);
+    # 0: measured and shown in /metrics only.
+    admission_lag_ms: int = 0
     log_level: str = "INFO"
     shutdown_grace_ms: int = 10_000
     # Signals a run holds while it does not wait for them: they live in its document, which is
@@ -173,6 +176,7 @@ class Settings:
             mailbox_wait_ms=_int(e, "FOLIOT_MAILBOX_WAIT_MS", 1_000),
             admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 100)),
             admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),
+            admission_lag_ms=max(0, _int(e, "FOLIOT_ADMISSION_LAG_MS", 0)),
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
             shutdown_grace_ms=_int(e, "FOLIOT_SHUTDOWN_GRACE_MS", 10_000),
             signal_buffer_max=buffer_max,

@@ -393,6 +393,17 @@ class EngineCollector:
             "Starts and signals answered per second over the gate's window.",
             gate.throughput,
         )
+        yield _gauge(
+            "foliot_event_loop_lag_seconds",
+            "How late the event loop woke a sleeper, at most, in the gate's last finished interval"
+            " (measured while starts or signals arrive).",
+            gate.last_lag_s,
+        )
+        yield _gauge(
+            "foliot_admission_lag_scale",
+            "Share of the gate's limit kept while the event loop runs late (1: not reduced).",
+            gate.scale,
+        )
         yield _counter(
             "foliot_admission_behind_own_run",
             "Signals answered after waiting behind their own run's messages (not timed by the gate).",

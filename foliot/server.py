@@ -105,6 +105,10 @@ async def _serve_store(
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT
         config.errorlog = logging.getLogger("hypercorn.error")
         config.keep_alive_timeout = 75
+        # Above capacity, callers open connections faster than one per scheduler pass: let them
+        # wait in the kernel's accept queue (taken in bursts, foliot/http/listen.py), not in SYN
+        # retries of one, then three seconds.
+        config.backlog = 1024
         config.graceful_timeout = settings.shutdown_grace_ms / 1000
         async with trio.open_nursery() as nursery:
             nursery.start_soon(dump_tasks_on_signal)

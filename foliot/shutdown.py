@@ -11,11 +11,11 @@ from collections.abc import Awaitable, Callable
 
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 from trio.lowlevel import ParkingLot
 
 from .actors.engine import Engine
+from .http.listen import serve as hypercorn_serve
 
 log = logging.getLogger("foliot")
 

@@ -18,6 +18,9 @@ minutes in a hidden queue. Saturation is measured, never guessed:
   A signal that queued behind other messages of its own run is not timed by the gate: one
   busy run is per-run back-pressure (its bounded mailbox, `mailbox` above), not a sign that
   the engine cannot keep up, and must not make every other run's callers wait or be refused.
+  With `FOLIOT_ADMISSION_LAG_MS` set, the same gate sheds while the event loop runs that late
+  (`watch_lag`): the process then reads its sockets late, so requests wait before any admission
+  sees them (`gate.py`). The lag is measured (and shown in `/metrics`) either way.
 
 The counters are plain attributes for `/metrics`.
 """
@@ -61,7 +64,41 @@ class Admission:
         self.admitted = 0
         self.behind_own_run = 0  # admitted signals not timed by the gate (queued behind their run)
         self.refused: dict[str, int] = dict.fromkeys(REASONS, 0)
-        self.gate = LatencyGate(settings.admission_target_ms / 1000, settings.admission_interval_ms / 1000)
+        self.gate = LatencyGate(
+            settings.admission_target_ms / 1000,
+            settings.admission_interval_ms / 1000,
+            lag_s=settings.admission_lag_ms / 1000,
+        )
+        self._traffic = trio.Event()  # set by a start or signal; `watch_lag` probes while set
+        self._last_call = 0.0  # Trio time of the last start or signal seen
+        self.lag_probes = 0  # wake-ups of `watch_lag` so far
+
+    def _seen(self, now: float) -> None:
+        self._last_call = now
+        if not self._traffic.is_set():
+            self._traffic.set()
+
+    async def watch_lag(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """While starts or signals arrive, sleep a quarter of the gate's interval at a time and
+        tell the gate how late each wake-up came: a late loop is a process that reads its
+        sockets late. Parked while no start or signal came for `window` intervals, so an idle
+        node (or a test under a mock clock) has no periodic wake-up."""
+        gate = self.gate
+        task_status.started()
+        if not gate.enabled:
+            return
+        period = gate.interval_s / 4
+        idle_after = gate.interval_s * gate.window
+        while True:
+            await self._traffic.wait()
+            due = trio.current_time() + period
+            gate.expect(due)
+            await trio.sleep_until(due)
+            now = trio.current_time()
+            self.lag_probes += 1
+            gate.lagged(now, now - due)
+            if now - self._last_call > idle_after:
+                self._traffic = trio.Event()
 
     @property
     def storage_queue(self) -> int:
@@ -74,8 +111,11 @@ class Admission:
 
     def shed(self) -> Overloaded | None:
         """The latency gate's refusal of one more start or signal now (None: admitted)."""
-        if self.gate.admit(trio.current_time(), self.inflight):
-            return None
+        now = trio.current_time()
+        self._seen(now)
+        return None if self.gate.admit(now, self.inflight) else self._shed_refusal()
+
+    def _shed_refusal(self) -> Overloaded:
         return self.refuse(
             "latency",
             f"starts and signals wait over {self.gate.target_s * 1000:g} ms to be served; retry shortly",
@@ -84,6 +124,7 @@ class Admission:
     def check(self, app: str) -> None:
         """Raise `Overloaded` if a new start or signal for `app` should be refused now."""
         if self.inflight >= self.max_inflight:
+            self._seen(trio.current_time())
             raise self.refuse(
                 "inflight", f"{self.inflight} starts and signals are being served; retry shortly"
             )

@@ -147,6 +147,7 @@ class Engine:
                 await self.recover()
                 await nursery.start(self.pruner.serve)
                 await nursery.start(self.sampler.serve)
+                await nursery.start(self.admission.watch_lag)
                 self.ready = True
                 task_status.started()
                 try:

@@ -19,6 +19,20 @@ its own run. It counts towards the throughput but not towards the standing-queue
 burst to one run (per-run back-pressure: its bounded mailbox) never sheds everyone's traffic.
 An interval needs `evidence` timed answers to show a standing queue: one or two slow answers
 (a lone start whose commit waited for a burst of others) say nothing about a queue.
+
+**The queue before the edge.** An answer's latency counts from admission, but a process whose
+CPU is oversubscribed reads its sockets late: requests then wait in the kernel and in the HTTP
+server, where no admission sees them, and even a refusal takes seconds to leave. The work
+admitted is also more than the answers count: each signal's push and the task answer's commit
+come after the signal was answered. The symptom of both is an event loop that runs late, which
+`lagged` reports (how late a sleeper woke, from `Admission.watch_lag`). With a `lag` bound
+(`FOLIOT_ADMISSION_LAG_MS`; 0, the default, only measures), two intervals running in which no
+wake-up came within `lag` (or the sleeper was still that overdue when they ended) start
+shedding like a standing queue and halve the limit (down to one at once); an interval in
+which the loop was never `lag / 2` late doubles it back. Admitting fewer leaves the CPU to
+read and refuse what arrives, so refusals stay fast from the caller's side. It is off by
+default because a lone burst of CPU work (50 concurrent signals to one run on a slow machine)
+makes the loop late too, and would be shed.
 """
 
 from __future__ import annotations
@@ -29,22 +43,39 @@ from collections import deque
 
 class LatencyGate:
     def __init__(
-        self, target_s: float, interval_s: float, *, floor: int = 8, window: int = 5, evidence: int = 3
+        self,
+        target_s: float,
+        interval_s: float,
+        *,
+        floor: int = 8,
+        window: int = 5,
+        evidence: int = 3,
+        lag_s: float = 0.0,
     ) -> None:
         self.target_s = target_s
         self.evidence = max(1, evidence)
         self.interval_s = interval_s
         self.floor = max(1, floor)
         self.enabled = target_s > 0 and interval_s > 0
+        self.lag_s = lag_s  # event-loop lag that sheds (0: measured only)
         self.shedding = False
         self._start: float | None = None  # when the current interval began
         self._min = math.inf  # fastest answer in the current interval
         self._answered = 0
         self._timed = 0  # answers of the current interval that came with a latency
         self._refused = 0
-        self._history: deque[int] = deque(maxlen=max(1, window))  # answers per past interval
+        self.window = max(1, window)
+        self._history: deque[int] = deque(maxlen=self.window)  # answers per past interval
         self.last_min_s: float | None = None  # fastest answer of the last finished interval
         self.episodes = 0  # times shedding began
+        self._lag = 0.0  # the event loop's largest lag in the current interval
+        self._min_lag = math.inf  # the loop's smallest lag in the current interval
+        self._wakes = 0  # lag probes that woke in the current interval
+        self._was_late = False  # the last finished interval was late as a whole
+        self.last_lag_s = 0.0  # the largest lag of the last finished interval
+        self.scale = 1.0  # the limit's share while the loop runs late (halved, doubled back)
+        self.min_scale = 1 / 64
+        self._due: float | None = None  # when the lag probe's sleeper is due
 
     @property
     def throughput(self) -> float:
@@ -58,7 +89,7 @@ class LatencyGate:
         """Starts and signals served at once while shedding (None: not shedding)."""
         if not self.shedding:
             return None
-        return max(self.floor, int(self.throughput * self.target_s))
+        return max(1, int(max(self.floor, int(self.throughput * self.target_s)) * self.scale))
 
     def admit(self, now: float, inflight: int) -> bool:
         """May a new start or signal be served, with `inflight` others being served now?"""
@@ -82,6 +113,23 @@ class LatencyGate:
             self._timed += 1
             self._min = min(self._min, latency_s)
 
+    def expect(self, due: float) -> None:
+        """A sleeper is due at `due`: until it reports (`lagged`), every interval that ends
+        while it is overdue counts its delay so far (a stalled loop has no wake-ups to report)."""
+        self._due = due
+
+    def lagged(self, now: float, lag_s: float) -> None:
+        """A sleeper due `lag_s` before `now` woke only now: the event loop runs that late."""
+        self._due = None
+        if not self.enabled:
+            return
+        # Counted before the roll: a wake-up late by whole intervals tells about the interval
+        # it was due in, not the one it woke up in.
+        self._lag = max(self._lag, lag_s)
+        self._min_lag = min(self._min_lag, lag_s)
+        self._wakes += 1
+        self._roll(now)
+
     def _roll(self, now: float) -> None:
         if self._start is None:
             self._start = now
@@ -89,22 +137,40 @@ class LatencyGate:
         if now < self._start + self.interval_s:
             return
         # The interval just finished decides; idle intervals after it count as empty.
+        overdue = now - self._due if self._due is not None and now > self._due else 0.0
+        self._lag = max(self._lag, overdue)
+        # Late for the whole interval: no wake-up came within the bound (or the sleeper is
+        # still overdue), twice running or by two intervals at once: one late wake-up (a
+        # collection, a page fault) says nothing.
+        whole = bool(self.lag_s) and (
+            (self._wakes > 0 and self._min_lag >= self.lag_s) or overdue >= self.lag_s
+        )
+        late = whole and (self._was_late or self._lag >= 2 * self.interval_s)
+        self._was_late = whole
         if self.shedding:
-            if self._refused == 0:
+            if self._refused == 0 and not late:
                 self.shedding = False
-        elif self._timed >= self.evidence and self._min >= self.target_s:
+        elif late or (self._timed >= self.evidence and self._min >= self.target_s):
             self.shedding = True
             self.episodes += 1
+        if late:
+            self.scale = max(self.min_scale, self.scale / 2)
+        elif self._lag < self.lag_s / 2 or not self.lag_s:
+            self.scale = min(1.0, self.scale * 2)
+        self.last_lag_s = self._lag
         self.last_min_s = self._min if self._timed else None
         self._history.append(self._answered)
         # At least one: `now` is past the interval's end, whatever the float division says.
         passed = max(1, int((now - self._start) / self.interval_s))
         for _ in range(min(passed - 1, self._history.maxlen or 0)):
             self._history.append(0)
-        if passed > 1:
+        if passed > 1 and not late:
             self.shedding = False  # a whole interval went by with nothing refused
         self._start += passed * self.interval_s
         self._min = math.inf
         self._answered = 0
         self._timed = 0
         self._refused = 0
+        self._lag = 0.0
+        self._min_lag = math.inf
+        self._wakes = 0

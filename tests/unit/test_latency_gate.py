@@ -124,3 +124,52 @@ def test_one_or_two_slow_answers_in_an_interval_are_not_evidence_of_a_standing_q
     g.answered(10 * INTERVAL + 0.05, 0.5)
     g.answered(10 * INTERVAL + 0.1, 0.5)
     assert not g.admit(11 * INTERVAL, 100) and g.shedding
+
+
+def probe(g: LatencyGate, start: float, end: float, lag: float) -> float:
+    """The lag probe: a sleeper due every INTERVAL / 4 that wakes `lag` late."""
+    t = start
+    while t < end:
+        due = t + INTERVAL / 4
+        g.expect(due)
+        t = due + lag
+        g.lagged(t, lag)
+    return t
+
+
+def test_a_late_loop_is_measured_but_sheds_nothing_without_a_lag_bound() -> None:
+    g = gate(floor=8)
+    t = probe(g, 0.0, 2.0, 0.5)
+    assert g.admit(t, 10_000) and not g.shedding and g.scale == 1.0
+    assert g.last_lag_s == pytest.approx(0.5)
+
+
+def test_a_loop_late_past_the_lag_bound_sheds_and_halves_the_limit() -> None:
+    g = LatencyGate(TARGET, INTERVAL, floor=8, lag_s=0.1)
+    t = probe(g, 0.0, 0.25, 0.0)  # on time: nothing changes
+    assert not g.shedding and g.scale == 1.0
+    t = probe(g, t, t + 1.0, 0.15)  # every wake-up 150 ms late, for a second
+    assert g.admit(t, 0) and g.shedding and g.episodes == 1
+    assert g.scale < 0.5 and g.limit is not None and g.limit < 4
+    assert not g.admit(t, g.limit)
+    # On time again: the limit doubles back interval by interval, then shedding ends.
+    t = probe(g, t, t + 2.0, 0.0)
+    assert g.scale == 1.0 and not g.shedding
+
+
+def test_one_late_wake_up_is_no_evidence() -> None:
+    g = LatencyGate(TARGET, INTERVAL, floor=8, lag_s=0.1)
+    t = probe(g, 0.0, 0.5, 0.0)
+    t = probe(g, t, t + 0.01, 0.12)  # one wake-up 120 ms late (a collection, a page fault)
+    t = probe(g, t, t + 1.0, 0.0)
+    assert not g.shedding and g.episodes == 0 and g.scale == 1.0
+
+
+def test_a_stalled_loop_sheds_before_its_sleeper_reports() -> None:
+    g = LatencyGate(TARGET, INTERVAL, floor=8, lag_s=0.1)
+    t = probe(g, 0.0, 0.5, 0.0)
+    g.expect(t + 0.05)  # the sleeper is due, and the loop does not come back to it...
+    t += 0.6
+    g.answered(t, 0.01)  # ...while requests are still read and answered, quickly
+    assert g.admit(t, 0)
+    assert g.shedding and g.scale == 0.5 and g.last_lag_s == pytest.approx(0.55)
