@@ -25,7 +25,7 @@ import trio
 
 from ..errors import StorageError
 from ..storage.cluster import ClusterStore
-from .leases import PARTITIONS, plan
+from .leases import PARTITIONS, View, plan
 
 log = logging.getLogger("foliot.cluster")
 
@@ -75,6 +75,7 @@ class LeaseKeeper:
         self.held: dict[int, int] = {}  # partition -> epoch
         self.valid_until = -math.inf  # Trio time past which no held lease is trusted
         self.ticked = trio.Event()  # the first exchange with the database succeeded
+        self.view: View | None = None  # the cluster as the last exchange read it
 
     @property
     def ready(self) -> bool:
@@ -119,6 +120,7 @@ class LeaseKeeper:
             self._lose(frozenset(self.held.keys() - renewed))
             self.valid_until = trusted_until
         view = await self.store.cluster_heartbeat(self.node_id, self.address, self.live_actors())
+        self.view = view
         self.valid_until = trusted_until  # in touch with the database, holding leases or not
         self.ticked.set()
         wanted = plan(view, self.node_id, self.ttl_ms, self.partitions)
