@@ -193,6 +193,7 @@ class Engine:
         self.ownership.keeper = keeper
         self.ownership.node_id = node_id
         self.timers.owned = self.ownership.accepts
+        self.pruner.active = partial(self.ownership.owns_partition, 0)
         return keeper
 
     async def _leave_cluster(self) -> None:

@@ -123,6 +123,16 @@ class LeaseKeeper:
         self.view = view
         self.valid_until = trusted_until  # in touch with the database, holding leases or not
         self.ticked.set()
+        # Leases the database shows this node holding but this process does not know (it
+        # restarted under the same id, or gave them up on its own clock while the database
+        # still had them): taken over with a new epoch at once, rather than waiting them out.
+        orphans = [p for p in view.held_by(self.node_id) if p not in self.held]
+        if orphans:
+            adopted = await self.store.cluster_adopt(self.node_id, orphans, self.ttl_ms)
+            if adopted:
+                self.held.update(adopted)
+                log.info("cluster: took back %d partitions this node id held", len(adopted))
+                await self.ownership.gained(adopted)
         wanted = plan(view, self.node_id, self.ttl_ms, self.partitions)
         if wanted.release:
             giving = {p: self.held[p] for p in wanted.release if p in self.held}

@@ -36,6 +36,13 @@ class ClusterStore(Protocol):
         """Extend the leases `node_id` still holds at these epochs, unexpired; the ones renewed."""
         ...
 
+    async def cluster_adopt(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        """Take over, with a new epoch, leases the database shows `node_id` holding unexpired
+        but whose epochs this process does not know (a restart under the same node id, or
+        leases it gave up on its own clock): partition → new epoch. Whatever the earlier
+        holder of these epochs writes from now on is fenced."""
+        ...
+
     async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
         """Give back leases (only those still held at these epochs)."""
         ...
@@ -104,6 +111,21 @@ class ClusterPostgres(PgCalls):
             )
         )
         return {r["partition"] for r in rows}
+
+    async def cluster_adopt(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        rows = await self._call(
+            lambda c: c.fetch(
+                "UPDATE cluster_leases AS l SET epoch = l.epoch + 1,"
+                f" expires_at = {NOW_MS} + $3"
+                " FROM (SELECT partition FROM cluster_leases WHERE partition = ANY($2::int[])"
+                f" AND node_id = $1 AND expires_at > {NOW_MS} ORDER BY partition FOR UPDATE) AS k"
+                " WHERE l.partition = k.partition RETURNING l.partition, l.epoch",
+                node_id,
+                list(partitions),
+                ttl_ms,
+            )
+        )
+        return {r["partition"]: r["epoch"] for r in rows}
 
     async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
         if not held:

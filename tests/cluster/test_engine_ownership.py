@@ -229,6 +229,7 @@ async def test_a_joining_node_takes_its_share_and_the_moved_timers_fire_once_the
     moved = [r for r in runs if partition_of(r) in b.ownership.held]
     assert 0 < len(moved) < len(runs)
     await advance(2.5)  # a's next read of the cluster shows b holding them
+    assert [a.pruner.active(), b.pruner.active()].count(True) == 1  # one node prunes
     # Each node answers for its own runs and names the other for the rest.
     assert b.ownership.where(moved[0]) == Local()
     assert a.ownership.where(moved[0]) == Remote("b", "http://b.test")
