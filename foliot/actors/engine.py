@@ -159,6 +159,7 @@ class Engine:
                 else:
                     # Its first exchange acquires what is free and recovers it (`gained`).
                     await nursery.start(keeper.run)
+                    await self.ownership.recovered()
                 await nursery.start(self.pruner.serve)
                 await nursery.start(self.sampler.serve)
                 self.ready = True

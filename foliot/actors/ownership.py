@@ -93,6 +93,7 @@ class Ownership:
         self.held: dict[int, int] = {}  # partition -> epoch (clustered only)
         self.leaving: set[int] = set()  # being released: no new actors, writes still fenced in
         self._recovering = 0  # gained partitions whose recovery is under way
+        self._recovery_done: trio.Event | None = None  # made by `recovered`, set at zero
         self.gains = 0
         self.releases = 0
         self.losses = 0
@@ -151,7 +152,7 @@ class Ownership:
         """`make()` until `key(id)` (the actor id) falls in a partition this node owns."""
         if self.keeper is None:
             return make()
-        if not any(self.owns_partition(p) for p in self.held):
+        if len(self.held) <= len(self.leaving):  # `leaving` is a subset of `held`
             raise Unavailable("this node holds no partition right now; retry (or call another node)")
         for _ in range(_NEW_ID_TRIES):
             candidate = make()
@@ -186,6 +187,17 @@ class Ownership:
                     delay = min(delay * 2, 5.0)
         finally:
             self._recovering -= 1
+            done = self._recovery_done
+            if self._recovering == 0 and done is not None:
+                self._recovery_done = None
+                done.set()
+
+    async def recovered(self) -> None:
+        """Until no recovery of gained partitions is under way."""
+        while self._recovering:
+            if self._recovery_done is None:
+                self._recovery_done = trio.Event()
+            await self._recovery_done.wait()
 
     async def releasing(self, partitions: frozenset[int]) -> None:
         self.leaving |= partitions

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
+import trio
 
 from foliot.cluster.leases import PARTITIONS, Lease, Node, View
 from foliot.errors import StorageUnavailable
@@ -113,3 +114,8 @@ class FakeClusterStore:
 
     async def cluster_leave(self, node_id: str) -> None:
         self.cluster.leave(node_id)
+
+
+async def advance(seconds: float) -> None:
+    """Let virtual time pass (MockClock: nothing waits on the wall)."""
+    await trio.sleep_until(trio.current_time() + seconds)

@@ -33,19 +33,10 @@ from foliot.views import run_view
 from foliot.workflow.definition import canonical_json
 from foliot.workflow.machine import SignalIn
 
-from .fake import FakeCluster, FakeClusterStore
+from .fake import FakeCluster, FakeClusterStore, advance
 
 T0 = 1_800_000_000_000
 TTL = 10_000
-
-
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
-async def advance(seconds: float) -> None:
-    await trio.sleep_until(trio.current_time() + seconds)
 
 
 @attrs.define
@@ -136,6 +127,18 @@ def run_ids_in(partitions: list[int]) -> Iterator[str]:
         yield f"run_p{p}x{i}"
 
 
+async def spread(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, workflow: dict[str, Any], every: int
+) -> tuple[Engine, list[str]]:
+    """Node a alone, with one run of `workflow` in every `every`-th partition: whichever
+    contiguous half of the partitions a later hands over holds some of them."""
+    a = await cluster.boot("a")
+    await cluster.register(workflow)
+    ids = run_ids_in(list(range(0, PARTITIONS, every)))
+    monkeypatch.setattr(engine_module, "_new_run_id", lambda: next(ids))
+    return a, [await cluster.start(a, workflow["name"]) for _ in range(PARTITIONS // every)]
+
+
 @pytest.fixture
 async def cluster(
     autojump_clock: trio.testing.MockClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -218,11 +221,7 @@ async def test_one_node_holds_every_partition_and_runs_as_alone(
 async def test_a_joining_node_takes_its_share_and_the_moved_timers_fire_once_there(
     cluster: Cluster, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = await cluster.boot("a")
-    await cluster.register(NAP)
-    ids = run_ids_in(list(range(0, PARTITIONS, 8)))
-    monkeypatch.setattr(engine_module, "_new_run_id", lambda: next(ids))
-    runs = [await cluster.start(a, "nap") for _ in range(PARTITIONS // 8)]
+    a, runs = await spread(cluster, monkeypatch, NAP, every=8)
 
     b = await cluster.boot("b")
     await cluster.settle("a", "b")
@@ -251,12 +250,8 @@ async def test_a_joining_node_takes_its_share_and_the_moved_timers_fire_once_the
 async def test_a_push_in_flight_at_the_hand_over_is_sent_again_by_the_new_owner_with_its_key(
     cluster: Cluster, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a = await cluster.boot("a")
-    await cluster.register(TASK)
-    ids = run_ids_in(list(range(0, PARTITIONS, 16)))
-    monkeypatch.setattr(engine_module, "_new_run_id", lambda: next(ids))
     cluster.hang.add("a")  # a's pushes never come back before the hand-over
-    runs = [await cluster.start(a, "job") for _ in range(PARTITIONS // 16)]
+    a, runs = await spread(cluster, monkeypatch, TASK, every=16)
     with trio.fail_after(60):
         while len(cluster.pushes) < len(runs):
             await advance(0.1)

@@ -5,15 +5,11 @@ events, tasks, timers, signal ids); in a batch it fails alone."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
 import pytest
-import trio
 
 from foliot.cluster.leases import partition_of
 from foliot.errors import Fenced
@@ -28,14 +24,13 @@ from foliot.swf.actor import transition_unit
 from foliot.workflow.model import Event, Timer
 
 from ..storage.test_contract import T0, make_run, seed_app
-from ..storage.test_group_commit import commit_as_one_batch, expected, stored, task, until
+from ..storage.test_group_commit import Hold, commit_as_one_batch, expected, postgres_hold, stored, task
 from ..swf.store_kit import CATALOG, WF, Live
 
 pytestmark = pytest.mark.postgres
 
 TTL = 60_000
 R = "us-east-1"
-Hold = Callable[[], AbstractAsyncContextManager[None]]
 
 
 @pytest.fixture
@@ -43,24 +38,7 @@ async def pg(pg_cluster: Any) -> AsyncIterator[tuple[PostgresStore, Hold]]:
     """A store with one writer, and `hold()` to queue commits into one batch."""
     async with open_postgres(pg_cluster.new_database(), writers=1) as store:
         await seed_app(store)
-
-        @asynccontextmanager
-        async def hold() -> AsyncIterator[None]:
-            gate, taken = threading.Event(), threading.Event()
-
-            async def block(_conn: Any) -> None:
-                taken.set()
-                await asyncio.get_running_loop().run_in_executor(None, gate.wait, 30)
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: store._call(block, write=True))
-                await until(taken.is_set)
-                try:
-                    yield
-                finally:
-                    gate.set()
-
-        yield store, hold
+        yield store, postgres_hold(store)
 
 
 def run_in(partition: int, tag: str) -> str:

@@ -10,19 +10,9 @@ import trio.testing
 
 from foliot.cluster.keeper import MARGIN_MS, LeaseKeeper
 
-from .fake import FakeCluster, FakeClusterStore
+from .fake import FakeCluster, FakeClusterStore, advance
 
 TTL = 10_000
-
-
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
-async def advance(seconds: float) -> None:
-    """Let virtual time pass (MockClock: nothing waits on the wall)."""
-    await trio.sleep_until(trio.current_time() + seconds)
 
 
 async def until(condition: Callable[[], bool], step: float, each: Callable[[], None] = lambda: None) -> None:
