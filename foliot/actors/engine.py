@@ -462,7 +462,10 @@ class Engine:
         tr = swf_machine.start(request, catalog.workflow_type(t), run_id, self.clock.now())
         if isinstance(tr, Fault):
             return tr
-        await self.swf_commit(SwfUnit(region, tr.execution, None, tr.events))
+        try:
+            await self.swf_commit(SwfUnit(region, tr.execution, None, tr.events))
+        except Fenced as exc:  # the partition moved to another node between the id and the commit
+            raise StorageUnavailable("this node no longer owns the new execution's partition") from exc
         self.swf.adopt(region, tr)
         return tr
 
