@@ -25,7 +25,7 @@ from foliot.cluster.leases import PARTITIONS, Lease, partition_of
 from foliot.config import Settings
 from foliot.credentials import Vault
 from foliot.errors import Fenced, Unavailable
-from foliot.storage.base import ApiKeyRecord, AppRecord, SecretRecord, UnitOfWork
+from foliot.storage.base import ApiKeyRecord, AppRecord, RunFilter, SecretRecord, UnitOfWork
 from foliot.storage.fence import Fence
 from foliot.storage.sqlite import SqliteStore, open_sqlite
 from foliot.storage.swf import SwfUnit
@@ -302,11 +302,12 @@ async def test_a_node_cut_off_drops_its_actors_and_writes_nothing_more(
 
 
 async def test_a_paused_node_that_missed_its_lease_end_is_fenced_and_acts_on_nothing(
-    cluster: Cluster,
-    autojump_clock: trio.testing.MockClock,
+    cluster: Cluster, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a = await cluster.boot("a")
     await cluster.register(WAIT)
+    ids = run_ids_in([5, 5])
+    monkeypatch.setattr(engine_module, "_new_run_id", lambda: next(ids))
     run_id = await cluster.start(a, "wait")
     events = await cluster.events(run_id)
     p = partition_of(run_id)
@@ -320,3 +321,7 @@ async def test_a_paused_node_that_missed_its_lease_end_is_fenced_and_acts_on_not
     assert cluster.pushes == []
     run = await cluster.store.get_run(run_id)
     assert run is not None and run.status == "waiting"
+    # A start a makes in that partition before it notices is refused (retryable), unstored.
+    with pytest.raises(Unavailable):
+        await cluster.start(a, "wait")
+    assert [r.run_id for r in await cluster.store.list_runs(RunFilter("app"), 10, None)] == [run_id]
