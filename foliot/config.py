@@ -129,6 +129,14 @@ class Settings:
     trend_samples: int = 360
     # AWS SWF access keys preset from the environment (id, secret); never stored.
     swf_credentials: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=False)
+    # Several nodes on one PostgreSQL: this node's id (None: generated per process) and the
+    # address other nodes reach it at (None: http://127.0.0.1:<port>).
+    node_id: str | None = None
+    advertise_url: str | None = None
+
+    @property
+    def advertised(self) -> str:
+        return self.advertise_url or f"http://127.0.0.1:{self.port}"
 
     @property
     def body_max_bytes(self) -> int:
@@ -187,7 +195,19 @@ class Settings:
             trend_interval_ms=_trend_interval(_int(e, "FOLIOT_TREND_INTERVAL_MS", 10_000)),
             trend_samples=min(100_000, max(2, _int(e, "FOLIOT_TREND_SAMPLES", 360))),
             swf_credentials=swf_credentials(e.get("FOLIOT_SWF_CREDENTIALS")),
+            node_id=e.get("FOLIOT_NODE_ID") or None,
+            advertise_url=_advertise_url(e.get("FOLIOT_ADVERTISE_URL")),
         )
+
+
+def _advertise_url(raw: str | None) -> str | None:
+    """FOLIOT_ADVERTISE_URL: how other nodes reach this one (an http(s) base URL)."""
+    if not raw:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SystemExit(f"FOLIOT_ADVERTISE_URL must be an http(s) URL (http://10.0.0.5:8080), got {raw!r}")
+    return raw.rstrip("/")
 
 
 def _trend_interval(ms: int) -> int:

@@ -132,3 +132,8 @@ class UniqueViolation(StorageError):
 
 class StaleWrite(StorageError):
     """A guarded write matched no row: someone else changed it first."""
+
+
+class Fenced(StaleWrite):
+    """The write was made under a partition lease this node no longer holds (another node owns
+    the actor now, or the lease expired): refused, nothing of it was written."""

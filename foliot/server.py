@@ -23,6 +23,7 @@ from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.factory import open_store, sqlite_path
 from .storage.node_lock import sqlite_node_lock
+from .storage.postgres import PostgresStore
 
 log = logging.getLogger("foliot")
 
@@ -99,6 +100,10 @@ async def _serve_store(
 ) -> None:
     async with open_store(settings.database_url) as store:
         engine = Engine(settings, store, vault=vault)
+        if isinstance(store, PostgresStore):
+            node_id = settings.node_id or "node-" + secrets.token_hex(6)
+            engine.join_cluster(store, node_id, settings.advertised)
+            log.info("cluster node %s, reachable at %s", node_id, settings.advertised)
         app = InFlight(Shed(Hot(create_app(engine, settings, token), engine, token), engine.admission))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]

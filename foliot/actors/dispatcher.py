@@ -222,6 +222,14 @@ class Dispatcher:
         if item is not None and item.scope is not None:
             item.scope.cancel()
 
+    def abort_where(self, which: Callable[[str], bool]) -> None:
+        """Abort the pushes of the runs `which` picks (their partition left this node; the next
+        owner sends their open attempts again, with the same idempotency keys)."""
+        for token in [t for t, item in self._queued.items() if which(item.owner)]:
+            self.abort(token)
+        for token in [t for t, item in self._sending.items() if which(item.owner)]:
+            self.abort(token)
+
     def _uncount_queued(self, app: str) -> None:
         left = self._app_queued[app] - 1
         if left:

@@ -15,15 +15,18 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
 
+import attrs
 import httpx
 import outcome
 import trio
 
 from ..clock import Clock
+from ..cluster.keeper import DEFAULT_TTL_MS, LeaseKeeper
+from ..cluster.leases import partition_of
 from ..config import Settings
 from ..console.trends import Sampler, Trends
 from ..credentials import Vault
-from ..errors import Conflict, NotFound, StorageUnavailable, Unavailable, UniqueViolation
+from ..errors import Conflict, Fenced, NotFound, StorageUnavailable, Unavailable, UniqueViolation
 from ..metrics import Metrics
 from ..storage.base import (
     ApiKeyRecord,
@@ -34,7 +37,8 @@ from ..storage.base import (
     WorkflowRecord,
     json_dumps,
 )
-from ..storage.swf import SwfUnit
+from ..storage.cluster import ClusterStore
+from ..storage.swf import SwfUnit, units_of
 from ..swf import catalog as swf_catalog
 from ..swf import machine as swf_machine
 from ..swf import messages as swf_messages
@@ -50,6 +54,7 @@ from .admission import Admission
 from .cache import TtlCache
 from .dispatcher import Dispatcher, Target
 from .messages import ActorMessage, Envelope, Redeliver, ReplySlot
+from .ownership import Ownership
 from .pushclient import PushClient
 from .queues import Queues, Reservation
 from .retention import Pruner
@@ -82,6 +87,7 @@ class Engine:
         self.vault = vault
         self.metrics = Metrics()  # this engine's registry, never the process-wide default
         self.metrics.time_commits(store)
+        self.ownership = Ownership(self)
         self.supervisor = Supervisor(self)
         self.runs = RunKind(self)
         # Every kind of actor, by name: the timer wheel's rows name their actor's kind.
@@ -117,6 +123,7 @@ class Engine:
         )
         self.admission = Admission(settings, self.dispatcher, store)
         self.timers.observe_lag = self.metrics.timer_lag.observe
+        self.timers.owned = self.ownership.accepts
         self.metrics.attach(self)
         self.trends = Trends(settings.trend_interval_ms, settings.trend_samples)
         self.sampler = Sampler(self, self.trends)
@@ -132,6 +139,8 @@ class Engine:
         self._stop_by: float | None = None  # Trio time by which shielded commits must end
         self.drained_commits = 0  # commits that finished after the shutdown began
         self.ready = False
+        # Set by the HTTP layer to send a message to an actor owned by another node.
+        self.remote_tell: Callable[[Kind[Any], str, Envelope], bool] | None = None
         self.recovered_tasks = 0
         self.started_at = self.clock.now()
 
@@ -144,7 +153,13 @@ class Engine:
                 await nursery.start(self.supervisor.serve)
                 await nursery.start(self.dispatcher.serve)
                 await nursery.start(self.timers.serve)
-                await self.recover()
+                keeper = self.ownership.keeper
+                if keeper is None:
+                    await self.recover()
+                else:
+                    # Its first exchange acquires what is free and recovers it (`gained`).
+                    await nursery.start(keeper.run)
+                    await self.ownership.recovered()
                 await nursery.start(self.pruner.serve)
                 await nursery.start(self.sampler.serve)
                 await nursery.start(self.admission.watch_lag)
@@ -158,9 +173,49 @@ class Engine:
                     self.begin_shutdown(trio.current_time() + self.settings.shutdown_grace_ms / 1000)
         finally:
             self.ready = False
+            await self._leave_cluster()
             if self._own_client:
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
                     await self.http.aclose()
+
+    def join_cluster(
+        self, store: ClusterStore, node_id: str, address: str, *, ttl_ms: int = DEFAULT_TTL_MS
+    ) -> LeaseKeeper:
+        """Own only the partitions whose leases this node holds (several nodes on one
+        PostgreSQL): `serve` runs the lease keeper, with this engine as its `Ownership`."""
+        keeper = LeaseKeeper(
+            store,
+            node_id,
+            address,
+            self.ownership,
+            ttl_ms=ttl_ms,
+            live_actors=lambda: len(self.supervisor.actors),
+            partitions=self.ownership.partitions,
+        )
+        self.ownership.keeper = keeper
+        self.ownership.node_id = node_id
+        self.timers.owned = self.ownership.accepts
+        self.pruner.active = partial(self.ownership.owns_partition, 0)
+        return keeper
+
+    async def _leave_cluster(self) -> None:
+        """A clean stop: give every lease back at once (commits under way have ended), so the
+        other nodes take the partitions over without waiting for the leases to expire."""
+        keeper = self.ownership.keeper
+        if keeper is None or not self.ownership.held:
+            return
+        self.ownership.lost(frozenset(self.ownership.held))
+        with trio.CancelScope(shield=True), trio.move_on_after(2):
+            try:
+                await keeper.store.cluster_leave(keeper.node_id)
+            except Exception as exc:  # the leases then expire on their own
+                log.warning("cluster: leaving failed (%s); the leases will expire", exc)
+
+    @property
+    def serving(self) -> bool:
+        """Ready for traffic (`/readyz`): started, holding its leases (or none to hold, as the
+        keeper says), and done recovering the partitions gained."""
+        return self.ready and self.ownership.ready
 
     def begin_shutdown(self, stop_by: float) -> None:
         """Bound the commits under way (and any that start now) by `stop_by` (Trio time)."""
@@ -177,7 +232,16 @@ class Engine:
         cut a commit from the effects that follow it. Once the shutdown began it is bounded
         by the grace period; one cut short there is reported as storage unavailable (whether
         it landed is settled by recovery at the next start, as after a crash)."""
+        if self.ownership.keeper is not None:
+            unit = attrs.evolve(unit, fences=self.ownership.fences(unit.run.run_id))
         await self.shielded(partial(self.store.commit, unit))
+
+    async def swf_commit(self, unit: SwfUnit) -> None:
+        """Commit an SWF unit as `commit` does, fenced by its executions' leases."""
+        if self.ownership.keeper is not None:
+            ids = [swf_actor_id(u.region, u.execution.run_id) for u in units_of(unit)]
+            unit = attrs.evolve(unit, fences=self.ownership.fences(*ids))
+        await self.shielded(partial(self.store.swf_commit, unit))
 
     async def shielded(self, write: Callable[[], Awaitable[None]]) -> None:
         """Run one storage write as `commit` does: shielded, bounded by the shutdown grace."""
@@ -194,20 +258,53 @@ class Engine:
         if scope.cancelled_caught:
             raise StorageUnavailable("the server is shutting down; the commit was cut short")
 
-    async def recover(self) -> None:
-        """Re-deliver open attempts; overdue timers already fired when the wheel paged in."""
+    async def recover(self, partitions: frozenset[int] | None = None) -> None:
+        """Re-deliver open attempts and what open SWF executions are owed; overdue timers fire
+        when the wheel pages them in. `partitions`: only the actors of these (just gained; their
+        timers are paged in again from the start of the table), else every actor."""
+        only = None if partitions is None else _in_partitions(partitions, self.ownership.partitions)
+        if partitions is not None:
+            self.timers.rewind()
+        recovered = 0
         for task in await self.store.open_tasks():
+            if (only is not None and not only(task.run_id)) or not self.ownership.accepts(task.run_id):
+                continue
             if task.queue is not None and task.deadline is None:
                 self.queues.offer(task.app, task.queue, task.token, task.run_id)
             elif task.queue is None:
                 self.tell(task.run_id, Redeliver(task.token))
-            self.recovered_tasks += 1
-        open_swf = await self.swf.recover()
+            recovered += 1
+        self.recovered_tasks += recovered
+        open_swf = await self.swf.recover(only)
         log.info(
-            "recovery done: %d open tasks re-delivered or re-offered, %d open SWF executions' tasks offered",
-            self.recovered_tasks,
+            "recovery done%s: %d open tasks re-delivered or re-offered, %d open SWF executions recovered",
+            "" if partitions is None else f" for {len(partitions)} partitions",
+            recovered,
             open_swf,
         )
+
+    async def passivate(self, partitions: frozenset[int]) -> None:
+        """Before these partitions are released: no new message is taken for their actors
+        (`Ownership.accepts` already says no), the messages they hold are handled (bounded by
+        `_PASSIVATE_WAIT_S`), then they leave memory. A push not yet answered stays open in
+        storage and the next owner sends it again with the same idempotency key."""
+        only = _in_partitions(partitions, self.ownership.partitions)
+        busy = [a for a in self.supervisor.actors.values() if only(a.id) and not a.idle]
+        with trio.move_on_after(_PASSIVATE_WAIT_S):
+            await self.supervisor.wait_idle(busy)
+        self.drop(partitions)
+
+    def drop(self, partitions: frozenset[int]) -> None:
+        """Forget everything of these partitions' actors at once, writing nothing: the actors
+        (callers of messages not handled get 503), their queued or running pushes, their offers
+        to pull queues and their timers. Storage holds all of it for the next owner."""
+        only = _in_partitions(partitions, self.ownership.partitions)
+        gone = self.supervisor.drop(only)
+        self.dispatcher.abort_where(only)
+        self.queues.withdraw_where(only)
+        self.timers.forget(only)
+        if gone:
+            log.info("ownership: %d actors of %d partitions left this node", gone, len(partitions))
 
     # ------------------------------------------------------------------ helpers for actors
 
@@ -323,19 +420,33 @@ class Engine:
 
         self._nursery.start_soon(again)
 
+    def elsewhere(self, kind: Kind[Any], actor_id: str, envelope: Envelope) -> bool:
+        """A message with no caller for an actor this node does not own (several nodes): handed
+        to `remote_tell` (the HTTP layer's forwarding) when set, else dropped — the owner
+        re-creates what storage holds (open attempts, timers, owed SWF effects) when it gains
+        the partition. True: taken (or dropped); False: retry later."""
+        if self.remote_tell is not None:
+            return self.remote_tell(kind, actor_id, envelope)
+        log.info("%s %s is not owned here; %s dropped", kind.name, actor_id, type(envelope.message).__name__)
+        return True
+
     def tell_or_retry(self, kind: Kind[Any], actor_id: str, envelope: Envelope) -> None:
         """Deliver without waiting; a full mailbox is tried again 100 ms later."""
         if not self.supervisor.tell(kind, actor_id, envelope):
             self.later(0.1, kind, actor_id, envelope)
 
-    def spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Run `fn` in the engine's nursery (effects that must look something up first)."""
+    def spawn(self, fn: Callable[[], Awaitable[None]]) -> bool:
+        """Run `fn` in the engine's nursery (effects that must look something up first);
+        False when shutting down (not run)."""
         if self._nursery is not None and not self.supervisor.closed:
             self._nursery.start_soon(fn)
+            return True
+        return False
 
-    def swf_run_id(self) -> str:
-        """A fresh SWF run id: 44 URL-safe characters, as long as AWS's."""
-        return secrets.token_urlsafe(33)
+    def swf_run_id(self, region: str) -> str:
+        """A fresh SWF run id: 44 URL-safe characters, as long as AWS's; in a partition this
+        node owns, so the execution starts here."""
+        return self.ownership.new_id(lambda: secrets.token_urlsafe(33), partial(swf_actor_id, region))
 
     def swf_token_key(self) -> bytes:
         """The key SWF task tokens are signed with (stable across restarts: from the vault)."""
@@ -348,10 +459,14 @@ class Engine:
         actor. `UniqueViolation` when the workflow id is open in the domain."""
         t = request.workflow_type
         catalog = await swf_catalog.lookup(self.store, region, request.domain, {(t.name, t.version)}, set())
-        tr = swf_machine.start(request, catalog.workflow_type(t), self.swf_run_id(), self.clock.now())
+        run_id = self.swf_run_id(region)
+        tr = swf_machine.start(request, catalog.workflow_type(t), run_id, self.clock.now())
         if isinstance(tr, Fault):
             return tr
-        await self.shielded(partial(self.store.swf_commit, SwfUnit(region, tr.execution, None, tr.events)))
+        try:
+            await self.swf_commit(SwfUnit(region, tr.execution, None, tr.events))
+        except Fenced as exc:  # the partition moved to another node between the id and the commit
+            raise StorageUnavailable("this node no longer owns the new execution's partition") from exc
         self.swf.adopt(region, tr)
         return tr
 
@@ -515,7 +630,7 @@ class Engine:
             raise NotFound(f"{which}workflow {workflow!r} not found")
         assert version is not None
         # No pre-check of the business key: the unique index on open runs decides, atomically.
-        run_id = "run_" + secrets.token_hex(12)
+        run_id = self.ownership.new_id(_new_run_id)
         tr = machine.start(
             run_id=run_id,
             app=app,
@@ -542,6 +657,8 @@ class Engine:
             # In the caller's own task: the commit is shielded and its effects follow with no
             # checkpoint in between, so a client going away cannot part them (no task spawned).
             await self.commit(unit)
+        except Fenced as exc:  # the partition moved to another node between the id and the commit
+            raise Unavailable("this node no longer owns the new run's partition; retry") from exc
         except UniqueViolation as exc:
             # A retried request with the same key answers as the first one did, whichever
             # uniqueness its own insert ran into first (business key or idempotency key).
@@ -612,6 +729,17 @@ class Engine:
                     # The last waiter to leave removes the entry: nothing kept for runs no one watches.
                     if self._watchers.get(run_id) is event and event.statistics().tasks_waiting == 0:
                         del self._watchers[run_id]
+
+
+_PASSIVATE_WAIT_S = 5.0  # how long a hand-over waits for the actors' messages to be handled
+
+
+def _new_run_id() -> str:
+    return "run_" + secrets.token_hex(12)
+
+
+def _in_partitions(partitions: frozenset[int], total: int) -> Callable[[str], bool]:
+    return lambda actor_id: partition_of(actor_id, total) in partitions
 
 
 def _settle_swf_claim(held: Reservation, token: str, slot: ReplySlot) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
 import attrs
@@ -148,6 +148,13 @@ class Queues:
         self._reserved.pop(token, None)
         if key is not None:
             self._drop_pending(key, token)
+
+    def withdraw_where(self, which: Callable[[str], bool]) -> None:
+        """Withdraw every offer (pending or held by a poller) of the actors `which` picks."""
+        tokens = [t for pending in self._pending.values() for t, o in pending.items() if which(o.run_id)]
+        tokens += [t for t, o in self._reserved.items() if which(o.run_id)]
+        for token in tokens:
+            self.withdraw(token)
 
     def polled(self, app: str, queue: str, worker_id: str | None, now: int) -> None:
         """Remember that a poller asked for this queue at `now` (for the run diagnosis and the

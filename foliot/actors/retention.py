@@ -51,6 +51,8 @@ class Pruner:
         self.passes = 0
         self.failures = 0
         self.last_run_at: int | None = None  # epoch ms when the last complete pass finished
+        # Several nodes: only one prunes (the holder of partition 0; see docs/decisions.md).
+        self.active: Callable[[], bool] = lambda: True
 
     @classmethod
     def from_settings(cls, store: Store, clock: Clock, settings: Settings) -> Pruner:
@@ -70,6 +72,8 @@ class Pruner:
 
     async def prune_once(self) -> None:
         """One pass. A failure (storage down, a bug) is logged and counted; the next pass retries."""
+        if not self.active():
+            return
         now = self.clock.now()
         try:
             if self.idempotency_ttl_ms is not None:

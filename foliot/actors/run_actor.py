@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import StaleWrite, UniqueViolation
+from ..errors import Fenced, StaleWrite, UniqueViolation
 from ..logs import log_transition
 from ..storage.base import SIGNAL_ID_UNIQUE, UnitOfWork
 from ..workflow import machine
@@ -106,6 +106,8 @@ class RunKind:
                 if slot is not None:
                     slot.put(self._unique_reply(exc, tr.run))
                 return False
+            except Fenced:
+                raise  # another node owns the run now: the runtime drops the actor
             except StaleWrite:
                 return True
             actor.state = tr.run

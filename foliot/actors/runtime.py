@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ..errors import StaleWrite, StorageError, Unavailable
+from ..errors import Fenced, StaleWrite, StorageError, Unavailable
 from .messages import Envelope
 
 if TYPE_CHECKING:
@@ -231,6 +231,14 @@ class Actor(Generic[S]):
                     return
                 # Someone else moved the document (another node, a stale seed): reload, retry.
                 self.state = await self.kind.load(self.id)
+            except Fenced as exc:
+                # Another node owns this actor now: nothing was written; act on nothing more.
+                log.info("%s %s: fenced (%s); leaving this node", self.kind.name, self.id, exc)
+                self.state = None
+                if envelope.reply is not None:
+                    envelope.reply.fail(Unavailable(f"{self.kind.name} {self.id} moved to another node"))
+                self.engine.supervisor.discard(self)
+                return
             except StorageError as exc:
                 self._storage_failed(envelope, exc)
                 return

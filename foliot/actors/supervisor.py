@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -55,6 +56,7 @@ class Supervisor:
         self.restarts = 0
         self.draining = 0  # drain tasks running now
         self.closed = False  # shutting down: nothing new is spawned
+        self._drain_ended: trio.Event | None = None  # made by `wait_idle`, set when a drain ends
 
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -110,6 +112,8 @@ class Supervisor:
         """
         if self.closed:
             return True
+        if not self.engine.ownership.accepts(actor_id):
+            return self.engine.elsewhere(kind, actor_id, envelope)
         return self._deliver(self._actor(kind, actor_id), envelope)
 
     async def ask(self, kind: Kind[S], actor_id: str, envelope: Envelope, state: S | None = None) -> None:
@@ -124,6 +128,8 @@ class Supervisor:
             while True:
                 if self.closed:
                     raise Unavailable("the server is shutting down")
+                if not self.engine.ownership.accepts(actor_id):
+                    raise Unavailable(f"{kind.name} {actor_id} is owned by another node now; retry")
                 actor = self._actor(kind, actor_id, state)
                 if self._deliver(actor, envelope):
                     return
@@ -166,7 +172,17 @@ class Supervisor:
             self.draining -= 1
             self._after_drain(actor)
 
+    async def wait_idle(self, actors: list[Actor[Any]]) -> None:
+        """Until none of `actors` has a drain running or a message queued."""
+        while any(not actor.idle for actor in actors):
+            if self._drain_ended is None:
+                self._drain_ended = trio.Event()
+            await self._drain_ended.wait()
+
     def _after_drain(self, actor: Actor[Any]) -> None:
+        ended, self._drain_ended = self._drain_ended, None
+        if ended is not None:
+            ended.set()
         if actor.mailbox:
             # Told while leaving (by a callback of its last message): never stranded.
             if self.closed:
@@ -188,6 +204,23 @@ class Supervisor:
         self.passivated += 1
         if actor.state is not None and not actor.is_open:
             self._crashes.pop(actor.id, None)
+
+    def drop(self, which: Callable[[str], bool]) -> int:
+        """Forget the live actors whose id `which` picks, at once: another node owns them now.
+        Callers of their messages not handled get 503; a drain under way finds its actor gone
+        (its next commit is fenced). Returns how many left."""
+        gone = [actor for actor_id, actor in self.actors.items() if which(actor_id)]
+        for actor in gone:
+            self.discard(actor)
+        return len(gone)
+
+    def discard(self, actor: Actor[Any]) -> None:
+        """Forget one actor at once (another node owns it now), refusing what it holds."""
+        if self.actors.get(actor.id) is actor:
+            del self.actors[actor.id]
+            self.passivated += 1
+        self._crashes.pop(actor.id, None)
+        actor.refuse_pending(Unavailable(f"{actor.kind.name} {actor.id} moved to another node; retry"))
 
     def _droppable(self, actor: Actor[Any]) -> bool:
         return actor.idle and actor.parked

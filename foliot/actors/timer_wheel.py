@@ -108,6 +108,10 @@ class TimerWheel:
         self.last_lag_ms = 0
         self.max_lag_ms = 0
         self.observe_lag: Callable[[float], None] = lambda seconds: None  # the engine's histogram
+        # Whether this node runs an actor (several nodes: its partition is leased here); the
+        # timers of other actors are skipped at page-in and dropped when they come due.
+        self.owned: Callable[[str], bool] = lambda actor_id: True
+        self._rewinds = 0
 
     # ------------------------------------------------------------------ feeding
 
@@ -201,6 +205,28 @@ class TimerWheel:
             self._cursor = (last.due, actor_id, slot)
         self._rebuild_heap()
 
+    def rewind(self) -> None:
+        """Page in again from the start of the table (partitions were gained: their timers
+        were skipped by earlier page-ins). What the wheel holds stays; rows read again are
+        recognised as already known."""
+        self._rewinds += 1
+        self._limit = (0, "", "")
+        self._cursor = None
+        self._wake.set()
+
+    def forget(self, which: Callable[[str], bool]) -> int:
+        """Drop the timers of the actors `which` picks (their partition left this node), waiting
+        or in flight: their next owner pages them in from storage."""
+        waiting = [tid for tid in self._waiting if which(tid[0])]
+        for tid in waiting:
+            del self._waiting[tid]
+        flying = [fid for fid in self._inflight if which(fid[0])]
+        for fid in flying:
+            del self._inflight[fid]
+        if flying:
+            self._wake.set()
+        return len(waiting) + len(flying)
+
     # ------------------------------------------------------------------ introspection
 
     def stats(self) -> dict[str, Any]:
@@ -252,18 +278,21 @@ class TimerWheel:
             return
         before = self._clock.now() + self._window_ms
         self._paging = {}
+        rewinds = self._rewinds
         try:
             rows = await self._store.timers_due_before(before, room, self._cursor)
             touched = self._paging
         finally:
             self._paging = None
-        if rows:
-            last = rows[-1]
-            self._cursor = (last.due_at, last.run_id, last.slot)
-        reached = _just_after(self._cursor) if len(rows) == room and self._cursor else (before, "", "")
-        self._limit = max(self._limit, reached)
+        if rewinds == self._rewinds:  # else rewound meanwhile: read again from the start
+            if rows:
+                last = rows[-1]
+                self._cursor = (last.due_at, last.run_id, last.slot)
+            reached = _just_after(self._cursor) if len(rows) == room and self._cursor else (before, "", "")
+            self._limit = max(self._limit, reached)
+        owned = self.owned
         for r in rows:
-            if (r.run_id, r.slot) not in touched:
+            if (r.run_id, r.slot) not in touched and owned(r.run_id):
                 self._apply(r.run_id, r.slot, (r.actor_kind, r.kind, r.key, r.due_at))
         for (actor_id, slot), arming in touched.items():
             self._apply(actor_id, slot, arming)  # committed while we read: newer than the row
@@ -317,6 +346,8 @@ class TimerWheel:
             heapq.heappop(self._heap)
             _, actor_id, slot, _ = top
             entry = self._waiting.pop((actor_id, slot))
+            if not self.owned(actor_id):
+                continue  # its partition left this node: its next owner fires it
             fid = (actor_id, slot, entry.key)
             self._inflight[fid] = (entry, now)
             if not self._deliver(entry.actor, actor_id, slot, entry.kind, entry.key):

@@ -25,7 +25,7 @@ import trio
 
 from ..errors import StorageError
 from ..storage.cluster import ClusterStore
-from .leases import PARTITIONS, plan
+from .leases import PARTITIONS, View, plan
 
 log = logging.getLogger("foliot.cluster")
 
@@ -75,6 +75,7 @@ class LeaseKeeper:
         self.held: dict[int, int] = {}  # partition -> epoch
         self.valid_until = -math.inf  # Trio time past which no held lease is trusted
         self.ticked = trio.Event()  # the first exchange with the database succeeded
+        self.view: View | None = None  # the cluster as the last exchange read it
 
     @property
     def ready(self) -> bool:
@@ -119,8 +120,19 @@ class LeaseKeeper:
             self._lose(frozenset(self.held.keys() - renewed))
             self.valid_until = trusted_until
         view = await self.store.cluster_heartbeat(self.node_id, self.address, self.live_actors())
+        self.view = view
         self.valid_until = trusted_until  # in touch with the database, holding leases or not
         self.ticked.set()
+        # Leases the database shows this node holding but this process does not know (it
+        # restarted under the same id, or gave them up on its own clock while the database
+        # still had them): taken over with a new epoch at once, rather than waiting them out.
+        orphans = [p for p in view.held_by(self.node_id) if p not in self.held]
+        if orphans:
+            adopted = await self.store.cluster_adopt(self.node_id, orphans, self.ttl_ms)
+            if adopted:
+                self.held.update(adopted)
+                log.info("cluster: took back %d partitions this node id held", len(adopted))
+                await self.ownership.gained(adopted)
         wanted = plan(view, self.node_id, self.ttl_ms, self.partitions)
         if wanted.release:
             giving = {p: self.held[p] for p in wanted.release if p in self.held}

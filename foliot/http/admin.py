@@ -27,6 +27,8 @@ async def readyz() -> Response:
     eng = engine()
     if not eng.ready:
         raise Unavailable("recovery has not finished")
+    if not eng.serving:
+        raise Unavailable("this node does not hold its partition leases yet, or is recovering them")
     try:
         await eng.store.ping()
     except Exception as exc:

@@ -189,7 +189,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("POST", "/apps/{app_name}/tasks/{token}/complete"): ("Answer a task", "Complete", 200, "app"),
     ("POST", "/apps/{app_name}/tasks/{token}/heartbeat"): ("Extend a task", "Empty", 200, "app"),
     ("GET", "/healthz"): ("Liveness", None, 200, "none"),
-    ("GET", "/readyz"): ("Readiness (storage reachable, recovery done)", None, 200, "none"),
+    ("GET", "/readyz"): ("Readiness (storage reachable, leases held, recovery done)", None, 200, "none"),
     ("GET", "/openapi.json"): ("This document", None, 200, "none"),
     ("GET", "/metrics"): ("Prometheus metrics", None, 200, "admin"),
     ("GET", "/admin/actors"): ("Live actors (runs and SWF executions)", None, 200, "admin"),

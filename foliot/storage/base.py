@@ -15,6 +15,7 @@ import attrs
 
 from ..workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
+from .fence import Fence
 from .swf import SwfExecutionStore, SwfRegistryStore
 
 
@@ -103,6 +104,8 @@ class UnitOfWork:
     idempotency: IdempotencyRecord | None = None
     signal_ids: tuple[str, ...] = ()
     idempotency_expired_before: int | None = None
+    # The lease this unit is written under, when several nodes share the database (`Fence`).
+    fences: tuple[Fence, ...] = ()
 
 
 @attrs.frozen

@@ -3,7 +3,9 @@
 PostgreSQL only: SQLite is single-node (`foliot.storage.node_lock`). Every time comparison
 uses the database's clock (`clock_timestamp()`, ms), so nodes never compare their own clocks;
 an update that takes a lease re-checks under the row lock that it is still free, so two nodes
-racing for one partition cannot both win. These calls go through the read pool (each statement
+racing for one partition cannot both win. Lease rows are always locked in partition order (here
+and by the fencing of writes in `postgres.py`), so these updates and a batch's fence check
+cannot deadlock. These calls go through the read pool (each statement
 commits by itself), never through the group-commit writers: a renewal must not wait behind a
 burst of runs' writes.
 """
@@ -32,6 +34,13 @@ class ClusterStore(Protocol):
 
     async def cluster_renew(self, node_id: str, held: Mapping[int, int], ttl_ms: int) -> set[int]:
         """Extend the leases `node_id` still holds at these epochs, unexpired; the ones renewed."""
+        ...
+
+    async def cluster_adopt(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        """Take over, with a new epoch, leases the database shows `node_id` holding unexpired
+        but whose epochs this process does not know (a restart under the same node id, or
+        leases it gave up on its own clock): partition → new epoch. Whatever the earlier
+        holder of these epochs writes from now on is fenced."""
         ...
 
     async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
@@ -71,9 +80,11 @@ class ClusterPostgres(PgCalls):
     async def cluster_acquire(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
         rows = await self._call(
             lambda c: c.fetch(
-                f"UPDATE cluster_leases SET node_id = $1, epoch = epoch + 1, expires_at = {NOW_MS} + $3"
-                f" WHERE partition = ANY($2::int[]) AND (node_id IS NULL OR expires_at <= {NOW_MS})"
-                " RETURNING partition, epoch",
+                "UPDATE cluster_leases AS l SET node_id = $1, epoch = l.epoch + 1,"
+                f" expires_at = {NOW_MS} + $3"
+                " FROM (SELECT partition FROM cluster_leases WHERE partition = ANY($2::int[])"
+                f" AND (node_id IS NULL OR expires_at <= {NOW_MS}) ORDER BY partition FOR UPDATE) AS k"
+                " WHERE l.partition = k.partition RETURNING l.partition, l.epoch",
                 node_id,
                 list(partitions),
                 ttl_ms,
@@ -87,10 +98,12 @@ class ClusterPostgres(PgCalls):
         rows = await self._call(
             lambda c: c.fetch(
                 f"UPDATE cluster_leases AS l SET expires_at = {NOW_MS} + $4"
-                " FROM unnest($2::int[], $3::bigint[]) AS h(partition, epoch)"
-                " WHERE l.partition = h.partition AND l.epoch = h.epoch AND l.node_id = $1"
-                f" AND l.expires_at > {NOW_MS}"
-                " RETURNING l.partition",
+                " FROM (SELECT c.partition FROM cluster_leases c"
+                " JOIN unnest($2::int[], $3::bigint[]) AS h(partition, epoch)"
+                " ON c.partition = h.partition AND c.epoch = h.epoch"
+                f" WHERE c.node_id = $1 AND c.expires_at > {NOW_MS}"
+                " ORDER BY c.partition FOR UPDATE OF c) AS k"
+                " WHERE l.partition = k.partition RETURNING l.partition",
                 node_id,
                 list(held),
                 list(held.values()),
@@ -98,6 +111,21 @@ class ClusterPostgres(PgCalls):
             )
         )
         return {r["partition"] for r in rows}
+
+    async def cluster_adopt(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        rows = await self._call(
+            lambda c: c.fetch(
+                "UPDATE cluster_leases AS l SET epoch = l.epoch + 1,"
+                f" expires_at = {NOW_MS} + $3"
+                " FROM (SELECT partition FROM cluster_leases WHERE partition = ANY($2::int[])"
+                f" AND node_id = $1 AND expires_at > {NOW_MS} ORDER BY partition FOR UPDATE) AS k"
+                " WHERE l.partition = k.partition RETURNING l.partition, l.epoch",
+                node_id,
+                list(partitions),
+                ttl_ms,
+            )
+        )
+        return {r["partition"]: r["epoch"] for r in rows}
 
     async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
         if not held:

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import asyncpg
 
+from .fence import Fence
+
 T = TypeVar("T")
 
 
@@ -21,5 +23,6 @@ class PgCalls:
             *,
             write: bool = False,
             limit_s: float | None = None,
+            fences: tuple[Fence, ...] = (),
         ) -> T:
             raise NotImplementedError

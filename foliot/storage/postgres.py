@@ -31,6 +31,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
@@ -44,7 +45,7 @@ import attrs
 import outcome
 import trio
 
-from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
+from ..errors import Fenced, StaleWrite, StorageError, StorageUnavailable, UniqueViolation
 from ..workflow.model import Event, Run, TaskRow, run_from_dict
 from .base import (
     OVERDUE_SQL,
@@ -69,8 +70,9 @@ from .base import (
     timer_rows,
 )
 from .batch import BatchRows, batch_rows
-from .cluster import ClusterPostgres
+from .cluster import NOW_MS, ClusterPostgres
 from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
+from .fence import Fence
 from .swf_postgres import SwfPostgres
 
 T = TypeVar("T")
@@ -300,16 +302,18 @@ def _log_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) ->
 
 
 class _Job:
-    __slots__ = ("deadline", "fn", "future", "unit")
+    __slots__ = ("deadline", "fences", "fn", "future", "unit")
 
     def __init__(
         self,
         fn: Callable[[asyncpg.Connection], Awaitable[Any]],
         deadline: float,
         unit: UnitOfWork | None = None,
+        fences: tuple[Fence, ...] = (),
     ) -> None:
         self.fn = fn
         self.unit = unit  # a commit: written with the batch's other units at once
+        self.fences = fences  # written only while these leases hold (several nodes)
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.deadline = deadline
 
@@ -410,10 +414,11 @@ class _Driver:
         fn: Callable[[asyncpg.Connection], Awaitable[T]],
         limit_s: float,
         unit: UnitOfWork | None = None,
+        fences: tuple[Fence, ...] = (),
     ) -> T:
         if self.closed or self.wake is None:
             raise StorageUnavailable("the store is closed")
-        job = _Job(fn, time.monotonic() + limit_s, unit)
+        job = _Job(fn, time.monotonic() + limit_s, unit, fences)
         self.queue.append(job)
         self.wake.set()
         result: T = await job.future  # the writer bounds every batch; a job never waits unbounded
@@ -494,6 +499,7 @@ class _Driver:
         results: list[tuple[_Job, Any, BaseException | None]] = []
         units = [job.unit for job in batch if job.unit is not None] if not savepoints else []
         rows = batch_rows(units) if units else None
+        fences = _fences_of(batch)
         conn = await self._acquire(deadline)
         try:
             if rows is not None and len(units) == len(batch) and _only_new_runs(rows):
@@ -501,7 +507,12 @@ class _Driver:
                 # no COMMIT); refused as a set, they are written one by one in savepoints.
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                     try:
-                        await conn.execute(_INSERT_NEW_RUNS, *_new_run_columns(rows))
+                        if not fences:
+                            await conn.execute(_INSERT_NEW_RUNS, *_new_run_columns(rows))
+                        elif not await conn.fetchval(
+                            _FENCED_NEW_RUNS, *_new_run_columns(rows), *_fence_columns(fences)
+                        ):
+                            raise Fenced("a lease of this batch moved on: nothing was written")
                     except Exception as exc:
                         if _batch_fatal(exc) or conn.is_closed():
                             raise
@@ -509,6 +520,17 @@ class _Driver:
                 self.units_together += len(units)
                 return [(job, None, None) for job in batch]
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
+                if fences:
+                    # The leases, read FOR SHARE: an acquisition by another node waits for this
+                    # commit, or has committed and this sees its new epoch. A job under a lease
+                    # that moved on is refused (`Fenced`) and nothing of it is written.
+                    held = await _held_fences(conn, fences)
+                    fenced = [job for job in batch if any(f not in held for f in job.fences)]
+                    if fenced:
+                        results += [(job, None, _fenced(job)) for job in fenced]
+                        batch = [job for job in batch if job not in fenced]
+                        units = [job.unit for job in batch if job.unit is not None] if units else []
+                        rows = batch_rows(units) if units else None
                 one_by_one = batch
                 if units:
                     # All units of work in a few statements (a round trip per table, not per
@@ -584,6 +606,37 @@ def _cancelling() -> bool:
 # ---------------------------------------------------------------------------------- the store
 
 
+def _fences_of(batch: list[_Job]) -> list[Fence]:
+    """The distinct leases a batch's jobs are written under, in partition order (so lease rows
+    are always locked in one order, as the keeper's renewals and acquisitions lock them)."""
+    return sorted({f for job in batch for f in job.fences}, key=lambda f: (f.partition, f.epoch, f.node_id))
+
+
+def _fence_columns(fences: list[Fence]) -> list[Any]:
+    partitions = [f.partition for f in fences]
+    epochs = [f.epoch for f in fences]
+    return [partitions, epochs, [f.node_id for f in fences], len(fences)]
+
+
+def _fenced(job: _Job) -> Fenced:
+    where = ", ".join(f"partition {f.partition} epoch {f.epoch}" for f in job.fences)
+    return Fenced(f"the lease ({where}) is no longer held by this node: nothing was written")
+
+
+# The leases still held as the batch's fences say, locked FOR SHARE in partition order.
+_HELD_FENCES = (
+    "SELECT l.partition, l.epoch, l.node_id FROM cluster_leases l"
+    " JOIN unnest($1::int[], $2::bigint[], $3::text[]) AS f(partition, epoch, node_id)"
+    " ON l.partition = f.partition AND l.epoch = f.epoch AND l.node_id = f.node_id"
+    f" WHERE l.expires_at > {NOW_MS} ORDER BY l.partition FOR SHARE OF l"
+)
+
+
+async def _held_fences(conn: asyncpg.Connection, fences: list[Fence]) -> set[Fence]:
+    rows = await conn.fetch(_HELD_FENCES, *_fence_columns(fences)[:3])
+    return {Fence(r["node_id"], r["partition"], r["epoch"]) for r in rows}
+
+
 class PostgresStore(SwfPostgres, ClusterPostgres):
     """`Store` on PostgreSQL. Create with `open_postgres`."""
 
@@ -613,14 +666,16 @@ class PostgresStore(SwfPostgres, ClusterPostgres):
         write: bool = False,
         limit_s: float | None = None,
         unit: UnitOfWork | None = None,
+        fences: tuple[Fence, ...] = (),
     ) -> T:
         """Run `fn(conn)` on the asyncio side (in the group-committed transaction when it
-        writes); one crossing. Bounded by `limit_s`, queueing for a connection included."""
+        writes); one crossing. Bounded by `limit_s`, queueing for a connection included.
+        A write with `fences` is refused (`Fenced`, nothing written) unless those leases hold."""
         limit = self._limit_s if limit_s is None else limit_s
         driver = self._driver
         try:
             if write:
-                return await self._bridge.run(lambda: driver.write(fn, limit, unit), limit)
+                return await self._bridge.run(lambda: driver.write(fn, limit, unit, fences), limit)
             return await self._bridge.run(lambda: driver.read(fn, limit), limit)
         except StorageError:
             raise
@@ -840,7 +895,7 @@ class PostgresStore(SwfPostgres, ClusterPostgres):
     # ------------------------------------------------------------------ runs
 
     async def commit(self, unit: UnitOfWork) -> None:
-        await self._call(lambda c: _apply_unit(c, unit), write=True, unit=unit)
+        await self._call(lambda c: _apply_unit(c, unit), write=True, unit=unit, fences=unit.fences)
 
     async def get_run(self, run_id: str) -> Run | None:
         doc = await self._call(lambda c: c.fetchval("SELECT doc FROM runs WHERE run_id = $1", run_id))
@@ -1269,6 +1324,29 @@ _INSERT_NEW_RUNS = (
     " INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
     " SELECT * FROM unnest($42::text[], $43::text[], $44::text[], $45::text[], $46::text[], $47::bigint[])"
 )
+
+
+def _fenced_new_runs(sql: str) -> str:
+    """`_INSERT_NEW_RUNS` writing nothing unless every lease of the batch holds (read FOR SHARE
+    in partition order, as `_HELD_FENCES`): returns whether they did."""
+    guarded = re.sub(
+        r"SELECT \* FROM unnest\(([^()]*)\)", r"SELECT u.* FROM fenced, unnest(\1) AS u WHERE fenced.ok", sql
+    )
+    head, last = guarded.rsplit(" INSERT INTO idempotency", 1)
+    return (
+        "WITH fence AS (SELECT l.partition FROM cluster_leases l"
+        " JOIN unnest($48::int[], $49::bigint[], $50::text[]) AS f(partition, epoch, node_id)"
+        " ON l.partition = f.partition AND l.epoch = f.epoch AND l.node_id = f.node_id"
+        f" WHERE l.expires_at > {NOW_MS} ORDER BY l.partition FOR SHARE OF l),"
+        " fenced AS (SELECT count(*) = $51 AS ok FROM fence), "
+        + head.removeprefix("WITH ")
+        + ", new_idempotency AS (INSERT INTO idempotency"
+        + last
+        + ") SELECT ok FROM fenced"
+    )
+
+
+_FENCED_NEW_RUNS = _fenced_new_runs(_INSERT_NEW_RUNS)
 
 
 @asynccontextmanager

@@ -19,6 +19,7 @@ import attrs
 
 from ..swf.events import HistoryEvent
 from ..swf.model import Execution, execution_from_dict, execution_to_dict
+from .fence import Fence
 
 REGISTERED = "REGISTERED"
 DEPRECATED = "DEPRECATED"
@@ -190,6 +191,9 @@ class SwfUnit:
     # The execution closed owing effects to others (a child policy, its parent's notice): a
     # `swf_owed` row is written with the close and deleted once they are acknowledged.
     owed: bool = False
+    # The leases it is written under (its own partition's and a continued run's), when several
+    # nodes share the database (`foliot.storage.fence`).
+    fences: tuple[Fence, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         last = self.execution.last_event_id

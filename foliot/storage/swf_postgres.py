@@ -286,7 +286,7 @@ class SwfPostgres(PgCalls):
                 if stmt.refusal is not None and not status.endswith(" 1"):
                     raise stmt.refusal
 
-        await self._call(fn, write=True)
+        await self._call(fn, write=True, fences=unit.fences)
 
     async def swf_load(self, region: str, run_id: str) -> SwfStored | None:
         row = await self._call(lambda c: c.fetchrow(numbered(LOAD_SQL), region, run_id))

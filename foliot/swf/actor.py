@@ -23,7 +23,7 @@ from ..actors.dispatcher import Call
 from ..actors.messages import Envelope, ReplySlot
 from ..actors.pushclient import PushError, post
 from ..actors.runtime import Actor
-from ..errors import ApiError, StaleWrite, StorageError, Unavailable, UniqueViolation
+from ..errors import ApiError, Fenced, StaleWrite, StorageError, Unavailable, UniqueViolation
 from ..storage.swf import SWF_ACTOR_PREFIX, SwfExecutionStore, SwfParked, SwfStored, SwfUnit, swf_actor_id
 from ..workflow.duration import format_timestamp
 from . import lambdas, machine
@@ -201,7 +201,7 @@ class SwfKind:
         ctx = m.Context(
             now=self.engine.clock.now(),
             catalog=await self.catalog(state.region, state.execution, msg),
-            new_run_id=self.engine.swf_run_id(),
+            new_run_id=self.engine.swf_run_id(state.region),
         )
         tr = machine.transition(state.execution, msg, ctx)
         if isinstance(tr, Fault):
@@ -210,7 +210,9 @@ class SwfKind:
             return False
         unit, continued = transition_unit(state.region, tr, state.version)
         try:
-            await self.engine.shielded(partial(self.store.swf_commit, unit))
+            await self.engine.swf_commit(unit)
+        except Fenced:
+            raise  # another node owns the execution now: the runtime drops the actor
         except StaleWrite:
             return True
         actor.state = SwfState(state.region, tr.execution, unit.version)
@@ -434,26 +436,33 @@ class SwfKind:
         priority = 0 if offer.task_priority is None else int(offer.task_priority)
         self.engine.queues.offer(app, queue, token, actor_id(region, ex.run_id), priority)
 
-    async def recover(self) -> int:
+    async def recover(self, only: Callable[[str], bool] | None = None) -> int:
         """After a restart, what executions are still owed (`recovery.owed_effects`): every
         open one's tasks offered again (the queues are in memory; the document says what is
         pending), children not yet started started, signals and cancel requests not yet
         answered sent again, Lambda calls made (again); and every closed one with an `swf_owed`
-        row gets its child policy applied and its parent told. Returns how many are open."""
-        count = await self._recover_pages(self.store.swf_open_executions)
-        await self._recover_pages(self.store.swf_owed_executions)
+        row gets its child policy applied and its parent told. `only`: the actor ids to recover
+        (a node's gained partitions), else all; an actor this node does not own is skipped.
+        Returns how many open ones were recovered."""
+        count = await self._recover_pages(self.store.swf_open_executions, only)
+        await self._recover_pages(self.store.swf_owed_executions, only)
         return count
 
     async def _recover_pages(
-        self, page_of: Callable[[tuple[str, str] | None, int], Awaitable[list[SwfStored]]]
+        self,
+        page_of: Callable[[tuple[str, str] | None, int], Awaitable[list[SwfStored]]],
+        only: Callable[[str], bool] | None,
     ) -> int:
         after: tuple[str, str] | None = None
         count = 0
         while True:
             page = await page_of(after, _RECOVERY_PAGE)
             for stored in page:
+                actor = actor_id(stored.region, stored.execution.run_id)
+                if (only is not None and not only(actor)) or not self.engine.ownership.accepts(actor):
+                    continue
                 await self._recover_one(stored)
-            count += len(page)
+                count += 1
             if len(page) < _RECOVERY_PAGE:
                 return count
             after = (page[-1].region, page[-1].execution.run_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
+import trio
 
 from foliot.cluster.leases import PARTITIONS, Lease, Node, View
 from foliot.errors import StorageUnavailable
@@ -56,6 +57,17 @@ class FakeCluster:
                 renewed.add(p)
         return renewed
 
+    def adopt(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        self._check(node_id)
+        now, got = self.now(), {}
+        for p in partitions:
+            lease = self.leases.get(p)
+            if lease is not None and lease.node_id == node_id and lease.expires_at > now:
+                self.leases[p] = Lease(p, node_id, lease.epoch + 1, now + ttl_ms)
+                got[p] = lease.epoch + 1
+                self.acquisitions.append((p, node_id, lease.epoch + 1, now))
+        return got
+
     def release(self, node_id: str, held: Mapping[int, int]) -> None:
         self._check(node_id)
         for p, epoch in held.items():
@@ -94,8 +106,16 @@ class FakeClusterStore:
     async def cluster_renew(self, node_id: str, held: Mapping[int, int], ttl_ms: int) -> set[int]:
         return self.cluster.renew(node_id, held, ttl_ms)
 
+    async def cluster_adopt(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        return self.cluster.adopt(node_id, partitions, ttl_ms)
+
     async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
         self.cluster.release(node_id, held)
 
     async def cluster_leave(self, node_id: str) -> None:
         self.cluster.leave(node_id)
+
+
+async def advance(seconds: float) -> None:
+    """Let virtual time pass (MockClock: nothing waits on the wall)."""
+    await trio.sleep_until(trio.current_time() + seconds)

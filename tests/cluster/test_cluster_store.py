@@ -92,3 +92,13 @@ async def test_nodes_racing_for_every_partition_never_share_one(store: ClusterSt
             nursery.start_soon(grab, node)
     taken = [p for got in won.values() for p in got]
     assert sorted(taken) == list(ALL)  # every partition won once, by one node
+
+
+async def test_a_node_adopts_only_its_own_unexpired_leases_with_a_new_epoch(store: ClusterStore) -> None:
+    await store.cluster_acquire("a", [1, 2], TTL)
+    await store.cluster_acquire("a", [3], 0)  # expired: acquired again the ordinary way
+    await store.cluster_acquire("b", [4], TTL)
+    assert await store.cluster_adopt("a", [1, 2, 3, 4, 5], TTL) == {1: 2, 2: 2}
+    assert await store.cluster_renew("a", {1: 1}, TTL) == set()  # the old epoch is fenced
+    assert await store.cluster_renew("a", {1: 2, 2: 2}, TTL) == {1, 2}
+    assert await store.cluster_renew("b", {4: 1}, TTL) == {4}

@@ -10,19 +10,9 @@ import trio.testing
 
 from foliot.cluster.keeper import MARGIN_MS, LeaseKeeper
 
-from .fake import FakeCluster, FakeClusterStore
+from .fake import FakeCluster, FakeClusterStore, advance
 
 TTL = 10_000
-
-
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
-async def advance(seconds: float) -> None:
-    """Let virtual time pass (MockClock: nothing waits on the wall)."""
-    await trio.sleep_until(trio.current_time() + seconds)
 
 
 async def until(condition: Callable[[], bool], step: float, each: Callable[[], None] = lambda: None) -> None:
@@ -244,3 +234,35 @@ def test_a_ttl_too_short_for_the_margin_is_refused() -> None:
         LeaseKeeper(
             FakeClusterStore(FakeCluster(lambda: 0)), "a", "http://a", Recorder("a", []), ttl_ms=2_000
         )
+
+
+async def test_a_node_restarted_under_its_id_takes_its_leases_back_at_once_with_new_epochs(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cluster = FakeCluster(db_now)
+    store = FakeClusterStore(cluster)
+    log: list[tuple[float, str, str, frozenset[int]]] = []
+    first = LeaseKeeper(store, "a", "http://a", Recorder("a", log), ttl_ms=TTL)
+    async with trio.open_nursery() as nursery:
+        killed = trio.CancelScope()
+
+        async def run_first() -> None:
+            with killed:
+                await first.run()
+
+        nursery.start_soon(run_first)
+        await advance(1)
+        old = dict(first.held)
+        assert len(old) == 256
+        killed.cancel()  # kill -9: its leases stay in the database, unexpired
+        await advance(1)
+        again = Recorder("a", log)
+        second = LeaseKeeper(store, "a", "http://a", again, ttl_ms=TTL)
+        restarted = trio.current_time()
+        await nursery.start(second.run)
+        assert trio.current_time() - restarted < 1  # not after the old leases' TTL
+        assert again.owned == set(range(256)) and second.held == {p: e + 1 for p, e in old.items()}
+        assert second.ready
+        # The dead process's epochs are over: its renewal (or any write under them) is refused.
+        assert await store.cluster_renew("a", old, TTL) == set()
+        nursery.cancel_scope.cancel()

@@ -89,6 +89,8 @@ async def server(tmp_path: Path, database_url: str) -> AsyncIterator[Server]:
         # Durability under kill -9, not admission: 200 drivers at once would otherwise be shed
         # (429) on a loaded machine and their retries add load (tests/actors covers the gate).
         "FOLIOT_ADMISSION_TARGET_MS": "0",
+        # The same node restarting (on PostgreSQL it takes its partition leases back at once).
+        "FOLIOT_NODE_ID": "e2e-node",
     }
     srv = Server(env, tmp_path / "server.log", int(env["FOLIOT_PORT"]))
     await srv.start()

@@ -55,24 +55,29 @@ async def held(database_url: str, tmp_path: Path) -> AsyncIterator[tuple[Store, 
             yield lite, hold_sqlite
         return
     async with open_postgres(database_url, writers=1) as pg:
+        yield pg, postgres_hold(pg)
 
-        @asynccontextmanager
-        async def hold_postgres() -> AsyncIterator[None]:
-            gate, taken = threading.Event(), threading.Event()
 
-            async def block(_conn: Any) -> None:
-                taken.set()
-                await asyncio.get_running_loop().run_in_executor(None, gate.wait, 30)
+def postgres_hold(pg: PostgresStore) -> Hold:
+    """`hold()` for a PostgreSQL store opened with one writer."""
 
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: pg._call(block, write=True))
-                await until(taken.is_set)  # the only writer is busy with the blocker
-                try:
-                    yield
-                finally:
-                    gate.set()
+    @asynccontextmanager
+    async def hold() -> AsyncIterator[None]:
+        gate, taken = threading.Event(), threading.Event()
 
-        yield pg, hold_postgres
+        async def block(_conn: Any) -> None:
+            taken.set()
+            await asyncio.get_running_loop().run_in_executor(None, gate.wait, 30)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: pg._call(block, write=True))
+            await until(taken.is_set)  # the only writer is busy with the blocker
+            try:
+                yield
+            finally:
+                gate.set()
+
+    return hold
 
 
 async def until(condition: Callable[[], bool]) -> None:

@@ -1,0 +1,11 @@
+"""The cluster tests' MockClock (a test asks for `autojump_clock` to run on it)."""
+
+from __future__ import annotations
+
+import pytest
+import trio.testing
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)

@@ -1,0 +1,232 @@
+"""Fencing on PostgreSQL: a unit of work carries the lease it was made under, and the database
+writes it only while `cluster_leases` shows that node holding that partition at that epoch,
+unexpired on its own clock. A refused unit raises `Fenced` and leaves nothing behind (run,
+events, tasks, timers, signal ids); in a batch it fails alone."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import attrs
+import pytest
+
+from foliot.cluster.leases import partition_of
+from foliot.errors import Fenced
+from foliot.storage.base import UnitOfWork
+from foliot.storage.cluster import NOW_MS
+from foliot.storage.fence import Fence
+from foliot.storage.postgres import PostgresStore, open_postgres
+from foliot.storage.swf import SwfStored, SwfUnit, swf_actor_id
+from foliot.swf import machine as swf_machine
+from foliot.swf import messages as m
+from foliot.swf.actor import transition_unit
+from foliot.workflow.model import Event, Timer
+
+from ..storage.test_contract import T0, make_run, seed_app
+from ..storage.test_group_commit import Hold, commit_as_one_batch, expected, postgres_hold, stored, task
+from ..swf.store_kit import CATALOG, WF, Live
+
+pytestmark = pytest.mark.postgres
+
+TTL = 60_000
+R = "us-east-1"
+
+
+@pytest.fixture
+async def pg(pg_cluster: Any) -> AsyncIterator[tuple[PostgresStore, Hold]]:
+    """A store with one writer, and `hold()` to queue commits into one batch."""
+    async with open_postgres(pg_cluster.new_database(), writers=1) as store:
+        await seed_app(store)
+        yield store, postgres_hold(store)
+
+
+def run_in(partition: int, tag: str) -> str:
+    """A run id of `partition`."""
+    i = 0
+    while partition_of(f"run_{tag}{i}") != partition:
+        i += 1
+    return f"run_{tag}{i}"
+
+
+def new_run(run_id: str, fence: Fence | None, **kw: Any) -> UnitOfWork:
+    run = make_run(run_id, status="sleeping", seq=1, timer=Timer("sleep", T0 + 5, f"{run_id}#1"))
+    return UnitOfWork(
+        run,
+        None,
+        (Event(1, T0, 1, "run_started"),),
+        (task(f"tok-{run_id}", run_id),),
+        signal_ids=(f"sig-{run_id}",),
+        fences=() if fence is None else (fence,),
+        **kw,
+    )
+
+
+def moved(unit: UnitOfWork, fence: Fence | None) -> UnitOfWork:
+    """The next unit of the run `unit` created: closes its task, re-arms its timer."""
+    run = unit.run
+    after = attrs.evolve(run, seq=2, timer=Timer("sleep", T0 + 9, f"{run.run_id}#2"))
+    closed = task(f"tok-{run.run_id}", run.run_id, "closed", "answered")
+    return UnitOfWork(
+        after,
+        1,
+        (Event(2, T0 + 1, 1, "step_completed"),),
+        (closed,),
+        signal_ids=(f"sig2-{run.run_id}",),
+        fences=() if fence is None else (fence,),
+    )
+
+
+async def expire(store: PostgresStore, partition: int) -> None:
+    """The lease's expiry passes on the database's clock (as if its TTL went by unrenewed)."""
+    await store._call(
+        lambda c: c.execute(
+            f"UPDATE cluster_leases SET expires_at = {NOW_MS} - 1 WHERE partition = $1", partition
+        )
+    )
+
+
+async def nothing_of(store: PostgresStore, unit: UnitOfWork) -> None:
+    """None of the unit's rows is stored."""
+    run_id = unit.run.run_id
+    assert await store.get_run(run_id) is None
+    assert await store.list_events(run_id, 0, 10) == []
+    assert [await store.get_task(t.token) for t in unit.tasks] == [None] * len(unit.tasks)
+    assert [t for t in await store.timers_due_before(2**62, 1000) if t.run_id == run_id] == []
+    assert not [s for s in unit.signal_ids if await store.signal_taken(run_id, s)]
+
+
+async def test_a_write_at_a_stale_epoch_is_refused_and_nothing_of_it_is_stored(
+    pg: tuple[PostgresStore, Hold],
+) -> None:
+    store, _ = pg
+    assert await store.cluster_acquire("a", [7], 0) == {7: 1}  # expires at once
+    assert await store.cluster_acquire("b", [7], TTL) == {7: 2}  # b took it over
+    stale, current = Fence("a", 7, 1), Fence("b", 7, 2)
+
+    refused = new_run(run_in(7, "x"), stale)
+    with pytest.raises(Fenced):
+        await store.commit(refused)
+    await nothing_of(store, refused)
+
+    # The new holder writes; the old one cannot move the run on, nor add to it.
+    first = new_run(run_in(7, "y"), current)
+    await store.commit(first)
+    assert await stored(store, first) == expected(first)
+    with pytest.raises(Fenced):
+        await store.commit(moved(first, stale))
+    with pytest.raises(Fenced):  # the right epoch by another node's name is no better
+        await store.commit(moved(first, Fence("a", 7, 2)))
+    assert await stored(store, first) == expected(first)
+    second = moved(first, current)
+    await store.commit(second)
+    assert await stored(store, second) == expected(second, first.events)
+
+
+async def test_a_write_after_the_lease_expired_or_was_released_is_refused(
+    pg: tuple[PostgresStore, Hold],
+) -> None:
+    store, _ = pg
+    assert await store.cluster_acquire("a", [3], 0) == {3: 1}  # nobody took it, but it expired
+    late = new_run(run_in(3, "late"), Fence("a", 3, 1))
+    with pytest.raises(Fenced):
+        await store.commit(late)
+    await nothing_of(store, late)
+
+    assert await store.cluster_acquire("a", [4], TTL) == {4: 1}
+    ok = new_run(run_in(4, "ok"), Fence("a", 4, 1))
+    await store.commit(ok)  # within the lease
+    await expire(store, 4)  # its time runs out, with no renewal
+    with pytest.raises(Fenced):
+        await store.commit(moved(ok, Fence("a", 4, 1)))
+    assert await stored(store, ok) == expected(ok)
+
+    assert await store.cluster_acquire("a", [5], TTL) == {5: 1}
+    await store.cluster_release("a", {5: 1})
+    released = new_run(run_in(5, "rel"), Fence("a", 5, 1))
+    with pytest.raises(Fenced):
+        await store.commit(released)
+    await nothing_of(store, released)
+
+
+async def test_in_a_batch_a_fenced_unit_fails_alone(pg: tuple[PostgresStore, Hold]) -> None:
+    store, hold = pg
+    assert await store.cluster_acquire("a", [1, 2], TTL) == {1: 1, 2: 1}
+    assert await store.cluster_acquire("old", [9], 0) == {9: 1}
+    assert await store.cluster_acquire("a", [9], TTL) == {9: 2}
+    good, stale = Fence("a", 1, 1), Fence("old", 9, 1)
+
+    # Starts only (the one-statement path).
+    starts = [
+        new_run(run_in(1, "s0"), good),
+        new_run(run_in(9, "s1"), stale),
+        new_run(run_in(2, "s2"), Fence("a", 2, 1)),
+        new_run("run_unfenced", None),
+    ]
+    outcomes = await commit_as_one_batch(store, hold, starts)
+    assert [type(o) for o in outcomes] == [type(None), Fenced, type(None), type(None)]
+    for i in (0, 2, 3):
+        assert await stored(store, starts[i]) == expected(starts[i])
+    await nothing_of(store, starts[1])
+
+    # Updates and starts together (the transaction), a stale update among them.
+    mixed = [
+        moved(starts[0], good),
+        moved(starts[2], stale),  # its own partition is held, but not under this fence
+        new_run(run_in(1, "m0"), good),
+        new_run(run_in(9, "m1"), stale),
+        moved(starts[3], None),
+    ]
+    outcomes = await commit_as_one_batch(store, hold, mixed)
+    assert [type(o) for o in outcomes] == [type(None), Fenced, type(None), Fenced, type(None)]
+    assert await stored(store, mixed[0]) == expected(mixed[0], starts[0].events)
+    assert await stored(store, starts[2]) == expected(starts[2])  # unchanged
+    assert await stored(store, mixed[2]) == expected(mixed[2])
+    await nothing_of(store, mixed[3])
+    assert await stored(store, mixed[4]) == expected(mixed[4], starts[3].events)
+    assert store.stats["units"] >= 7
+
+
+def swf_run_in(partition: int, tag: str) -> str:
+    i = 0
+    while partition_of(swf_actor_id(R, f"{tag}{i}")) != partition:
+        i += 1
+    return f"{tag}{i}"
+
+
+async def test_an_swf_commit_is_fenced_too(pg: tuple[PostgresStore, Hold]) -> None:
+    store, _ = pg
+    assert await store.cluster_acquire("old", [6], 0) == {6: 1}
+    assert await store.cluster_acquire("a", [6], TTL) == {6: 2}
+    stale, current = Fence("old", 6, 1), Fence("a", 6, 2)
+
+    # A start under a stale lease: no execution, no history, no task, no timer.
+    run_id = swf_run_in(6, "s")
+    req = m.StartRequest(domain="d", workflow_id="wf-fenced", workflow_type=WF)
+    tr = swf_machine.start(req, CATALOG.workflow_type(WF), run_id, T0)
+    assert isinstance(tr, m.Transition)
+    with pytest.raises(Fenced):
+        await store.swf_commit(SwfUnit(R, tr.execution, None, tr.events, fences=(stale,)))
+    assert await store.swf_load(R, run_id) is None
+    assert await store.swf_events(R, run_id, None, False, 100) == []
+    assert (
+        await store._call(lambda c: c.fetchval("SELECT count(*) FROM swf_tasks WHERE run_id = $1", run_id))
+        == 0
+    )
+    timers = await store.timers_due_before(2**62, 1000)
+    assert [t for t in timers if t.run_id == swf_actor_id(R, run_id)] == []
+
+    # Under the current lease it starts; a stale holder then cannot move it on.
+    await store.swf_commit(SwfUnit(R, tr.execution, None, tr.events, fences=(current,)))
+    live = Live(store, R, SwfStored(R, tr.execution, 1))
+    scheduled = live.ex.decision.scheduled_event_id  # type: ignore[union-attr]
+    polled = swf_machine.transition(live.ex, m.PollDecision(scheduled, "x"), m.Context(T0 + 1, CATALOG, ""))
+    assert isinstance(polled, m.Transition)
+    unit, _ = transition_unit(R, polled, 1)
+    with pytest.raises(Fenced):
+        await store.swf_commit(attrs.evolve(unit, fences=(stale,)))
+    after = await store.swf_load(R, run_id)
+    assert after is not None and after.version == 1
+    assert len(await store.swf_events(R, run_id, None, False, 100)) == len(tr.events)
+    await store.swf_commit(attrs.evolve(unit, fences=(current,)))
+    assert (await store.swf_load(R, run_id)).version == 2  # type: ignore[union-attr]
