@@ -133,6 +133,9 @@ class Settings:
     # address other nodes reach it at (None: http://127.0.0.1:<port>).
     node_id: str | None = None
     advertise_url: str | None = None
+    # How long a partition's lease lasts without renewal (renewed every fifth of it); a dead
+    # node's partitions are taken over within this plus a tick.
+    lease_ttl_ms: int = 10_000
 
     @property
     def advertised(self) -> str:
@@ -197,6 +200,7 @@ class Settings:
             swf_credentials=swf_credentials(e.get("FOLIOT_SWF_CREDENTIALS")),
             node_id=e.get("FOLIOT_NODE_ID") or None,
             advertise_url=_advertise_url(e.get("FOLIOT_ADVERTISE_URL")),
+            lease_ttl_ms=min(600_000, max(3_000, _int(e, "FOLIOT_LEASE_TTL_MS", 10_000))),
         )
 
 

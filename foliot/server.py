@@ -98,11 +98,13 @@ async def _serve_store(
     stop: trio.Event | None,
     task_status: trio.TaskStatus[Running],
 ) -> None:
-    async with open_store(settings.database_url) as store:
+    # Half the lease: a node paused inside a transaction loses it (and its lease rows' locks)
+    # before its leases could be taken over.
+    async with open_store(settings.database_url, pg_idle_tx_ms=settings.lease_ttl_ms // 2) as store:
         engine = Engine(settings, store, vault=vault)
         if isinstance(store, PostgresStore):
             node_id = settings.node_id or "node-" + secrets.token_hex(6)
-            engine.join_cluster(store, node_id, settings.advertised)
+            engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
             log.info("cluster node %s, reachable at %s", node_id, settings.advertised)
         app = InFlight(Shed(Hot(create_app(engine, settings, token), engine, token), engine.admission))
         config = HypercornConfig()

@@ -17,7 +17,7 @@ def sqlite_path(url: str) -> str:
 
 
 @asynccontextmanager
-async def open_store(url: str) -> AsyncIterator[Store]:
+async def open_store(url: str, *, pg_idle_tx_ms: int | None = None) -> AsyncIterator[Store]:
     if url.startswith("sqlite:"):
         from .sqlite import open_sqlite
 
@@ -26,7 +26,7 @@ async def open_store(url: str) -> AsyncIterator[Store]:
     elif url.startswith(("postgresql://", "postgres://")):
         from .postgres import open_postgres
 
-        async with open_postgres(url) as pg:
+        async with open_postgres(url, idle_tx_ms=pg_idle_tx_ms) as pg:
             yield pg
     else:
         raise SystemExit(f"FOLIOT_DATABASE_URL must start with sqlite:/// or postgresql://, got {url!r}")

@@ -329,8 +329,11 @@ class _Job:
 class _Driver:
     """Everything on the asyncio side: the pool, the write queue, the writers."""
 
-    def __init__(self, url: str, pool_size: int, writers: int, limit_s: float) -> None:
+    def __init__(
+        self, url: str, pool_size: int, writers: int, limit_s: float, idle_tx_ms: int | None = None
+    ) -> None:
         self.url = url
+        self.idle_tx_ms = idle_tx_ms
         self.pool_size = pool_size
         self.writer_count = writers
         self.limit_s = limit_s
@@ -355,6 +358,11 @@ class _Driver:
             command_timeout=self.limit_s,
             max_inactive_connection_lifetime=60,
             reset=_keep_session,
+            # A node paused inside a transaction (SIGSTOP, a VM freeze) would hold its lease
+            # rows FOR SHARE until it woke; PostgreSQL ends such a session after this.
+            server_settings=(
+                {"idle_in_transaction_session_timeout": str(self.idle_tx_ms)} if self.idle_tx_ms else None
+            ),
         )
         self.wake = asyncio.Event()
         self.writers = [asyncio.create_task(self._writer()) for _ in range(self.writer_count)]
@@ -648,11 +656,12 @@ class PostgresStore(SwfPostgres, ClusterPostgres):
         pool_size: int = POOL_SIZE,
         writers: int = WRITERS,
         limit_s: float = LIMIT_S,
+        idle_tx_ms: int | None = None,
     ) -> None:
         self.url = url
         self._bridge = bridge
         self._limit_s = limit_s
-        self._driver = _Driver(url, pool_size, writers, limit_s)
+        self._driver = _Driver(url, pool_size, writers, limit_s, idle_tx_ms)
 
     @property
     def pending_writes(self) -> int:
@@ -1357,14 +1366,16 @@ async def open_postgres(
     pool_size: int = POOL_SIZE,
     writers: int = WRITERS,
     limit_s: float = LIMIT_S,
+    idle_tx_ms: int | None = None,
 ) -> AsyncIterator[PostgresStore]:
     """Start the driver's asyncio loop (its own thread, or trio-asyncio's), connect, migrate;
-    close all on exit. Nothing from the asyncio side can escape from here."""
+    close all on exit. Nothing from the asyncio side can escape from here. `idle_tx_ms`: the
+    sessions' `idle_in_transaction_session_timeout` (None: the server's)."""
     bridge = bridge or os.environ.get("FOLIOT_PG_BRIDGE", "thread")
     if bridge == "thread":
         loop_thread = _LoopThread()
         try:
-            async with _serve(url, loop_thread, pool_size, writers, limit_s) as store:
+            async with _serve(url, loop_thread, pool_size, writers, limit_s, idle_tx_ms) as store:
                 yield store
         finally:
             with trio.CancelScope(shield=True):
@@ -1374,7 +1385,7 @@ async def open_postgres(
 
         async with (
             trio_asyncio.open_loop() as loop,
-            _serve(url, _TrioAsyncio(loop), pool_size, writers, limit_s) as store,
+            _serve(url, _TrioAsyncio(loop), pool_size, writers, limit_s, idle_tx_ms) as store,
         ):
             yield store
     else:
@@ -1383,9 +1394,16 @@ async def open_postgres(
 
 @asynccontextmanager
 async def _serve(
-    url: str, bridge: _Bridge, pool_size: int, writers: int, limit_s: float
+    url: str, bridge: _Bridge, pool_size: int, writers: int, limit_s: float, idle_tx_ms: int | None
 ) -> AsyncIterator[PostgresStore]:
-    store = PostgresStore(url, bridge, pool_size=pool_size, writers=min(writers, pool_size), limit_s=limit_s)
+    store = PostgresStore(
+        url,
+        bridge,
+        pool_size=pool_size,
+        writers=min(writers, pool_size),
+        limit_s=limit_s,
+        idle_tx_ms=idle_tx_ms,
+    )
     try:
         await store.start()
         await store.connect()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import AsyncIterator
 
 import pytest
@@ -10,10 +11,15 @@ import trio
 from foliot.storage.cluster import ClusterStore
 from foliot.storage.factory import open_store
 
+from ..pg import Cluster, _bin
 from .fake import FakeCluster, FakeClusterStore
 
 ALL = range(256)
 TTL = 60_000
+
+
+def psql() -> str:
+    return _bin("psql")
 
 
 @pytest.fixture(params=["fake", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -102,3 +108,37 @@ async def test_a_node_adopts_only_its_own_unexpired_leases_with_a_new_epoch(stor
     assert await store.cluster_renew("a", {1: 1}, TTL) == set()  # the old epoch is fenced
     assert await store.cluster_renew("a", {1: 2, 2: 2}, TTL) == {1, 2}
     assert await store.cluster_renew("b", {4: 1}, TTL) == {4}
+
+
+@pytest.mark.postgres
+async def test_an_acquisition_skips_a_lease_row_a_stuck_transaction_holds(pg_cluster: Cluster) -> None:
+    """A node paused inside a fenced write holds its lease rows FOR SHARE: the others' keepers
+    take what is free at once and that row only once the transaction is gone."""
+    url = pg_cluster.migrated_database()
+    async with open_store(url) as pg:
+        store: ClusterStore = pg  # type: ignore[assignment]
+        assert await store.cluster_acquire("a", [7], 0) == {7: 1}  # expired at once
+        holder = await trio.lowlevel.open_process(
+            [psql(), url, "-Xq"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        assert holder.stdin is not None and holder.stdout is not None
+        await holder.stdin.send_all(
+            b"BEGIN;\nSELECT partition FROM cluster_leases WHERE partition = 7 FOR SHARE;\n\\echo locked\n"
+        )
+        seen = b""
+        with trio.fail_after(30):
+            while b"locked" not in seen:
+                seen += await holder.stdout.receive_some()
+        with trio.fail_after(10):  # not blocked behind the stuck transaction
+            assert await store.cluster_acquire("b", [7, 8], TTL) == {8: 1}
+        await holder.stdin.send_all(b"COMMIT;\n\\q\n")
+        await holder.wait()
+        assert await store.cluster_acquire("b", [7], TTL) == {7: 2}
+
+
+@pytest.mark.postgres
+async def test_a_session_idle_inside_a_transaction_is_ended_by_the_server(pg_cluster: Cluster) -> None:
+    url = pg_cluster.migrated_database()
+    async with open_store(url, pg_idle_tx_ms=1_500) as pg:
+        shown = await pg._call(lambda c: c.fetchval("SHOW idle_in_transaction_session_timeout"))  # type: ignore[attr-defined]
+    assert shown == "1500ms"

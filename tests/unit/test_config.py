@@ -107,3 +107,10 @@ def test_trend_sampling_settings_are_bounded() -> None:
     assert (s.trend_interval_ms, s.trend_samples) == (1_000, 100_000)
     assert Settings.from_env({"FOLIOT_TREND_SAMPLES": "0"}).trend_samples == 2
     assert Settings.from_env({"FOLIOT_TREND_INTERVAL_MS": "0"}).trend_interval_ms == 0  # off
+
+
+def test_the_lease_ttl_is_read_and_kept_within_bounds() -> None:
+    assert Settings.from_env({}).lease_ttl_ms == 10_000
+    assert Settings.from_env({"FOLIOT_LEASE_TTL_MS": "4000"}).lease_ttl_ms == 4_000
+    assert Settings.from_env({"FOLIOT_LEASE_TTL_MS": "10"}).lease_ttl_ms == 3_000
+    assert Settings.from_env({"FOLIOT_LEASE_TTL_MS": "99999999"}).lease_ttl_ms == 600_000
