@@ -129,6 +129,10 @@ class Settings:
     trend_samples: int = 360
     # AWS SWF access keys preset from the environment (id, secret); never stored.
     swf_credentials: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=False)
+    # Several nodes on one PostgreSQL: this node's id (default: host name and port) and the URL
+    # the other nodes reach it at (default: the address it listens on).
+    node_id: str | None = None
+    advertise_url: str | None = None
 
     @property
     def body_max_bytes(self) -> int:
@@ -187,7 +191,21 @@ class Settings:
             trend_interval_ms=_trend_interval(_int(e, "FOLIOT_TREND_INTERVAL_MS", 10_000)),
             trend_samples=min(100_000, max(2, _int(e, "FOLIOT_TREND_SAMPLES", 360))),
             swf_credentials=swf_credentials(e.get("FOLIOT_SWF_CREDENTIALS")),
+            node_id=e.get("FOLIOT_NODE_ID") or None,
+            advertise_url=_advertise_url(e.get("FOLIOT_ADVERTISE_URL")),
         )
+
+
+def _advertise_url(raw: str | None) -> str | None:
+    """FOLIOT_ADVERTISE_URL: an absolute http(s) URL with no query (a path prefix is kept)."""
+    if raw is None or not raw.strip():
+        return None
+    parts = urlsplit(raw.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise SystemExit(
+            f"FOLIOT_ADVERTISE_URL must be an http(s) URL such as http://10.0.0.5:8080, got {raw!r}"
+        )
+    return raw.strip().rstrip("/")
 
 
 def _trend_interval(ms: int) -> int:

@@ -3,26 +3,34 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import secrets
 import signal
+import socket
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 
 from .actors.engine import Engine
+from .cluster import hop
+from .cluster.pull import Bus, Pull
 from .config import Settings, describe_lifetime, redact_url
 from .credentials import Vault, file_secret
 from .http.app import create_app
 from .http.edge import Shed
+from .http.forward import Forwarder
 from .http.hot import Hot
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.factory import open_store, sqlite_path
+from .storage.keycheck import KeyCheckStore
 from .storage.node_lock import sqlite_node_lock
+from .storage.notify import NotifyPostgres
 
 log = logging.getLogger("foliot")
 
@@ -83,6 +91,54 @@ async def serve(
         await _serve_store(settings, token, vault, stop, task_status)
 
 
+class KeyMismatch(SystemExit):
+    """This node's secret key is not the one the database's secrets were encrypted with."""
+
+
+async def check_secret_key(store: KeyCheckStore, vault: Vault) -> None:
+    """Refuse to start when FOLIOT_SECRET_KEY (or the data directory's key file) is not the key
+    the database was first started with: its apps' signing secrets would not decrypt and its
+    task tokens would not verify (every node of a cluster shares the key)."""
+    mine = vault.key_check()
+    stored = await store.secret_key_check(mine)
+    if not hmac.compare_digest(stored, mine):
+        raise KeyMismatch(
+            "refusing to start: this node's secret key (FOLIOT_SECRET_KEY, or secret.key in its data"
+            " directory) is not the key this database's secrets were encrypted with; every node"
+            " sharing a database must be given the same FOLIOT_SECRET_KEY (the first node's key)"
+        )
+
+
+def node_identity(settings: Settings, binds: list[str]) -> tuple[str, str]:
+    """This node's id (FOLIOT_NODE_ID, else host name and port) and the address the other nodes
+    reach it at (FOLIOT_ADVERTISE_URL, else the first address it listens on)."""
+    address = settings.advertise_url or binds[0]
+    port = urlsplit(binds[0]).port
+    return settings.node_id or f"{socket.gethostname()}:{port}", address
+
+
+async def join_edge(
+    engine: Engine,
+    bus: Bus,
+    vault: Vault,
+    node_id: str,
+    address: str,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Several nodes on one PostgreSQL: requests for actors owned elsewhere are forwarded
+    (`foliot.http.forward`), long polls reach the other nodes' queues (`foliot.cluster.pull`)."""
+    forwarder = Forwarder(node_id, vault.derive_key(hop.PURPOSE), engine.clock.now)
+    engine.forwarder = forwarder
+    engine.pull = Pull(node_id, address, engine.queues, bus, forwarder.claim)
+    try:
+        await engine.pull.serve(task_status=task_status)
+    finally:
+        engine.pull = None
+        with trio.CancelScope(shield=True), trio.move_on_after(2):
+            await forwarder.aclose()
+
+
 def single_node(database_url: str) -> contextlib.AbstractContextManager[None]:
     """The SQLite single-node lock (`foliot.storage.node_lock`); nothing for PostgreSQL."""
     if database_url.startswith("sqlite:"):
@@ -98,6 +154,7 @@ async def _serve_store(
     task_status: trio.TaskStatus[Running],
 ) -> None:
     async with open_store(settings.database_url) as store:
+        await check_secret_key(store, vault)
         engine = Engine(settings, store, vault=vault)
         app = InFlight(Shed(Hot(create_app(engine, settings, token), engine, token), engine.admission))
         config = HypercornConfig()
@@ -121,6 +178,8 @@ async def _serve_store(
 
             binds = await nursery.start(http)
             log.info("serving on %s", ", ".join(binds))
+            if isinstance(store, NotifyPostgres):
+                await nursery.start(join_edge, engine, store, vault, *node_identity(settings, binds))
             await nursery.start(engine.serve)
             log.info("ready")
             task_status.started(Running(binds, engine))

@@ -13,13 +13,14 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import outcome
 import trio
 
 from ..clock import Clock
+from ..cluster.placement import AlwaysLocal, Placement, check_local
 from ..config import Settings
 from ..console.trends import Sampler, Trends
 from ..credentials import Vault
@@ -57,6 +58,10 @@ from .run_actor import RunKind
 from .runtime import Kind
 from .supervisor import Supervisor
 from .timer_wheel import TimerWheel
+
+if TYPE_CHECKING:
+    from ..cluster.pull import Pull
+    from ..http.forward import Forwarder
 
 log = logging.getLogger("foliot.engine")
 
@@ -134,6 +139,10 @@ class Engine:
         self.ready = False
         self.recovered_tasks = 0
         self.started_at = self.clock.now()
+        # Several nodes (issue 10): where each actor lives, and the client reaching the others.
+        self.placement: Placement = AlwaysLocal()
+        self.forwarder: Forwarder | None = None
+        self.pull: Pull | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -361,8 +370,10 @@ class Engine:
         """Send a message to an SWF execution's actor; its transition (or fault) once committed."""
         if not self.ready:
             raise Unavailable("the engine is starting; retry shortly")
+        actor_id = swf_actor_id(region, run_id)
+        check_local(self.placement, actor_id)  # owned elsewhere: the request is forwarded
         slot = ReplySlot()
-        await self.supervisor.ask(self.swf, swf_actor_id(region, run_id), Envelope(message, slot))
+        await self.supervisor.ask(self.swf, actor_id, Envelope(message, slot))
         reply: swf_messages.Transition | Fault = await slot.wait()
         return reply, slot.value
 
@@ -423,6 +434,7 @@ class Engine:
         """
         if not self.ready:
             raise Unavailable("the engine is starting; retry shortly")
+        check_local(self.placement, run_id)  # owned elsewhere: the request is forwarded
         slot = ReplySlot()
         await self.supervisor.ask(self.runs, run_id, Envelope(message, slot), known)
         reply = await slot.wait()

@@ -1,0 +1,72 @@
+"""Node-to-node calls (several nodes on one PostgreSQL): only for requests carrying an authentic
+hop header (`foliot.cluster.hop`), i.e. sent by another node of the cluster; anyone else gets 401.
+
+`POST /internal/claim`: claim from this node's pull queue without waiting, for a long poll on
+another node (`foliot.cluster.pull`). The body names the poll: `{"kind": "tasks", "app",
+"queue", "maxTasks", "workerId"}` (a Foliot queue) or `{"kind": "swf", "region", "task":
+"decision" | "activity", "body": <the SWF poll's request>}`; the answer is `{"answer": ...}`,
+what the poll would answer (the tasks, or the SWF task), or null when nothing was offered here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import trio
+from quart import Blueprint, Response
+
+from ..errors import InvalidRequest, Unauthorized
+from ..swf import shapes, writes
+from ..swf.errors import SwfFault
+from ..swf.registry import Ctx
+from .app import check_name, decode_json, engine, json_response, parse
+from .forward import quart_incoming
+from .tasks import MAX_TASKS, claim_here
+
+blueprint = Blueprint("internal", __name__)
+
+
+@attrs.frozen
+class ClaimBody:
+    kind: str
+    app: str | None = None
+    queue: str | None = None
+    max_tasks: int = 1
+    worker_id: str | None = None
+    region: str | None = None
+    task: str | None = None
+    body: dict[str, Any] | None = None
+
+
+@blueprint.post("/internal/claim")
+async def claim() -> Response:
+    eng = engine()
+    incoming = await quart_incoming()
+    if eng.forwarder is None or eng.forwarder.hop_from(incoming) is None:
+        raise Unauthorized("node-to-node calls only: no authentic Foliot-Hop header")
+    spec = parse(decode_json(incoming.body), ClaimBody)
+    now = trio.current_time()
+    answer: Any
+    if spec.kind == "tasks":
+        if spec.app is None or spec.queue is None:
+            raise InvalidRequest("a tasks claim names app and queue", field="queue")
+        check_name(spec.app, "app")
+        check_name(spec.queue, "queue")
+        if not 1 <= spec.max_tasks <= MAX_TASKS:
+            raise InvalidRequest(f"must be 1..{MAX_TASKS}", field="maxTasks")
+        answer = await claim_here(eng, spec.app, spec.queue, spec.max_tasks, spec.worker_id, now)
+    elif spec.kind == "swf":
+        if spec.region is None or spec.task not in ("decision", "activity") or spec.body is None:
+            raise InvalidRequest("an SWF claim names region, task (decision|activity) and body", field="task")
+        try:
+            shapes.validate(
+                "PollForDecisionTask" if spec.task == "decision" else "PollForActivityTask", spec.body
+            )
+        except SwfFault as fault:
+            raise InvalidRequest(fault.message, field="body") from None
+        ctx = Ctx(eng.store, eng.clock.now(), spec.region, eng)
+        answer = await writes.poll_here(ctx, spec.body, spec.task, now)
+    else:
+        raise InvalidRequest("must be tasks or swf", field="kind")
+    return json_response({"answer": answer})
