@@ -156,7 +156,8 @@ async def _serve_store(
     async with open_store(settings.database_url) as store:
         await check_secret_key(store, vault)
         engine = Engine(settings, store, vault=vault)
-        app = InFlight(Shed(Hot(create_app(engine, settings, token), engine, token), engine.admission))
+        quart_app = create_app(engine, settings, token)
+        app = InFlight(Shed(Hot(quart_app, engine, token), engine.admission))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT
@@ -178,8 +179,9 @@ async def _serve_store(
 
             binds = await nursery.start(http)
             log.info("serving on %s", ", ".join(binds))
+            node = quart_app.config["FOLIOT_NODE"] = node_identity(settings, binds)
             if isinstance(store, NotifyPostgres):
-                await nursery.start(join_edge, engine, store, vault, *node_identity(settings, binds))
+                await nursery.start(join_edge, engine, store, vault, *node)
             await nursery.start(engine.serve)
             log.info("ready")
             task_status.started(Running(binds, engine))

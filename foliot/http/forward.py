@@ -160,17 +160,29 @@ class Forwarder:
         out = [(k, v) for k, v in response.headers.raw if k.lower() not in _NOT_RETURNED]
         return Relayed(response.status_code, out, body)
 
+    async def internal(self, address: str, path: str, request: dict[str, Any]) -> Any:
+        """A node-to-node call (`foliot.http.internal`) to the node at `address`: its JSON
+        answer; an error answer is raised as the API error it says."""
+        body = json.dumps(request, separators=(",", ":")).encode()
+        incoming = Incoming("POST", path, [(b"content-type", b"application/json")], body)
+        relayed = await self.send(Remote("", address), incoming)
+        try:
+            answer = json.loads(relayed.body)
+        except ValueError:
+            answer = None
+        if relayed.status != 200 or not isinstance(answer, dict):
+            error = answer.get("error") if isinstance(answer, dict) else None
+            error = error if isinstance(error, dict) else {}
+            refused = ApiError(str(error.get("message") or f"{path} answered {relayed.status}"))
+            refused.code = str(error.get("code") or "unavailable")
+            refused.status = relayed.status if relayed.status >= 400 else 502
+            raise refused
+        return answer
+
     async def claim(self, address: str, request: dict[str, Any]) -> Any:
         """Ask the node at `address` to claim from its pull queue (`/internal/claim`); its
         answer (None: it had nothing)."""
-        body = json.dumps(request, separators=(",", ":")).encode()
-        incoming = Incoming("POST", "/internal/claim", [(b"content-type", b"application/json")], body)
-        relayed = await self.send(Remote("", address), incoming)
-        if relayed.status != 200:
-            raise Unavailable(
-                f"the claim through {address} answered {relayed.status}: {relayed.body[:200]!r}"
-            )
-        return json.loads(relayed.body)["answer"]
+        return (await self.internal(address, "/internal/claim", request))["answer"]
 
 
 async def _bounded_body(response: httpx.Response) -> bytes:

@@ -1,6 +1,9 @@
 """Node-to-node calls (several nodes on one PostgreSQL): only for requests carrying an authentic
 hop header (`foliot.cluster.hop`), i.e. sent by another node of the cluster; anyone else gets 401.
 
+`POST /internal/intervene`: one run of a bulk intervention (pause, unpause, cancel, redrive)
+made on another node, whose page held a run owned here.
+
 `POST /internal/claim`: claim from this node's pull queue without waiting, for a long poll on
 another node (`foliot.cluster.pull`). The body names the poll: `{"kind": "tasks", "app",
 "queue", "maxTasks", "workerId"}` (a Foliot queue) or `{"kind": "swf", "region", "task":
@@ -16,10 +19,13 @@ import attrs
 import trio
 from quart import Blueprint, Response
 
-from ..errors import InvalidRequest, Unauthorized
+from ..cluster.placement import Elsewhere, NotOwner
+from ..errors import InvalidRequest, NotFound, Unauthorized
 from ..swf import shapes, writes
 from ..swf.errors import SwfFault
 from ..swf.registry import Ctx
+from ..workflow import machine
+from . import bulk
 from .app import check_name, decode_json, engine, json_response, parse
 from .forward import quart_incoming
 from .tasks import MAX_TASKS, claim_here
@@ -39,13 +45,50 @@ class ClaimBody:
     body: dict[str, Any] | None = None
 
 
-@blueprint.post("/internal/claim")
-async def claim() -> Response:
+@attrs.frozen
+class InterveneBody:
+    app: str
+    run_id: str
+    verb: str
+    reason: str | None = None
+
+
+async def from_a_node() -> bytes:
+    """The body of a request another node sent (401 without an authentic hop header)."""
     eng = engine()
     incoming = await quart_incoming()
     if eng.forwarder is None or eng.forwarder.hop_from(incoming) is None:
         raise Unauthorized("node-to-node calls only: no authentic Foliot-Hop header")
-    spec = parse(decode_json(incoming.body), ClaimBody)
+    return incoming.body
+
+
+@blueprint.post("/internal/intervene")
+async def intervene() -> Response:
+    """One run of a bulk intervention made on another node: `{"done": true}` when applied,
+    false when the run's status did not allow it (as a bulk page counts it: skipped)."""
+    spec = parse(decode_json(await from_a_node()), InterveneBody)
+    check_name(spec.app, "app")
+    if spec.verb not in bulk.VERBS:
+        raise InvalidRequest(f"must be one of {sorted(bulk.VERBS)}", field="verb")
+    if len(spec.run_id) > 64:
+        raise InvalidRequest("is longer than 64 characters", field="runId")
+    eng = engine()
+    run = await eng.run_document(spec.run_id)
+    if run is None or run.app != spec.app:
+        raise NotFound(f"run {spec.run_id!r} not found")
+    try:
+        reply, _ = await eng.ask(spec.run_id, bulk.VERBS[spec.verb][0](spec.reason), run)
+    except Elsewhere as elsewhere:
+        raise NotOwner(
+            f"this node does not own run {spec.run_id} (node {elsewhere.owner.node_id} does)"
+        ) from None
+    return json_response({"done": isinstance(reply, machine.Ok)})
+
+
+@blueprint.post("/internal/claim")
+async def claim() -> Response:
+    eng = engine()
+    spec = parse(decode_json(await from_a_node()), ClaimBody)
     now = trio.current_time()
     answer: Any
     if spec.kind == "tasks":

@@ -275,3 +275,42 @@ async def test_the_internal_claim_needs_a_nodes_hop_header(cluster: Cluster) -> 
     )
     assert r.status_code == 401
     assert c.nodes["a"].engine.queues.depth(c.app, "work") == 1  # nothing claimed
+
+
+async def test_a_bulk_page_intervenes_on_each_run_where_it_lives(cluster: Cluster) -> None:
+    c = cluster
+    on_a = {await start(c, "a", "w") for _ in range(2)}
+    on_b = await start(c, "b", "w")
+    r = await c.call("b", "POST", f"/apps/{c.app}/runs/pause", {"workflow": "w", "reason": "maintenance"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"matched": 3, "paused": 3, "skipped": 0, "cursor": None}
+    for run_id in on_a:
+        assert c.nodes["a"].engine.supervisor.actors[run_id].state.status == "paused"
+        assert run_id not in c.nodes["b"].engine.supervisor.actors
+    assert c.nodes["b"].engine.supervisor.actors[on_b].state.status == "paused"
+    again = await c.call("a", "POST", f"/apps/{c.app}/runs/pause", {"workflow": "w"})
+    assert again.json() == {"matched": 3, "paused": 0, "skipped": 3, "cursor": None}
+    # The node-to-node call refuses anyone without a node's hop header.
+    body = {"app": c.app, "runId": on_b, "verb": "unpause"}
+    assert (await c.call("b", "POST", "/internal/intervene", body)).status_code == 401
+
+
+async def test_admin_cluster_shows_the_nodes_and_the_partition_map(cluster: Cluster) -> None:
+    c = cluster
+    store = c.nodes["a"].engine.store
+    for name in ("a", "b"):  # what each node's lease keeper writes
+        await store.cluster_heartbeat(name, c.nodes[name].running.url, 3)
+    await store.cluster_acquire("a", list(range(0, 100)), 60_000)
+    await store.cluster_acquire("b", list(range(100, 256)), 60_000)
+    r = await c.nodes["b"].client.get("/admin/cluster", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert r.status_code == 200, r.text
+    view = r.json()
+    assert [(n["nodeId"], n["address"], n["partitions"], n["liveActors"]) for n in view["nodes"]] == [
+        ("a", c.nodes["a"].running.url, 100, 3),
+        ("b", c.nodes["b"].running.url, 156, 3),
+    ]
+    assert view["partitions"] == 256 and len(view["map"]) == 256
+    assert view["map"][5] == {"partition": 5, "nodeId": "a", "epoch": 1}
+    assert view["map"][200]["nodeId"] == "b"
+    assert all(n["lastHeartbeat"].endswith("Z") for n in view["nodes"])
+    assert (await c.call("b", "GET", "/admin/cluster")).status_code == 403  # an app key
