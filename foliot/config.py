@@ -129,10 +129,14 @@ class Settings:
     trend_samples: int = 360
     # AWS SWF access keys preset from the environment (id, secret); never stored.
     swf_credentials: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=False)
-    # Several nodes on one PostgreSQL: this node's id (default: host name and port) and the URL
-    # the other nodes reach it at (default: the address it listens on).
+    # Several nodes on one PostgreSQL: this node's id (None: generated per process) and the
+    # address other nodes reach it at (None: http://127.0.0.1:<port>).
     node_id: str | None = None
     advertise_url: str | None = None
+
+    @property
+    def advertised(self) -> str:
+        return self.advertise_url or f"http://127.0.0.1:{self.port}"
 
     @property
     def body_max_bytes(self) -> int:
@@ -197,15 +201,13 @@ class Settings:
 
 
 def _advertise_url(raw: str | None) -> str | None:
-    """FOLIOT_ADVERTISE_URL: an absolute http(s) URL with no query (a path prefix is kept)."""
-    if raw is None or not raw.strip():
+    """FOLIOT_ADVERTISE_URL: how other nodes reach this one (an http(s) base URL)."""
+    if not raw:
         return None
-    parts = urlsplit(raw.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise SystemExit(
-            f"FOLIOT_ADVERTISE_URL must be an http(s) URL such as http://10.0.0.5:8080, got {raw!r}"
-        )
-    return raw.strip().rstrip("/")
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SystemExit(f"FOLIOT_ADVERTISE_URL must be an http(s) URL (http://10.0.0.5:8080), got {raw!r}")
+    return raw.rstrip("/")
 
 
 def _trend_interval(ms: int) -> int:

@@ -112,6 +112,7 @@ class Forwarder:
             follow_redirects=False,
             trust_env=False,
         )
+        self.client.headers.clear()  # only the client's own headers travel (no gzip asked for)
 
     async def aclose(self) -> None:
         await self.client.aclose()
