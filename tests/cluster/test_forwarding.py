@@ -22,9 +22,13 @@ from cryptography.fernet import Fernet
 from foliot.cluster import hop
 from foliot.cluster.placement import LOCAL, Remote, Unowned, Where
 from foliot.server import Running, serve
+from foliot.storage.swf import swf_actor_id
 
 from ..conftest import ADMIN, make_settings
 from ..helpers import HandlerServer, start_handler
+from ..swf.conftest import PRESET_KEY, PRESET_SECRET, Swf, call
+from ..swf.test_tasks_boto3 import register_activity, schedule
+from ..swf.test_write_boto3 import WF, history, register
 
 pytestmark = pytest.mark.postgres
 
@@ -98,7 +102,13 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery, pg_cluster: Any) -> Asy
     nodes: dict[str, Node] = {}
     async with trio.open_nursery() as servers:
         for name in ("a", "b"):
-            settings = make_settings(tmp_path / name, database_url=url, secret_key=key, node_id=name)
+            settings = make_settings(
+                tmp_path / name,
+                database_url=url,
+                secret_key=key,
+                node_id=name,
+                swf_credentials=((PRESET_KEY, PRESET_SECRET),),
+            )
             runnings[name] = await servers.start(serve, settings)
         async with (
             httpx.AsyncClient(base_url=runnings["a"].url) as ca,
@@ -314,3 +324,44 @@ async def test_admin_cluster_shows_the_nodes_and_the_partition_map(cluster: Clus
     assert view["map"][200]["nodeId"] == "b"
     assert all(n["lastHeartbeat"].endswith("Z") for n in view["nodes"])
     assert (await c.call("b", "GET", "/admin/cluster")).status_code == 403  # an app key
+
+
+async def test_swf_polls_and_answers_reach_the_execution_on_another_node(cluster: Cluster) -> None:
+    c = cluster
+    on_a, on_b = (Swf(c.nodes[n].running, Path()).client() for n in ("a", "b"))
+    await register(on_a)
+    await register_activity(on_a)
+    got: list[dict[str, Any]] = []
+    async with trio.open_nursery() as nursery:
+
+        async def decider() -> None:
+            got.append(await call(on_b.poll_for_decision_task, domain="d", taskList={"name": "deciders"}))
+
+        nursery.start_soon(decider)
+        await until(lambda: c.nodes["b"].engine.queues.waiting_pollers() == 1)
+        began = trio.current_time()
+        started = await call(on_a.start_workflow_execution, domain="d", workflowId="o-1", workflowType=WF)
+        run_id = started["runId"]
+        c.own(swf_actor_id("us-east-1", run_id), "a")
+    assert trio.current_time() - began < 20  # woken at once, not at the poll's 60 s
+    task = got[0]
+    assert task["workflowExecution"] == {"workflowId": "o-1", "runId": run_id}
+    assert [e["eventType"] for e in task["events"]][-1] == "DecisionTaskStarted"
+    # Answers sent to b go to the execution's actor on a (the SigV4 signature still verifies).
+    await call(on_b.respond_decision_task_completed, taskToken=task["taskToken"], decisions=[schedule("a1")])
+    work = await call(
+        on_b.poll_for_activity_task, domain="d", taskList={"name": "workers"}
+    )  # the backlog on a
+    assert work["activityId"] == "a1"
+    beat = await call(on_b.record_activity_task_heartbeat, taskToken=work["taskToken"])
+    assert beat == {"cancelRequested": False, "ResponseMetadata": beat["ResponseMetadata"]}
+    await call(on_b.signal_workflow_execution, domain="d", workflowId="o-1", signalName="poke")
+    await call(on_b.respond_activity_task_completed, taskToken=work["taskToken"], result="ok")
+    assert c.nodes["b"].engine.pull.remote_claims == 2
+    assert c.nodes["b"].engine.forwarder.forwarded == 2 + 4  # the two claims, the four answers
+    actor = swf_actor_id("us-east-1", run_id)
+    assert actor in c.nodes["a"].engine.supervisor.actors
+    assert actor not in c.nodes["b"].engine.supervisor.actors
+    events = await history(on_b, "o-1", run_id)  # a read: b serves it from the database
+    kept = ("ActivityTaskStarted", "WorkflowExecutionSignaled", "ActivityTaskCompleted")
+    assert [e for e in events if e in kept] == list(kept)
