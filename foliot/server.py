@@ -17,8 +17,10 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 
 from .actors.engine import Engine
+from .actors.messages import Envelope
 from .cluster import hop
 from .cluster.pull import Bus, Pull
+from .cluster.tell import RemoteTell
 from .config import Settings, describe_lifetime, redact_url
 from .credentials import Vault, file_secret
 from .http.app import create_app
@@ -131,10 +133,16 @@ async def join_edge(
     forwarder = Forwarder(node_id, vault.derive_key(hop.PURPOSE), engine.clock.now)
     engine.forwarder = forwarder
     engine.pull = Pull(node_id, address, engine.queues, bus, forwarder.claim)
+
+    def retell(kind: str, actor_id: str, message: object) -> None:
+        engine.tell_or_retry(engine.kinds[kind], actor_id, Envelope(message))
+
+    where = lambda actor_id: engine.placement.where(actor_id)  # noqa: E731 (read at each call)
+    engine.remote_tell = RemoteTell(where, forwarder.internal, engine.spawn, retell)
     try:
         await engine.pull.serve(task_status=task_status)
     finally:
-        engine.pull = None
+        engine.pull = engine.remote_tell = None
         with trio.CancelScope(shield=True), trio.move_on_after(2):
             await forwarder.aclose()
 

@@ -137,6 +137,8 @@ class Engine:
         self._stop_by: float | None = None  # Trio time by which shielded commits must end
         self.drained_commits = 0  # commits that finished after the shutdown began
         self.ready = False
+        # Set by the HTTP layer to send a message to an actor owned by another node.
+        self.remote_tell: Callable[[Kind[Any], str, Envelope], bool] | None = None
         self.recovered_tasks = 0
         self.started_at = self.clock.now()
         # Several nodes (issue 10): where each actor lives, and the client reaching the others.

@@ -4,6 +4,9 @@ hop header (`foliot.cluster.hop`), i.e. sent by another node of the cluster; any
 `POST /internal/intervene`: one run of a bulk intervention (pause, unpause, cancel, redrive)
 made on another node, whose page held a run owned here.
 
+`POST /internal/tell`: a message from an actor on another node to one that lives here
+(`foliot.cluster.tell`).
+
 `POST /internal/claim`: claim from this node's pull queue without waiting, for a long poll on
 another node (`foliot.cluster.pull`). The body names the poll: `{"kind": "tasks", "app",
 "queue", "maxTasks", "workerId"}` (a Foliot queue) or `{"kind": "swf", "region", "task":
@@ -19,7 +22,9 @@ import attrs
 import trio
 from quart import Blueprint, Response
 
-from ..cluster.placement import Elsewhere, NotOwner
+from ..actors.messages import Envelope
+from ..cluster import tell as remote
+from ..cluster.placement import Elsewhere, Local, NotOwner
 from ..errors import InvalidRequest, NotFound, Unauthorized
 from ..swf import shapes, writes
 from ..swf.errors import SwfFault
@@ -83,6 +88,32 @@ async def intervene() -> Response:
             f"this node does not own run {spec.run_id} (node {elsewhere.owner.node_id} does)"
         ) from None
     return json_response({"done": isinstance(reply, machine.Ok)})
+
+
+@attrs.frozen
+class TellBody:
+    kind: str
+    actor_id: str
+    message: dict[str, Any]
+
+
+@blueprint.post("/internal/tell")
+async def tell() -> Response:
+    """A message from an actor on another node to one that lives here (`foliot.cluster.tell`),
+    put in its mailbox as a local tell would; 503 `not_owner` when it does not live here."""
+    spec = parse(decode_json(await from_a_node()), TellBody)
+    eng = engine()
+    kind = eng.kinds.get(spec.kind)
+    if kind is None:
+        raise InvalidRequest(f"must be one of {sorted(eng.kinds)}", field="kind")
+    try:
+        message = remote.decode(spec.message)
+    except remote.Undecodable as exc:
+        raise InvalidRequest(str(exc), field="message") from None
+    if not isinstance(eng.placement.where(spec.actor_id), Local):
+        raise NotOwner(f"{spec.kind} {spec.actor_id} does not live on this node")
+    eng.tell_or_retry(kind, spec.actor_id, Envelope(message))
+    return json_response({"told": True})
 
 
 @blueprint.post("/internal/claim")

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from foliot.cluster import hop
+from foliot.cluster import tell as remote
 from foliot.cluster.leases import Lease, Node, View
 from foliot.cluster.pull import PAYLOAD_MAX, announcement
 from foliot.cluster.report import report, single_node
+from foliot.swf import messages as m
+from foliot.swf.model import ExecutionRef
 from foliot.workflow.duration import format_timestamp as ts
 
 KEY = b"k" * 32
@@ -90,3 +95,51 @@ def test_a_single_node_holds_every_partition() -> None:
          "liveActors": 5}
     ]  # fmt: skip
     assert {m["nodeId"] for m in out["map"]} == {"solo"} and len(out["map"]) == 256
+
+
+def test_every_message_between_nodes_travels_as_json_and_comes_back_the_same() -> None:
+    ref = ExecutionRef("o-1", "r" * 44)
+    messages = [
+        m.Signal("poke", "in", external=ref, external_initiated_event_id=7),
+        m.Signal("poke"),
+        m.RequestCancel(external=ref, external_initiated_event_id=3, cause=None),
+        m.Terminate(cause="CHILD_POLICY_APPLIED"),
+        m.ChildStarted(5, "child-run"),
+        m.ChildStartFailed(5, "WORKFLOW_ALREADY_RUNNING"),
+        m.ChildClosed(5, ref, "COMPLETED", result="ok"),
+        m.ExternalSignaled(9, ref),
+        m.ExternalSignalFailed(9),
+        m.ExternalCancelRequested(9, ref),
+        m.ExternalCancelFailed(9),
+    ]
+    assert {type(x).__name__ for x in messages} == set(remote.MESSAGES)
+    for message in messages:
+        assert remote.decode(json.loads(json.dumps(remote.encode(message)))) == message
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        [],
+        {"type": "PollDecision", "scheduled_event_id": 1},  # not carried between nodes
+        {"type": "Signal"},  # signal_name missing
+        {"type": "Signal", "signal_name": "x", "extra": 1},
+        {"type": "Signal", "signal_name": ["x"]},
+        {"type": "Signal", "signal_name": "x", "external": {"type": "Run", "run_id": "r"}},
+        {
+            "type": "ChildClosed",
+            "initiated_event_id": 1,
+            "execution": {"type": "ExecutionRef"},
+            "close_status": "X",
+        },
+    ],
+)
+def test_anything_else_is_refused(raw: object) -> None:
+    with pytest.raises(remote.Undecodable):
+        remote.decode(raw)
+
+
+def test_a_message_that_cannot_travel_is_not_encoded() -> None:
+    with pytest.raises(remote.Undecodable):
+        remote.encode(m.PollDecision(1))

@@ -19,10 +19,12 @@ import pytest
 import trio
 from cryptography.fernet import Fernet
 
-from foliot.cluster import hop
+from foliot.actors.messages import Envelope
+from foliot.cluster import hop, tell
 from foliot.cluster.placement import LOCAL, Remote, Unowned, Where
 from foliot.server import Running, serve
 from foliot.storage.swf import swf_actor_id
+from foliot.swf import messages as m
 
 from ..conftest import ADMIN, make_settings
 from ..helpers import HandlerServer, start_handler
@@ -365,3 +367,36 @@ async def test_swf_polls_and_answers_reach_the_execution_on_another_node(cluster
     events = await history(on_b, "o-1", run_id)  # a read: b serves it from the database
     kept = ("ActivityTaskStarted", "WorkflowExecutionSignaled", "ActivityTaskCompleted")
     assert [e for e in events if e in kept] == list(kept)
+
+
+async def test_an_execution_messages_one_that_lives_on_another_node(cluster: Cluster) -> None:
+    c = cluster
+    on_a = Swf(c.nodes["a"].running, Path()).client()
+    await register(on_a)
+    run_id = (await call(on_a.start_workflow_execution, domain="d", workflowId="o-1", workflowType=WF))[
+        "runId"
+    ]
+    actor = swf_actor_id("us-east-1", run_id)
+    c.own(actor, "a")
+    b = c.nodes["b"].engine
+    # What b's runtime does with a message for an actor it does not own (a signal from a parent).
+    signal = Envelope(m.Signal("from-b", "hello"))
+    assert b.remote_tell(b.swf, actor, signal) is True
+    await until(lambda: b.remote_tell.sent == 1)
+    assert (await history(on_a, "o-1", run_id))[-1] == "WorkflowExecutionSignaled"
+    assert actor not in b.supervisor.actors
+    # The owner refuses a message for an actor it does not own (it moved meanwhile).
+    c.nodes["a"].placement.owners[actor] = "b"
+    raw = json.dumps({"kind": "swf", "actorId": actor, "message": tell.encode(m.Signal("x"))}).encode()
+    at = hop.sign(b.forwarder.key, "b", b.clock.now(), "POST", "/internal/tell", raw)
+    r = await c.nodes["a"].client.post(
+        "/internal/tell", content=raw, headers={hop.HEADER: at, "content-type": "application/json"}
+    )
+    assert r.status_code == 503 and r.json()["error"]["code"] == "not_owner"
+    bad = json.dumps({"kind": "swf", "actorId": actor, "message": {"type": "PollDecision"}}).encode()
+    at = hop.sign(b.forwarder.key, "b", b.clock.now(), "POST", "/internal/tell", bad)
+    r = await c.nodes["a"].client.post(
+        "/internal/tell", content=bad, headers={hop.HEADER: at, "content-type": "application/json"}
+    )
+    assert r.status_code == 400 and r.json()["error"]["field"] == "message"
+    assert (await c.call("a", "POST", "/internal/tell", json.loads(raw))).status_code == 401
