@@ -26,6 +26,7 @@ import trio
 
 from ..actors.messages import Envelope
 from ..swf import messages as m
+from ..swf.actor import _FROM_OTHERS as FROM_OTHERS
 from ..swf.model import ExecutionRef
 from .placement import Local, Unowned, Where
 
@@ -34,20 +35,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("foliot.cluster.tell")
 
+# What one execution sends another: requests (signal, cancel request, a child policy's
+# terminate), and the answers the runtime already treats as coming from other executions.
 MESSAGES: Final[dict[str, type[Any]]] = {
-    cls.__name__: cls
-    for cls in (
-        m.Signal,
-        m.RequestCancel,
-        m.Terminate,
-        m.ChildStarted,
-        m.ChildStartFailed,
-        m.ChildClosed,
-        m.ExternalSignaled,
-        m.ExternalSignalFailed,
-        m.ExternalCancelRequested,
-        m.ExternalCancelFailed,
-    )
+    cls.__name__: cls for cls in (m.Signal, m.RequestCancel, m.Terminate, *FROM_OTHERS)
 }
 _NESTED: Final[dict[str, type[Any]]] = {"ExecutionRef": ExecutionRef}
 RETRIES_S: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 2.0, 2.0, 5.0, 5.0, 10.0, 10.0, 20.0)
