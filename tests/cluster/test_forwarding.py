@@ -400,3 +400,33 @@ async def test_an_execution_messages_one_that_lives_on_another_node(cluster: Clu
     )
     assert r.status_code == 400 and r.json()["error"]["field"] == "message"
     assert (await c.call("a", "POST", "/internal/tell", json.loads(raw))).status_code == 401
+
+
+BAD_BODIES = [
+    ("/internal/claim", b"{not json", None),
+    ("/internal/claim", b'{"kind": "tasks", "app": "orders", "queue": "work", "surprise": 1}', "surprise"),
+    ("/internal/claim", b'{"kind": "tasks", "app": "orders", "queue": "work", "maxTasks": "1"}', "maxTasks"),
+    ("/internal/claim", b'{"kind": "tasks", "app": "orders", "queue": "w o r k"}', "queue"),
+    ("/internal/claim", b'{"kind": "tasks", "app": "orders", "queue": "work", "maxTasks": 101}', "maxTasks"),
+    ("/internal/claim", b'{"kind": "mail"}', "kind"),
+    ("/internal/claim", b'{"kind": "swf", "region": "us-east-1", "task": "decision", "body": {}}', "body"),
+    ("/internal/intervene", b'{"app": "orders", "runId": "r", "verb": "explode"}', "verb"),
+    ("/internal/intervene", b'{"app": "orders", "verb": "pause"}', "runId"),
+    ("/internal/tell", b'{"kind": "nope", "actorId": "x", "message": {}}', "kind"),
+]
+
+
+async def test_node_to_node_calls_refuse_bad_bodies_and_change_nothing(cluster: Cluster) -> None:
+    c = cluster
+    run_id = await start(c, "a", "q")
+    b = c.nodes["b"].engine.forwarder
+    for path, body, field in BAD_BODIES:
+        signed = hop.sign(b.key, "b", c.nodes["b"].engine.clock.now(), "POST", path, body)
+        r = await c.nodes["a"].client.post(
+            path, content=body, headers={hop.HEADER: signed, "content-type": "application/json"}
+        )
+        assert r.status_code == 400, (path, body, r.text)
+        assert r.json()["error"]["code"] == "invalid_request" and r.json()["error"].get("field") == field
+    assert c.nodes["a"].engine.queues.depth(c.app, "work") == 1  # the offer is still there
+    run = (await c.call("a", "GET", f"/apps/{c.app}/runs/{run_id}")).json()
+    assert run["status"] == "running" and run["currentStep"] == "t"
