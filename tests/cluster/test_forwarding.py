@@ -9,6 +9,7 @@ production), so each case sets the ownership it needs exactly."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -430,3 +431,29 @@ async def test_node_to_node_calls_refuse_bad_bodies_and_change_nothing(cluster: 
     assert c.nodes["a"].engine.queues.depth(c.app, "work") == 1  # the offer is still there
     run = (await c.call("a", "GET", f"/apps/{c.app}/runs/{run_id}")).json()
     assert run["status"] == "running" and run["currentStep"] == "t"
+
+
+async def test_a_console_intervention_on_another_node_is_made_by_the_owner(cluster: Cluster) -> None:
+    c = cluster
+    run_id = await start(c, "a", "w")
+    browser = c.nodes[
+        "b"
+    ].client  # the console session (a cookie made from the admin token) works on any node
+    page = await browser.get("/console/login")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    r = await browser.post(
+        "/console/login", data={"token": ADMIN, "csrf": csrf.group(1), "next": "/console/"}
+    )
+    assert r.status_code == 303, r.text
+    page = await browser.get(f"/console/apps/{c.app}/runs/{run_id}")  # a read: b serves it
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    r = await browser.post(
+        f"/console/apps/{c.app}/runs/{run_id}/cancel", data={"csrf": csrf.group(1), "confirm": "yes"}
+    )
+    assert r.status_code == 303, r.text
+    assert r.headers["location"] == f"/console/apps/{c.app}/runs/{run_id}?done=cancel"
+    assert c.nodes["b"].engine.forwarder.forwarded == 1
+    run = (await c.call("b", "GET", f"/apps/{c.app}/runs/{run_id}")).json()
+    assert run["status"] == "cancelled"
