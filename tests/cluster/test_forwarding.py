@@ -22,7 +22,7 @@ from cryptography.fernet import Fernet
 
 from foliot.actors.messages import Envelope
 from foliot.cluster import hop, tell
-from foliot.cluster.placement import LOCAL, Remote, Unowned, Where
+from foliot.cluster.placement import LOCAL, Placement, Remote, Unowned, Where
 from foliot.server import Running, serve
 from foliot.storage.swf import swf_actor_id
 from foliot.swf import messages as m
@@ -41,21 +41,24 @@ WAITS = {"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}, {
 
 @attrs.define
 class FakePlacement:
-    """Where each run lives, as the test says: `owners[run_id]` is a node's name, else local."""
+    """Where each actor lives: as the test says (`owners[actor_id]`, a node's name, or None for
+    nobody), else as the node itself says (`real`)."""
 
     me: str
     nodes: dict[str, Running]
+    real: Placement
     owners: dict[str, str | None] = attrs.Factory(dict)
+    addresses: dict[str, str] = attrs.Factory(dict)  # a node's address as this one knows it
 
     def where(self, actor_id: str) -> Where:
         if actor_id not in self.owners:
-            return LOCAL
+            return self.real.where(actor_id)
         owner = self.owners[actor_id]
         if owner is None:
             return Unowned(7)
         if owner == self.me:
             return LOCAL
-        return Remote(owner, self.nodes[owner].url)
+        return Remote(owner, self.addresses.get(owner) or self.nodes[owner].url)
 
 
 @attrs.define
@@ -118,7 +121,7 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery, pg_cluster: Any) -> Asy
             httpx.AsyncClient(base_url=runnings["b"].url) as cb,
         ):
             for name, client in (("a", ca), ("b", cb)):
-                placement = FakePlacement(name, runnings)
+                placement = FakePlacement(name, runnings, runnings[name].engine.placement)
                 runnings[name].engine.placement = placement
                 nodes[name] = Node(name, runnings[name], client, placement)
             cluster = Cluster(nodes, handler)
@@ -228,9 +231,7 @@ async def test_an_owner_that_cannot_be_reached_answers_503(cluster: Cluster) -> 
     with trio.socket.socket() as sock:
         await sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # bound, never listening: connections are refused
-        c.nodes["b"].placement.nodes = {**c.nodes["b"].placement.nodes}
-        gone = attrs.evolve(c.nodes["a"].running, binds=[f"http://127.0.0.1:{port}"])
-        c.nodes["b"].placement.nodes["a"] = gone
+        c.nodes["b"].placement.addresses["a"] = f"http://127.0.0.1:{port}"
         r = await c.call("b", "POST", f"/apps/{c.app}/signals", {"name": "go", "runId": run_id})
     assert r.status_code == 503 and r.headers["retry-after"] == "1", r.text
     assert r.json()["error"]["code"] == "unavailable"
