@@ -385,7 +385,7 @@ async def test_an_execution_messages_one_that_lives_on_another_node(cluster: Clu
     signal = Envelope(m.Signal("from-b", "hello"))
     assert b.remote_tell(b.swf, actor, signal) is True
     await until(lambda: b.remote_tell.sent == 1)
-    assert (await history(on_a, "o-1", run_id))[-1] == "WorkflowExecutionSignaled"
+    assert "WorkflowExecutionSignaled" in await history(on_a, "o-1", run_id)
     assert actor not in b.supervisor.actors
     # The owner refuses a message for an actor it does not own (it moved meanwhile).
     c.nodes["a"].placement.owners[actor] = "b"
