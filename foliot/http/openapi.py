@@ -239,6 +239,12 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
         "none",
     ),
     ("POST", "/internal/intervene"): ("Node to node (Foliot-Hop header): one bulk run", None, 200, "none"),
+    ("POST", "/internal/tell"): (
+        "Node to node only (Foliot-Hop header): an actor's message",
+        None,
+        200,
+        "none",
+    ),
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
