@@ -15,7 +15,7 @@ from typing import Protocol
 
 import attrs
 
-from ..errors import ApiError
+from ..errors import Unavailable
 
 
 @attrs.frozen
@@ -65,25 +65,17 @@ class Elsewhere(Exception):
         self.owner = owner
 
 
-class NotOwner(ApiError):
+class NotOwner(Unavailable):
     """A forwarded request reached a node that does not own its actor either (the ownership
-    moved meanwhile): never forwarded a second time; the client retries."""
+    moved meanwhile): never forwarded a second time; the client retries (503, Retry-After 1)."""
 
-    status = 503
     code = "not_owner"
 
-    def headers(self) -> dict[str, str] | None:
-        return {"Retry-After": "1"}
 
+class PartitionUnowned(Unavailable):
+    """Nobody holds the actor's partition right now: retry in a second (503, Retry-After 1)."""
 
-class PartitionUnowned(ApiError):
-    """Nobody holds the actor's partition right now: retry in a second."""
-
-    status = 503
     code = "partition_unowned"
-
-    def headers(self) -> dict[str, str] | None:
-        return {"Retry-After": "1"}
 
 
 def check_local(placement: Placement, actor_id: str) -> None:
