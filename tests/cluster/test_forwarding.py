@@ -101,7 +101,7 @@ async def until(check: Callable[[], bool]) -> None:
 
 @pytest.fixture
 async def cluster(tmp_path: Path, nursery: trio.Nursery, pg_cluster: Any) -> AsyncIterator[Cluster]:
-    url = pg_cluster.new_database()
+    url = pg_cluster.migrated_database()
     key = Fernet.generate_key().decode()
     handler = await start_handler(nursery, HandlerServer())
     runnings: dict[str, Running] = {}
@@ -137,6 +137,7 @@ async def cluster(tmp_path: Path, nursery: trio.Nursery, pg_cluster: Any) -> Asy
             await until(lambda: all(n.engine.pull.peers for n in nodes.values()))
             yield cluster
         servers.cancel_scope.cancel()
+    pg_cluster.finished(url)
 
 
 async def start(c: Cluster, node: str, workflow: str) -> str:
