@@ -111,6 +111,8 @@ def test_every_message_between_nodes_travels_as_json_and_comes_back_the_same() -
         m.ExternalSignalFailed(9),
         m.ExternalCancelRequested(9, ref),
         m.ExternalCancelFailed(9),
+        m.LambdaCompleted(4, result="42"),
+        m.LambdaFailed(4, reason="boom", details=None),
     ]
     assert {type(x).__name__ for x in messages} == set(remote.MESSAGES)
     for message in messages:
