@@ -92,6 +92,11 @@ class Vault:
         with HMAC-SHA256, so no purpose ever uses the secret key itself."""
         return hmac.new(self._key, b"foliot/derive/" + purpose.encode(), hashlib.sha256).digest()
 
+    def key_check(self) -> str:
+        """A value that tells whether two nodes hold the same secret key, and nothing about it
+        (stored by the database at its first start: `foliot.storage.keycheck`)."""
+        return hmac.new(self.derive_key("key-check"), b"foliot secret key check", hashlib.sha256).hexdigest()
+
     @classmethod
     def from_data_dir(cls, data_dir: str, explicit: str | None) -> Vault:
         if explicit:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import secrets
 import signal
@@ -14,14 +15,20 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 
 from .actors.engine import Engine
+from .actors.messages import Envelope
+from .cluster import hop
+from .cluster.pull import Bus, Pull
+from .cluster.tell import RemoteTell
 from .config import Settings, describe_lifetime, redact_url
 from .credentials import Vault, file_secret
 from .http.app import create_app
 from .http.edge import Shed
+from .http.forward import Forwarder
 from .http.hot import Hot
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.factory import open_store, sqlite_path
+from .storage.keycheck import KeyCheckStore
 from .storage.node_lock import sqlite_node_lock
 from .storage.postgres import PostgresStore
 
@@ -84,6 +91,52 @@ async def serve(
         await _serve_store(settings, token, vault, stop, task_status)
 
 
+class KeyMismatch(SystemExit):
+    """This node's secret key is not the one the database's secrets were encrypted with."""
+
+
+async def check_secret_key(store: KeyCheckStore, vault: Vault) -> None:
+    """Refuse to start when FOLIOT_SECRET_KEY (or the data directory's key file) is not the key
+    the database was first started with: its apps' signing secrets would not decrypt and its
+    task tokens would not verify (every node of a cluster shares the key)."""
+    mine = vault.key_check()
+    stored = await store.secret_key_check(mine)
+    if not hmac.compare_digest(stored, mine):
+        raise KeyMismatch(
+            "refusing to start: this node's secret key (FOLIOT_SECRET_KEY, or secret.key in its data"
+            " directory) is not the key this database's secrets were encrypted with; every node"
+            " sharing a database must be given the same FOLIOT_SECRET_KEY (the first node's key)"
+        )
+
+
+async def join_edge(
+    engine: Engine,
+    bus: Bus,
+    vault: Vault,
+    node_id: str,
+    address: str,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Several nodes on one PostgreSQL: requests for actors owned elsewhere are forwarded
+    (`foliot.http.forward`), long polls reach the other nodes' queues (`foliot.cluster.pull`)."""
+    forwarder = Forwarder(node_id, vault.derive_key(hop.PURPOSE), engine.clock.now)
+    engine.forwarder = forwarder
+    engine.pull = Pull(node_id, address, engine.queues, bus, forwarder.claim)
+
+    def retell(kind: str, actor_id: str, message: object) -> None:
+        engine.tell_or_retry(engine.kinds[kind], actor_id, Envelope(message))
+
+    where = lambda actor_id: engine.placement.where(actor_id)  # noqa: E731 (read at each call)
+    engine.remote_tell = RemoteTell(where, forwarder.internal, engine.spawn, retell)
+    try:
+        await engine.pull.serve(task_status=task_status)
+    finally:
+        engine.pull = engine.remote_tell = None
+        with trio.CancelScope(shield=True), trio.move_on_after(2):
+            await forwarder.aclose()
+
+
 def single_node(database_url: str) -> contextlib.AbstractContextManager[None]:
     """The SQLite single-node lock (`foliot.storage.node_lock`); nothing for PostgreSQL."""
     if database_url.startswith("sqlite:"):
@@ -101,12 +154,13 @@ async def _serve_store(
     # Half the lease: a node paused inside a transaction loses it (and its lease rows' locks)
     # before its leases could be taken over.
     async with open_store(settings.database_url, pg_idle_tx_ms=settings.lease_ttl_ms // 2) as store:
+        await check_secret_key(store, vault)
         engine = Engine(settings, store, vault=vault)
+        node_id = settings.node_id or "node-" + secrets.token_hex(6)
         if isinstance(store, PostgresStore):
-            node_id = settings.node_id or "node-" + secrets.token_hex(6)
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
-            log.info("cluster node %s, reachable at %s", node_id, settings.advertised)
-        app = InFlight(Shed(Hot(create_app(engine, settings, token), engine, token), engine.admission))
+        quart_app = create_app(engine, settings, token)
+        app = InFlight(Shed(Hot(quart_app, engine, token), engine.admission))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT
@@ -128,6 +182,13 @@ async def _serve_store(
 
             binds = await nursery.start(http)
             log.info("serving on %s", ", ".join(binds))
+            address = settings.advertise_url or binds[0]  # the port bound (FOLIOT_PORT may be 0)
+            quart_app.config["FOLIOT_NODE"] = (node_id, address)
+            if engine.ownership.keeper is not None:
+                engine.ownership.keeper.address = address
+                log.info("cluster node %s, reachable at %s", node_id, address)
+            if isinstance(store, PostgresStore):
+                await nursery.start(join_edge, engine, store, vault, node_id, address)
             await nursery.start(engine.serve)
             log.info("ready")
             task_status.started(Running(binds, engine))

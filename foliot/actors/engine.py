@@ -13,7 +13,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 import httpx
@@ -23,6 +23,7 @@ import trio
 from ..clock import Clock
 from ..cluster.keeper import DEFAULT_TTL_MS, LeaseKeeper
 from ..cluster.leases import partition_of
+from ..cluster.placement import Placement, check_local
 from ..config import Settings
 from ..console.trends import Sampler, Trends
 from ..credentials import Vault
@@ -62,6 +63,10 @@ from .run_actor import RunKind
 from .runtime import Kind
 from .supervisor import Supervisor
 from .timer_wheel import TimerWheel
+
+if TYPE_CHECKING:
+    from ..cluster.pull import Pull
+    from ..http.forward import Forwarder
 
 log = logging.getLogger("foliot.engine")
 
@@ -143,6 +148,10 @@ class Engine:
         self.remote_tell: Callable[[Kind[Any], str, Envelope], bool] | None = None
         self.recovered_tasks = 0
         self.started_at = self.clock.now()
+        # Several nodes (issue 10): where each actor lives, and the client reaching the others.
+        self.placement: Placement = self.ownership  # where each actor lives (tests may wrap it)
+        self.forwarder: Forwarder | None = None
+        self.pull: Pull | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -476,8 +485,10 @@ class Engine:
         """Send a message to an SWF execution's actor; its transition (or fault) once committed."""
         if not self.ready:
             raise Unavailable("the engine is starting; retry shortly")
+        actor_id = swf_actor_id(region, run_id)
+        check_local(self.placement, actor_id)  # owned elsewhere: the request is forwarded
         slot = ReplySlot()
-        await self.supervisor.ask(self.swf, swf_actor_id(region, run_id), Envelope(message, slot))
+        await self.supervisor.ask(self.swf, actor_id, Envelope(message, slot))
         reply: swf_messages.Transition | Fault = await slot.wait()
         return reply, slot.value
 
@@ -538,6 +549,7 @@ class Engine:
         """
         if not self.ready:
             raise Unavailable("the engine is starting; retry shortly")
+        check_local(self.placement, run_id)  # owned elsewhere: the request is forwarded
         slot = ReplySlot()
         await self.supervisor.ask(self.runs, run_id, Envelope(message, slot), known)
         reply = await slot.wait()

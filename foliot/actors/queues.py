@@ -130,6 +130,9 @@ class Queues:
         self._seq = itertools.count()
         # (app, queue) -> (last poll, workerId -> last seen), least recently polled first.
         self._seen: OrderedDict[QueueKey, tuple[int, OrderedDict[str, int]]] = OrderedDict()
+        # Several nodes: told of a queue's offer no poller parked here was woken for, so
+        # pollers on other nodes hear of it (`foliot.cluster.pull`).
+        self.unclaimed: Callable[[QueueKey], None] | None = None
 
     def offer(self, app: str, queue: str, token: str, run_id: str, priority: int = 0) -> None:
         """Offer a token to the queue's pollers: higher `priority` first, then oldest first."""
@@ -224,8 +227,32 @@ class Queues:
 
     def _wake(self, key: QueueKey) -> None:
         lot = self._lots.get(key)
-        if lot is not None:
+        if lot:
             lot.unpark()
+        elif self.unclaimed is not None:
+            self.unclaimed(key)
+
+    def wake_all(self, key: QueueKey) -> None:
+        """Wake every poller parked on the queue (another node has offers for it)."""
+        lot = self._lots.get(key)
+        if lot is not None:
+            lot.unpark_all()
+
+    def offered_queues(self) -> list[QueueKey]:
+        """The queues with offers waiting now."""
+        return list(self._pending)
+
+    async def park(self, app: str, queue: str, wait_until: float) -> None:
+        """Wait on the queue until it is woken (an offer here, or news of one on another node)
+        or `wait_until` (Trio time) passes."""
+        key = (app, queue)
+        lot = self._lots.setdefault(key, ParkingLot())
+        try:
+            with trio.move_on_at(wait_until):
+                await lot.park()
+        finally:
+            if not lot and self._lots.get(key) is lot:
+                del self._lots[key]
 
     def _reserve(self, key: QueueKey, count: int) -> list[tuple[str, str]]:
         pending = self._pending.get(key)
@@ -274,13 +301,7 @@ class Queues:
             got = self._reserve(key, count)
             if got or trio.current_time() >= wait_until:
                 return got
-            lot = self._lots.setdefault(key, ParkingLot())
-            try:
-                with trio.move_on_at(wait_until):
-                    await lot.park()
-            finally:
-                if not lot and self._lots.get(key) is lot:
-                    del self._lots[key]
+            await self.park(*key, wait_until)
 
     def total(self) -> int:
         """Offers waiting in every queue (for /metrics)."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from ..cluster.placement import check_local
 from ..errors import ApiError, Conflict, NotFound, Unavailable, UniqueViolation
 from ..storage.base import IdempotencyRecord, UnitOfWork, json_dumps
 from ..workflow import machine
@@ -99,6 +100,7 @@ async def _deliver(engine: Engine, req: SignalStart, run: Run) -> dict[str, Any]
             return None
         return _record(engine, req, run.run_id, _body(run.run_id, reply.value, False))
 
+    check_local(engine.placement, run.run_id)  # owned elsewhere: the request is forwarded
     slot = ReplySlot()
     await engine.supervisor.ask(engine.runs, run.run_id, Envelope(req.signal, slot, idempotency=record), run)
     reply = await slot.wait()

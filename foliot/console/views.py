@@ -24,6 +24,7 @@ from quart import Blueprint, Response, g, render_template, request
 from werkzeug.datastructures import MultiDict
 
 from .. import credentials
+from ..cluster.placement import check_local
 from ..diagnosis import diagnose, human
 from ..errors import ApiError, Forbidden, InvalidRequest, NotFound, Unauthorized
 from ..http import bulk as bulk_api
@@ -594,6 +595,7 @@ async def intervene(app: str, run_id: str, action: str) -> Response:
     if action not in ACTIONS:
         raise NotFound(f"no intervention {action!r}")
     known = await _owned(app, run_id)
+    check_local(engine().placement, run_id)  # owned elsewhere: forwarded before the form is read
     form = await request.form
     try:
         message = intervention(action, form)

@@ -6,8 +6,10 @@ from typing import Any
 
 from quart import Blueprint, Response, current_app, request
 
+from ..cluster.report import report, single_node
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..metrics import CONTENT_TYPE, SWF_CLOSE_STATUSES
+from ..storage.cluster import ClusterPostgres
 from ..workflow.duration import DurationError, parse_duration
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.model import STATUSES
@@ -117,6 +119,20 @@ async def queues() -> Response:
     await require_admin()
     check_query(set())
     return json_response({"queues": engine().queues.describe()})
+
+
+@blueprint.get("/admin/cluster")
+async def cluster() -> Response:
+    """The nodes sharing this database and who holds which partition (a single node on SQLite)."""
+    await require_admin()
+    check_query(set())
+    eng = engine()
+    if isinstance(eng.store, ClusterPostgres):
+        view = await eng.store.cluster_view()
+    else:
+        node_id, address = current_app.config.get("FOLIOT_NODE") or ("local", request.host_url)
+        view = single_node(node_id, address.rstrip("/"), eng.clock.now(), len(eng.supervisor.actors))
+    return json_response(report(view))
 
 
 @blueprint.get("/metrics")

@@ -24,6 +24,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTo
 
 from .. import credentials
 from ..actors.engine import Engine
+from ..cluster.placement import Elsewhere
 from ..config import Settings
 from ..digits import INT64_MAX, ascii_int
 from ..errors import (
@@ -39,6 +40,7 @@ from ..errors import (
 )
 from ..workflow.jsonconv import ValidationError, is_name, structure
 from ..workflow.payload import MAX_DEPTH, DepthError, loads
+from .forward import quart_incoming, quart_response, relay
 
 T = TypeVar("T")
 log = logging.getLogger("foliot.http")
@@ -358,6 +360,15 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
     async def _api_error(error: ApiError) -> Response:
         return error_response(error)
 
+    @app.errorhandler(Elsewhere)
+    async def _elsewhere(error: Elsewhere) -> Response:
+        """The addressed actor lives on another node: its answer, as it gave it."""
+        try:
+            relayed = await relay(engine_.forwarder, error, await quart_incoming())
+        except ApiError as refused:
+            return error_response(refused)
+        return quart_response(relayed)
+
     @app.errorhandler(StorageUnavailable)
     async def _storage_down(error: StorageUnavailable) -> Response:
         log.warning("storage unavailable: %s", error)
@@ -396,8 +407,9 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
         return error_response(Internal("internal error; see the server log"))
 
     from ..console import views as console
-    from . import admin, apps, bulk, diagnosis, operators, runs, signals, swf, tasks, workflows
+    from . import admin, apps, bulk, diagnosis, internal, operators, runs, signals, swf, tasks, workflows
 
     for module in (apps, workflows, runs, bulk, signals, tasks, admin, diagnosis, operators, console, swf):
         app.register_blueprint(module.blueprint)
+    app.register_blueprint(internal.blueprint)
     return app

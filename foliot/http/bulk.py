@@ -17,11 +17,13 @@ import attrs
 import trio
 from quart import Blueprint, Response
 
-from ..errors import ApiError, InvalidRequest
+from ..cluster.placement import Elsewhere
+from ..errors import ApiError, InvalidRequest, Unavailable
 from ..storage.base import RunFilter, encode_cursor
 from ..workflow import machine
 from ..workflow.model import STATUSES, Run
 from .app import body, check_name, engine, json_response, require_app
+from .forward import Forwarder
 from .runs import MAX_BUSINESS_KEY, _check_reason, _runs_cursor
 
 blueprint = Blueprint("bulk", __name__)
@@ -108,8 +110,14 @@ async def apply_bulk(app_name: str, verb: str, spec: BulkBody) -> dict[str, Any]
 
     async def one(run: Run) -> None:
         async with limiter:
-            reply, _ = await eng.ask(run.run_id, make(spec.reason), run)
-        counts["done" if isinstance(reply, machine.Ok) else "skipped"] += 1
+            try:
+                reply, _ = await eng.ask(run.run_id, make(spec.reason), run)
+                done = isinstance(reply, machine.Ok)
+            except Elsewhere as elsewhere:  # owned by another node: it intervenes there
+                done = await intervene_there(
+                    eng.forwarder, elsewhere, app_name, run.run_id, verb, spec.reason
+                )
+        counts["done" if done else "skipped"] += 1
 
     try:
         async with trio.open_nursery() as nursery:
@@ -125,6 +133,18 @@ async def apply_bulk(app_name: str, verb: str, spec: BulkBody) -> dict[str, Any]
         "cursor": cursor,
     }
     return answer
+
+
+async def intervene_there(
+    forwarder: Forwarder | None, elsewhere: Elsewhere, app: str, run_id: str, verb: str, reason: str | None
+) -> bool:
+    """One run of a bulk page, owned by another node: intervene through it
+    (`/internal/intervene`); True when done, False when its status did not allow it."""
+    if forwarder is None:
+        raise Unavailable("this node cannot reach the run's owner; retry")
+    request = {"app": app, "runId": run_id, "verb": verb, "reason": reason}
+    answer = await forwarder.internal(elsewhere.owner.address, "/internal/intervene", request)
+    return bool(answer["done"])
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -27,12 +27,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
+from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 from werkzeug.exceptions import RequestTimeout
 
 from ..actors.engine import Engine
+from ..cluster.placement import Elsewhere
 from ..errors import ApiError, Internal, PayloadTooLarge, StorageUnavailable, Unavailable
 from .app import BODY_TIMEOUT_S, Call, UnsupportedMediaType, is_json_media_type
+from .forward import Incoming, relay
 from .runs import start_run_call
 from .signals import signal_call
 from .tasks import complete_call, heartbeat_call
@@ -72,7 +74,7 @@ class Hot:
                     # A start or signal names the app; a task answer the app and the token.
                     route = self.routes[match[2] or match[4]]
                     names = (match[1],) if match[2] else (match[1], match[3])
-                    await self._serve(scope["path"], names, route, headers, receive, send)
+                    await self._serve(scope["path"], names, route, headers, receive, send, scope)
                     return
         await self.app(scope, receive, send)
 
@@ -84,6 +86,7 @@ class Hot:
         headers: dict[bytes, bytes],
         receive: ASGIReceiveCallable,
         send: ASGISendCallable,
+        scope: HTTPScope,
     ) -> None:
         length = int(headers[b"content-length"])
         body = _Body(receive, length)
@@ -105,8 +108,15 @@ class Hot:
                 _text(headers.get(b"idempotency-key")),
                 body.read,
             )
-            view, status = await route(call, *names)
-            answer = _dumps(view)
+            try:
+                view, status = await route(call, *names)
+                answer = _dumps(view)
+            except Elsewhere as elsewhere:  # the run lives on another node: its answer, as given
+                raw_path = (scope.get("raw_path") or path.encode("utf-8")).decode("latin-1")
+                incoming = Incoming("POST", raw_path, list(scope["headers"]), await body.read())
+                relayed = await relay(self.engine.forwarder, elsewhere, incoming)
+                await _send(send, relayed.status, relayed.headers, relayed.body)
+                return
         except Disconnected:
             return  # nobody to answer
         except ApiError as error:
@@ -117,15 +127,16 @@ class Hot:
         except Exception:
             log.exception("unhandled error on POST %s", path)
             status, answer, extra = _error(Internal("internal error; see the server log"))
-        out = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(answer)).encode()),
-            *extra.items(),
-        ]
+        out = [(b"content-type", b"application/json"), *extra.items()]
         if status >= 400 and not await body.settle(self.body_max, status):
             out.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": status, "headers": out, "trailers": False})
-        await send({"type": "http.response.body", "body": answer, "more_body": False})
+        await _send(send, status, out, answer)
+
+
+async def _send(send: ASGISendCallable, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+    out = [*headers, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": out, "trailers": False})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _plain_headers(raw: Any) -> dict[bytes, bytes] | None:

@@ -231,6 +231,20 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
         200,
         "admin",
     ),
+    ("GET", "/admin/cluster"): ("Nodes sharing the database; who holds which partition", None, 200, "admin"),
+    ("POST", "/internal/claim"): (
+        "Node to node (Foliot-Hop header): claim from a pull queue",
+        None,
+        200,
+        "none",
+    ),
+    ("POST", "/internal/intervene"): ("Node to node (Foliot-Hop header): one bulk run", None, 200, "none"),
+    ("POST", "/internal/tell"): (
+        "Node to node only (Foliot-Hop header): an actor's message",
+        None,
+        200,
+        "none",
+    ),
 }
 
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}

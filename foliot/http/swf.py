@@ -20,8 +20,9 @@ from urllib.parse import urlsplit
 import attrs
 from quart import Blueprint, Response, current_app, request
 
+from ..cluster.placement import Elsewhere
+from ..errors import ApiError, InvalidRequest, NotFound, StorageUnavailable
 from ..errors import Conflict as ApiConflict
-from ..errors import InvalidRequest, NotFound, StorageUnavailable
 from ..storage.swf import SwfLambdaFunction
 from ..swf import queries, registry, shapes, sigv4, writes
 from ..swf.errors import (
@@ -38,6 +39,7 @@ from ..swf.registry import Action, Ctx
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.payload import DepthError, loads
 from .app import EmptyBody, body, check_query, engine, json_response, query_int, require_admin, settings
+from .forward import quart_incoming, quart_response, relay
 
 log = logging.getLogger("foliot.swf")
 blueprint = Blueprint("swf", __name__)
@@ -138,6 +140,13 @@ async def swf() -> Response:
     assert isinstance(raw_body, bytes)
     try:
         return aws_response(await handle(raw_body))
+    except Elsewhere as elsewhere:  # the execution lives on another node: its answer, as given
+        try:
+            relayed = await relay(engine().forwarder, elsewhere, await quart_incoming())
+        except ApiError as refused:
+            fault = ServiceUnavailable(refused.message)
+            return aws_response(fault.body(), refused.status)
+        return quart_response(relayed)
     except SwfFault as fault:
         return aws_response(fault.body(), fault.status)
     except StorageUnavailable as exc:

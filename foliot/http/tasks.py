@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import attrs
@@ -10,6 +11,7 @@ from quart import Blueprint, Response
 
 from ..actors.dispatcher import task_body
 from ..actors.engine import Engine
+from ..cluster.pull import long_poll
 from ..errors import Conflict, InvalidRequest, NotFound
 from ..workflow import machine
 from ..workflow.model import TaskRow
@@ -76,10 +78,26 @@ async def poll(app_name: str) -> Response:
         raise InvalidRequest(f"must be 1..{MAX_TASKS}", field="maxTasks")
     if spec.worker_id is not None and len(spec.worker_id) > 256:
         raise InvalidRequest("is longer than 256 characters", field="workerId")
+    eng = engine()
     until = trio.current_time() + spec.wait_seconds
-    engine().queues.polled(app_name, spec.queue, spec.worker_id, engine().clock.now())
-    claimed = await engine().claim_queued(app_name, spec.queue, spec.max_tasks, until, spec.worker_id)
-    return json_response({"tasks": [task_body(run, task) for run, task in claimed]})
+    eng.queues.polled(app_name, spec.queue, spec.worker_id, eng.clock.now())
+    here = partial(claim_here, eng, app_name, spec.queue, spec.max_tasks, spec.worker_id)
+    request = {
+        "kind": "tasks", "app": app_name, "queue": spec.queue, "maxTasks": spec.max_tasks,
+        "workerId": spec.worker_id,
+    }  # fmt: skip
+    tasks = await long_poll(eng.pull, (app_name, spec.queue), until, here, request)
+    return json_response({"tasks": tasks or []})
+
+
+async def claim_here(
+    eng: Engine, app_name: str, queue: str, count: int, worker_id: str | None, wait_until: float
+) -> list[dict[str, Any]] | None:
+    """Up to `count` tasks claimed from this node's queue by `wait_until` (Trio time), as the
+    poll answers them; None when none came. Another node's poll calls this through
+    `/internal/claim` (`foliot.cluster.pull`)."""
+    claimed = await eng.claim_queued(app_name, queue, count, wait_until, worker_id)
+    return [task_body(run, task) for run, task in claimed] or None
 
 
 async def _task(eng: Engine, app_name: str, token: str) -> TaskRow:

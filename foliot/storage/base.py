@@ -16,6 +16,7 @@ import attrs
 from ..workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .fence import Fence
+from .keycheck import KeyCheckStore
 from .swf import SwfExecutionStore, SwfRegistryStore
 
 
@@ -144,7 +145,7 @@ def decode_cursor(cursor: str, arity: int) -> list[Any] | None:
     return parts
 
 
-class Store(SwfRegistryStore, SwfExecutionStore, Protocol):
+class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, Protocol):
     """Durable state. Every method is one transaction; `commit` is the engine's hot path."""
 
     async def migrate(self) -> None: ...

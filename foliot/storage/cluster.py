@@ -51,9 +51,19 @@ class ClusterStore(Protocol):
         """A clean shutdown: release every lease of `node_id` and forget the node."""
         ...
 
+    async def cluster_view(self) -> View:
+        """The cluster as the database shows it now (nodes and leases), changing nothing."""
+        ...
+
 
 class ClusterPostgres(PgCalls):
     """`ClusterStore` on PostgreSQL, mixed into `PostgresStore`."""
+
+    async def cluster_view(self) -> View:
+        async def fn(conn: asyncpg.Connection) -> View:
+            return await _view(conn, await conn.fetchval(f"SELECT {NOW_MS}"))
+
+        return await self._call(fn)
 
     async def cluster_heartbeat(self, node_id: str, address: str, live_actors: int) -> View:
         async def fn(conn: asyncpg.Connection) -> View:
@@ -67,13 +77,7 @@ class ClusterPostgres(PgCalls):
                 address,
                 live_actors,
             )
-            nodes = await conn.fetch("SELECT * FROM cluster_nodes ORDER BY node_id")
-            leases = await conn.fetch("SELECT * FROM cluster_leases ORDER BY partition")
-            return View(
-                now=now,
-                nodes=tuple(Node(**dict(r)) for r in nodes),
-                leases=tuple(Lease(**dict(r)) for r in leases),
-            )
+            return await _view(conn, now)
 
         return await self._call(fn)
 
@@ -150,3 +154,13 @@ class ClusterPostgres(PgCalls):
                 await conn.execute("DELETE FROM cluster_nodes WHERE node_id = $1", node_id)
 
         await self._call(fn)
+
+
+async def _view(conn: asyncpg.Connection, now: int) -> View:
+    nodes = await conn.fetch("SELECT * FROM cluster_nodes ORDER BY node_id")
+    leases = await conn.fetch("SELECT * FROM cluster_leases ORDER BY partition")
+    return View(
+        now=now,
+        nodes=tuple(Node(**dict(r)) for r in nodes),
+        leases=tuple(Lease(**dict(r)) for r in leases),
+    )

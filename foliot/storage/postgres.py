@@ -73,6 +73,8 @@ from .batch import BatchRows, batch_rows
 from .cluster import NOW_MS, ClusterPostgres
 from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
 from .fence import Fence
+from .keycheck import KeyCheckPostgres
+from .notify import NotifyPostgres
 from .swf_postgres import SwfPostgres
 
 T = TypeVar("T")
@@ -645,7 +647,7 @@ async def _held_fences(conn: asyncpg.Connection, fences: list[Fence]) -> set[Fen
     return {Fence(r["node_id"], r["partition"], r["epoch"]) for r in rows}
 
 
-class PostgresStore(SwfPostgres, ClusterPostgres):
+class PostgresStore(SwfPostgres, ClusterPostgres, KeyCheckPostgres, NotifyPostgres):
     """`Store` on PostgreSQL. Create with `open_postgres`."""
 
     def __init__(
@@ -694,6 +696,10 @@ class PostgresStore(SwfPostgres, ClusterPostgres):
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             raise _translate(exc) from exc
+
+    async def _on_loop(self, make: Callable[[], Coroutine[Any, Any, T]], limit_s: float) -> T:
+        """Run a coroutine of the driver's own on the asyncio side (`foliot.storage.notify`)."""
+        return await self._bridge.run(make, limit_s)
 
     @property
     def stats(self) -> dict[str, int]:

@@ -53,6 +53,7 @@ from .base import (
 )
 from .batch import batch_rows, chunks
 from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
+from .keycheck import KeyCheckSqlite
 from .swf_sqlite import SwfSqlite
 
 T = TypeVar("T")
@@ -105,7 +106,7 @@ def _translate(exc: sqlite3.Error) -> StorageError:
     return StorageError(str(exc))
 
 
-class SqliteStore(SwfSqlite):
+class SqliteStore(SwfSqlite, KeyCheckSqlite):
     """`Store` on one SQLite file (or `:memory:` for tests)."""
 
     def __init__(self, path: str, *, inline: bool = False) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
@@ -45,6 +45,9 @@ from .errors import (
 )
 from .faults import Fault
 from .shapes import name_problem, refuse
+
+if TYPE_CHECKING:
+    from ..cluster.pull import Pull
 
 ACCOUNT_ID = "000000000000"
 MAX_DOMAINS = 100  # per region, registered and deprecated together (AWS's quota)
@@ -101,6 +104,11 @@ class SwfRuntime(Protocol):
     ) -> tuple[m.Transition, Any] | None: ...
 
     def swf_token_key(self) -> bytes: ...
+
+    @property
+    def pull(self) -> Pull | None:
+        """Several nodes: the pull queues across them (`foliot.cluster.pull`), else None."""
+        ...
 
 
 # ---------------------------------------------------------------------- pure checks

@@ -9,14 +9,17 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Final, NoReturn
 
 import trio
 
+from ..cluster.pull import long_poll
 from ..errors import UniqueViolation
 from ..storage.swf import SWF_OPEN_WORKFLOW_UNIQUE
 from . import errors, history, tokens
 from . import messages as m
+from .actor import queue_of
 from .errors import SwfFault, UnknownResourceFault, WorkflowExecutionAlreadyStartedFault
 from .faults import Fault
 from .model import Execution, TypeRef
@@ -171,31 +174,42 @@ async def _decision_page(
     return out
 
 
-async def _poll(ctx: Ctx, body: dict[str, Any], kind: str) -> tuple[m.Transition, Any] | None:
-    """Long-poll the body's task list for a task of `kind` (decision | activity)."""
-    await domain_of(ctx, body["domain"])
-    return await _runtime(ctx).swf_poll(
-        ctx.region,
-        body["domain"],
-        kind,
-        body["taskList"]["name"],
-        body.get("identity"),
-        trio.current_time() + POLL_SECONDS,
+async def poll_here(ctx: Ctx, body: dict[str, Any], kind: str, wait_until: float) -> dict[str, Any] | None:
+    """A task of `kind` (decision | activity) from this node's queue of the body's task list,
+    started and rendered as the poll's answer; None when none came by `wait_until` (Trio time).
+    Another node's poll calls this through `/internal/claim` (`foliot.cluster.pull`)."""
+    got = await _runtime(ctx).swf_poll(
+        ctx.region, body["domain"], kind, body["taskList"]["name"], body.get("identity"), wait_until
     )
+    if got is None:
+        return None
+    tr, _ = got
+    claimed = tr.reply
+    if isinstance(claimed, m.DecisionTaskClaimed):
+        text = _token(
+            ctx, tokens.DECISION, tr.execution, claimed.scheduled_event_id, claimed.started_event_id
+        )
+        return await _decision_page(ctx, body, tr.execution, claimed, text, None)
+    assert isinstance(claimed, m.ActivityTaskClaimed)
+    text = _token(ctx, tokens.ACTIVITY, tr.execution, claimed.scheduled_event_id, claimed.started_event_id)
+    return history.activity_task(tr.execution, claimed, text)
+
+
+async def _poll(ctx: Ctx, body: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """Long-poll the body's task list for a task of `kind`, on every node of a cluster."""
+    await domain_of(ctx, body["domain"])
+    runtime = _runtime(ctx)
+    key = queue_of(ctx.region, body["domain"], kind, body["taskList"]["name"])
+    request = {"kind": "swf", "region": ctx.region, "task": kind, "body": body}
+    here = partial(poll_here, ctx, body, kind)
+    return await long_poll(runtime.pull, key, trio.current_time() + POLL_SECONDS, here, request)
 
 
 async def poll_for_decision_task(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
     continued = body.get("nextPageToken")
     if continued is not None:
         return await _next_page(ctx, body, continued)
-    got = await _poll(ctx, body, "decision")
-    if got is None:
-        return {"startedEventId": 0, "previousStartedEventId": 0}  # AWS's empty task
-    tr, _ = got
-    claimed = tr.reply
-    assert isinstance(claimed, m.DecisionTaskClaimed)
-    text = _token(ctx, tokens.DECISION, tr.execution, claimed.scheduled_event_id, claimed.started_event_id)
-    return await _decision_page(ctx, body, tr.execution, claimed, text, None)
+    return await _poll(ctx, body, "decision") or {"startedEventId": 0, "previousStartedEventId": 0}
 
 
 async def _next_page(ctx: Ctx, body: dict[str, Any], continued: str) -> dict[str, Any]:
@@ -214,14 +228,7 @@ async def _next_page(ctx: Ctx, body: dict[str, Any], continued: str) -> dict[str
 
 
 async def poll_for_activity_task(ctx: Ctx, body: dict[str, Any]) -> dict[str, Any]:
-    got = await _poll(ctx, body, "activity")
-    if got is None:
-        return {"startedEventId": 0}  # AWS's empty task
-    tr, _ = got
-    claimed = tr.reply
-    assert isinstance(claimed, m.ActivityTaskClaimed)
-    text = _token(ctx, tokens.ACTIVITY, tr.execution, claimed.scheduled_event_id, claimed.started_event_id)
-    return history.activity_task(tr.execution, claimed, text)
+    return await _poll(ctx, body, "activity") or {"startedEventId": 0}  # AWS's empty task
 
 
 async def _answer(ctx: Ctx, task: tokens.TaskToken, message: Any) -> m.Transition:
