@@ -3,9 +3,11 @@
 PostgreSQL only: SQLite is single-node (`foliot.storage.node_lock`). Every time comparison
 uses the database's clock (`clock_timestamp()`, ms), so nodes never compare their own clocks;
 an update that takes a lease re-checks under the row lock that it is still free, so two nodes
-racing for one partition cannot both win. Lease rows are always locked in partition order (here
-and by the fencing of writes in `postgres.py`), so these updates and a batch's fence check
-cannot deadlock. These calls go through the read pool (each statement
+racing for one partition cannot both win. Acquisitions skip a row another transaction has locked
+(a write in flight under the current holder's fence, read FOR SHARE): they take it at a later
+tick, and one stuck transaction never holds up the keeper's other work. Lease rows are always
+locked in partition order (here and by the fencing of writes in `postgres.py`), so these updates
+and a batch's fence check cannot deadlock. These calls go through the read pool (each statement
 commits by itself), never through the group-commit writers: a renewal must not wait behind a
 burst of runs' writes.
 """
@@ -87,7 +89,8 @@ class ClusterPostgres(PgCalls):
                 "UPDATE cluster_leases AS l SET node_id = $1, epoch = l.epoch + 1,"
                 f" expires_at = {NOW_MS} + $3"
                 " FROM (SELECT partition FROM cluster_leases WHERE partition = ANY($2::int[])"
-                f" AND (node_id IS NULL OR expires_at <= {NOW_MS}) ORDER BY partition FOR UPDATE) AS k"
+                f" AND (node_id IS NULL OR expires_at <= {NOW_MS})"
+                " ORDER BY partition FOR UPDATE SKIP LOCKED) AS k"
                 " WHERE l.partition = k.partition RETURNING l.partition, l.epoch",
                 node_id,
                 list(partitions),
@@ -122,7 +125,8 @@ class ClusterPostgres(PgCalls):
                 "UPDATE cluster_leases AS l SET epoch = l.epoch + 1,"
                 f" expires_at = {NOW_MS} + $3"
                 " FROM (SELECT partition FROM cluster_leases WHERE partition = ANY($2::int[])"
-                f" AND node_id = $1 AND expires_at > {NOW_MS} ORDER BY partition FOR UPDATE) AS k"
+                f" AND node_id = $1 AND expires_at > {NOW_MS}"
+                " ORDER BY partition FOR UPDATE SKIP LOCKED) AS k"
                 " WHERE l.partition = k.partition RETURNING l.partition, l.epoch",
                 node_id,
                 list(partitions),
