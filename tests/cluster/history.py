@@ -149,9 +149,24 @@ class LeaseChange:
     at_us: int
 
 
+class LeaseHistory:
+    """Every state a `cluster_leases` row went through, by partition, in the database's order."""
+
+    def __init__(self, changes: Iterable[LeaseChange]) -> None:
+        self.changes: dict[int, list[LeaseChange]] = {}
+        for change in sorted(changes, key=lambda c: c.at_us):
+            self.changes.setdefault(change.partition, []).append(change)
+        self.times = {p: [c.at_us for c in changes] for p, changes in self.changes.items()}
+
+    def at(self, partition: int, at_us: int) -> LeaseChange | None:
+        """The partition's lease as it stood at `at_us` (None: before any record of it)."""
+        index = bisect.bisect_right(self.times.get(partition, []), at_us)
+        return self.changes[partition][index - 1] if index else None
+
+
 def fencing_problems(
     writes: Iterable[Write],
-    leases: Iterable[LeaseChange],
+    leases: LeaseHistory,
     partition_of: Callable[[str], int],
     node_of: Mapping[str, str],
 ) -> list[str]:
@@ -159,16 +174,11 @@ def fencing_problems(
     unexpired lease, at the moment of the write (`node_of` maps a writer's application_name to
     its node id). A row written by anyone else is a write the database should have fenced off.
     Returns what broke that; [] when nothing did."""
-    history: dict[int, list[LeaseChange]] = {}
-    for change in sorted(leases, key=lambda c: c.at_us):
-        history.setdefault(change.partition, []).append(change)
-    times = {p: [c.at_us for c in changes] for p, changes in history.items()}
     out: list[str] = []
     for w in writes:
         partition = partition_of(w.run_id)
         node = node_of.get(w.writer)
-        index = bisect.bisect_right(times.get(partition, []), w.at_us)
-        lease = history[partition][index - 1] if index else None
+        lease = leases.at(partition, w.at_us)
         where = f"{w.run_id} seq {w.seq} by {w.writer!r} (partition {partition})"
         if node is None:
             out.append(f"{where}: not written by a known node")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .history import LeaseChange, Write, fencing_problems, history_problems
+from .history import LeaseChange, LeaseHistory, Write, fencing_problems, history_problems
 
 RUN = "run_1"
 
@@ -97,12 +97,14 @@ def test_a_signal_taken_twice_or_two_endings_are_caught() -> None:
     assert history_problems(RUN, renumber(events[1:])) != []  # no run_started
 
 
-LEASES = [
-    LeaseChange(7, None, 0, 0, 0),
-    LeaseChange(7, "n1", 1, 3_000, 1_000_000),  # n1 acquires at 1 s until 3 s (ms)
-    LeaseChange(7, "n1", 1, 4_000, 2_000_000),  # renewed at 2 s until 4 s
-    LeaseChange(7, "n2", 2, 9_000, 6_000_000),  # n2 takes it over at 6 s
-]
+LEASES = LeaseHistory(
+    [
+        LeaseChange(7, None, 0, 0, 0),
+        LeaseChange(7, "n1", 1, 3_000, 1_000_000),  # n1 acquires at 1 s until 3 s (ms)
+        LeaseChange(7, "n1", 1, 4_000, 2_000_000),  # renewed at 2 s until 4 s
+        LeaseChange(7, "n2", 2, 9_000, 6_000_000),  # n2 takes it over at 6 s
+    ]
+)
 NODES = {"foliot-n1": "n1", "foliot-n2": "n2"}
 
 
@@ -124,3 +126,10 @@ def test_a_write_by_a_node_whose_lease_expired_or_moved_is_caught() -> None:
     assert len(early) == 1 and "not n2" in early[0]
     assert len(check(Write(RUN, 1, "psql", 1_500_000))) == 1  # not a node at all
     assert len(check(Write(RUN, 1, "foliot-n1", 500_000))) == 1  # before anyone held it
+
+
+def test_the_lease_history_answers_the_lease_at_a_moment() -> None:
+    assert LEASES.at(7, 999_999) == LeaseChange(7, None, 0, 0, 0)
+    assert LEASES.at(7, 2_000_000) == LeaseChange(7, "n1", 1, 4_000, 2_000_000)
+    assert LEASES.at(7, 7_000_000) is not None and LEASES.at(7, 7_000_000).epoch == 2  # type: ignore[union-attr]
+    assert LEASES.at(8, 7_000_000) is None
