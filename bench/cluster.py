@@ -330,7 +330,10 @@ def pgbench(cluster: Any, args: argparse.Namespace) -> list[list[Any]]:
     script.write_text("INSERT INTO probe (doc) VALUES (repeat('x', 400));\n")
     rows = []
     clients = str(max(2, args.connections // 2))
-    for name, extra in (("TPC-B-like (5 statements)", []), ("one insert", ["-f", str(script)])):
+    for name, extra in (
+        ("simple-update (TPC-B-like, 3 writes)", ["-b", "simple-update"]),
+        ("one insert", ["-f", str(script)]),
+    ):
         done = subprocess.run(
             [
                 _bin("pgbench"),
