@@ -92,7 +92,13 @@ class Nodes:
                 out.setdefault(node, set()).add(partition)
         return out
 
-    async def until(self, what: str, ok: Callable[[], Awaitable[bool]], limit_s: float = 60) -> float:
+    async def until(
+        self,
+        what: str,
+        ok: Callable[[], Awaitable[bool]],
+        limit_s: float = 60,
+        seen: Callable[[], str] = lambda: "",
+    ) -> float:
         """Poll `ok` until true (bounded); returns the seconds it took."""
         t0 = trio.current_time()
         try:
@@ -100,8 +106,12 @@ class Nodes:
                 while not await ok():
                     await trio.sleep(0.1)
         except trio.TooSlowError:
-            raise AssertionError(f"{what}: not within {limit_s} s") from None
+            raise AssertionError(f"{what}: not within {limit_s} s {seen()}") from None
         return trio.current_time() - t0
+
+    async def all_ready(self) -> bool:
+        """Every node process started and answered /readyz 200 (`Server.start` returned)."""
+        return all(len(s.ready_times) == s.kills + 1 for s in self.servers)
 
     async def taken_over(self, gone: int) -> bool:
         """Every partition is held, unexpired, and none by node `gone`."""
@@ -137,7 +147,8 @@ class Nodes:
                         last = (i, r.status_code, r.text[:300])
                     except httpx.TransportError as exc:
                         last = (i, repr(exc))
-                    await trio.sleep(0.05 * random.random())
+                    # Backing off as a client should: a retry storm would only load the machine.
+                    await trio.sleep(min(1.0, 0.02 * 2 ** min(attempt, 6)) * random.random())
         except trio.TooSlowError:
             raise AssertionError(f"{method} {path}: no answer but {last} for 120 s") from None
 
@@ -273,13 +284,13 @@ RETRY = {"maxAttempts": 20, "initialInterval": "200ms", "maxInterval": "1s"}
 FLOW = {
     "name": "flow",
     "steps": [
-        {"name": "a", "type": "task", "timeout": "5s", "retry": RETRY},
+        {"name": "a", "type": "task", "timeout": "30s", "retry": RETRY},
         {"name": "go", "type": "wait", "signal": "go"},
         {"name": "nap", "type": "sleep", "duration": "1s"},
         # Pulled by the test's workers; a claim lost with a killed node times out in 3 s and is
         # offered again as the next attempt.
         {"name": "pick", "type": "task", "queue": "picking", "timeout": "3s", "retry": RETRY},
-        {"name": "b", "type": "task", "timeout": "5s", "retry": RETRY},
+        {"name": "b", "type": "task", "timeout": "30s", "retry": RETRY},
     ],
 }
 RUNS = 300
@@ -305,8 +316,9 @@ async def test_three_nodes_kill_9_thrice_nothing_lost_or_doubled(nodes: Nodes, n
     gates[0].set()
     failovers: list[float] = []
     open_on_victim: list[int] = []
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with client_of() as client:
         key = await app_through(nodes, handler, FLOW)
+        await nodes.until("leases shared", nodes.balanced, 90)
 
         async def drive(i: int) -> None:
             r = await nodes.call(
@@ -360,9 +372,11 @@ async def test_three_nodes_kill_9_thrice_nothing_lost_or_doubled(nodes: Nodes, n
                     # went through on a node killed before it answered.
                     assert r.status_code in (200, 409), r.text
 
-        async def killer() -> None:
+        async def killer(restarts: trio.Nursery) -> None:
             for k, victim in enumerate((1, 2, 0), start=1):
                 await nodes.until("runs started", _at_least(run_ids, RUNS * k // COHORTS), 120)
+                # The node killed before is back (ready) before the next one goes.
+                await nodes.until("the last victim ready again", lambda: nodes.all_ready(), 90)
                 now, leases = await nodes.leases()
                 mine = {p for p, (n, _, x) in leases.items() if n == nodes.ids[victim] and x > now}
                 opened = await nodes.sql("SELECT coalesce(json_agg(run_id), '[]') FROM runs WHERE is_open")
@@ -377,8 +391,7 @@ async def test_three_nodes_kill_9_thrice_nothing_lost_or_doubled(nodes: Nodes, n
                     )
                 # The last time it is restarted at once, under the same node id, while the
                 # database still shows its old leases unexpired.
-                await nodes.servers[victim].start()
-                await nodes.until(f"node {victim} rejoined", nodes.balanced, 90)
+                restarts.start_soon(nodes.servers[victim].start)
 
         done = trio.Event()
         with trio.fail_after(150):
@@ -386,16 +399,21 @@ async def test_three_nodes_kill_9_thrice_nothing_lost_or_doubled(nodes: Nodes, n
                 for w in range(4):
                     workers.start_soon(worker, w, done)
                 async with trio.open_nursery() as inner:
-                    inner.start_soon(killer)
+                    inner.start_soon(killer, inner)
                     for i in range(RUNS):
                         inner.start_soon(drive, i)
+
+                seen: Counter[str] = Counter()
 
                 async def all_completed() -> bool:
                     found = await statuses(nodes, client, key)
                     assert not set(found.values()) - {"running", "waiting", "sleeping", "completed"}, found
+                    seen.clear()
+                    seen.update(found.values())
                     return len(found) == RUNS and set(found.values()) == {"completed"}
 
-                await nodes.until("every run completed", all_completed, 90)
+                await nodes.until("every run completed", all_completed, 90, lambda: str(seen))
+                await nodes.until("every node back", nodes.balanced, 60)
                 done.set()
 
         assert len(acked) == RUNS and set(acked.values()) <= {"delivered", "buffered", "duplicate"}
@@ -427,6 +445,15 @@ def _at_least(found: dict[int, str], count: int) -> Callable[[], Awaitable[bool]
     return ok
 
 
+def client_of() -> httpx.AsyncClient:
+    """The test's client: as many connections as a client library would keep, waiting for one
+    as long as it takes (each call is bounded by `Nodes.call` or the test's deadline)."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(10, pool=None),
+        limits=httpx.Limits(max_connections=32, max_keepalive_connections=32),
+    )
+
+
 async def app_through(nodes: Nodes, handler: HandlerServer, workflow: dict[str, Any]) -> dict[str, str]:
     """The app and its workflow, made through node 0; returns the API key's header."""
     async with httpx.AsyncClient(base_url=nodes.url(0), timeout=10) as client:
@@ -438,7 +465,7 @@ PAUSE_FLOW = {
     "steps": [
         {"name": "go", "type": "wait", "signal": "go"},
         {"name": "nap", "type": "sleep", "duration": "1s"},  # due while the node is paused
-        {"name": "b", "type": "task", "timeout": "5s", "retry": RETRY},
+        {"name": "b", "type": "task", "timeout": "30s", "retry": RETRY},
     ],
 }
 PAUSE_RUNS = 90
@@ -451,7 +478,7 @@ async def test_a_paused_node_commits_nothing_once_it_wakes(nodes: Nodes, nursery
     await start_handler(nursery, handler)
     paused = nodes.servers[PAUSED]
     acked: dict[str, str] = {}
-    async with httpx.AsyncClient(timeout=10) as client:
+    async with client_of() as client:
         key = await app_through(nodes, handler, PAUSE_FLOW)
         await nodes.until("leases balanced", nodes.balanced, 90)
         ids: list[str] = []
