@@ -131,7 +131,8 @@ class Nodes:
     ) -> httpx.Response:
         """The request to node `start`, then to the next ones while the answer is a connection
         error, a timeout or a 429/502/503/504 (bounded)."""
-        last: Any = None
+        tried: list[tuple[float, int, Any]] = []  # (when, node, answer): named on failure
+        t0 = trio.current_time()
         try:
             with trio.fail_after(120):
                 attempt = 0
@@ -140,17 +141,18 @@ class Nodes:
                     attempt += 1
                     if i in self.stopped:
                         continue
+                    tried.append((round(trio.current_time() - t0, 1), i, "sent"))
                     try:
                         r = await client.request(method, self.url(i) + path, **kw)
                         if r.status_code not in RETRYABLE:
                             return r
-                        last = (i, r.status_code, r.text[:300])
+                        tried[-1] = (*tried[-1][:2], f"{r.status_code} {r.text[:120]}")
                     except httpx.TransportError as exc:
-                        last = (i, repr(exc))
+                        tried[-1] = (*tried[-1][:2], repr(exc)[:120])
                     # Backing off as a client should: a retry storm would only load the machine.
                     await trio.sleep(min(1.0, 0.02 * 2 ** min(attempt, 6)) * random.random())
         except trio.TooSlowError:
-            raise AssertionError(f"{method} {path}: no answer but {last} for 120 s") from None
+            raise AssertionError(f"{method} {path}: no final answer in 120 s; tried {tried[-12:]}") from None
 
 
 @pytest.fixture
