@@ -55,6 +55,7 @@ class Nodes:
     db_url: str
     servers: list[Server]
     ids: list[str]
+    clients: list[httpx.AsyncClient]  # one per node, as a load balancer keeps per backend
     stopped: set[int] = attrs.Factory(set)  # SIGSTOPped: skipped by `call`
 
     def url(self, i: int) -> str:
@@ -98,13 +99,14 @@ class Nodes:
         ok: Callable[[], Awaitable[bool]],
         limit_s: float = 60,
         seen: Callable[[], str] = lambda: "",
+        every_s: float = 0.1,
     ) -> float:
         """Poll `ok` until true (bounded); returns the seconds it took."""
         t0 = trio.current_time()
         try:
             with trio.fail_after(limit_s):
                 while not await ok():
-                    await trio.sleep(0.1)
+                    await trio.sleep(every_s)
         except trio.TooSlowError:
             raise AssertionError(f"{what}: not within {limit_s} s {seen()}") from None
         return trio.current_time() - t0
@@ -126,9 +128,7 @@ class Nodes:
             len(held[n]) >= fair - 1 for n in self.ids
         )
 
-    async def call(
-        self, client: httpx.AsyncClient, method: str, path: str, *, start: int = 0, **kw: Any
-    ) -> httpx.Response:
+    async def call(self, method: str, path: str, *, start: int = 0, **kw: Any) -> httpx.Response:
         """The request to node `start`, then to the next ones while the answer is a connection
         error, a timeout or a 429/502/503/504 (bounded)."""
         tried: list[tuple[float, int, Any]] = []  # (when, node, answer): named on failure
@@ -143,7 +143,7 @@ class Nodes:
                         continue
                     tried.append((round(trio.current_time() - t0, 1), i, "sent"))
                     try:
-                        r = await client.request(method, self.url(i) + path, **kw)
+                        r = await self.clients[i].request(method, self.url(i) + path, **kw)
                         if r.status_code not in RETRYABLE:
                             return r
                         tried[-1] = (*tried[-1][:2], f"{r.status_code} {r.text[:120]}")
@@ -180,7 +180,7 @@ async def nodes(tmp_path: Path, pg_cluster: Cluster | None) -> AsyncIterator[Nod
             "FOLIOT_ADMISSION_TARGET_MS": "0",
         }
         servers.append(Server(env, tmp_path / f"{node}.log", port))
-    cluster = Nodes(db_url, servers, ids)
+    cluster = Nodes(db_url, servers, ids, [client_of() for _ in ids])
     try:
         # The schema first (the first node migrates), then the audit triggers, then the others.
         await servers[0].start()
@@ -190,6 +190,8 @@ async def nodes(tmp_path: Path, pg_cluster: Cluster | None) -> AsyncIterator[Nod
                 starting.start_soon(server.start)
         yield cluster
     finally:
+        for client in cluster.clients:
+            await client.aclose()
         for server in servers:
             await server.stop()
         for server in servers:
@@ -220,12 +222,11 @@ async def check_fencing(nodes: Nodes) -> tuple[list[Write], LeaseHistory]:
     return writes, leases
 
 
-async def events_of(nodes: Nodes, client: httpx.AsyncClient, key: dict[str, str], run_id: str) -> list[Any]:
+async def events_of(nodes: Nodes, key: dict[str, str], run_id: str) -> list[Any]:
     out: list[Any] = []
     after = 0
     while True:
         r = await nodes.call(
-            client,
             "GET",
             f"/apps/orders/runs/{run_id}/events",
             start=len(out) % NODES,
@@ -240,7 +241,7 @@ async def events_of(nodes: Nodes, client: httpx.AsyncClient, key: dict[str, str]
         after = out[-1]["seq"]
 
 
-async def statuses(nodes: Nodes, client: httpx.AsyncClient, key: dict[str, str]) -> dict[str, str]:
+async def statuses(nodes: Nodes, key: dict[str, str]) -> dict[str, str]:
     """runId -> status of every run, through whichever node answers."""
     out: dict[str, str] = {}
     cursor = None
@@ -248,7 +249,7 @@ async def statuses(nodes: Nodes, client: httpx.AsyncClient, key: dict[str, str])
         params: dict[str, Any] = {"limit": 500}
         if cursor:
             params["cursor"] = cursor
-        r = await nodes.call(client, "GET", "/apps/orders/runs", params=params, headers=key)
+        r = await nodes.call("GET", "/apps/orders/runs", params=params, headers=key)
         assert r.status_code == 200, r.text
         page = r.json()
         out.update({run["runId"]: run["status"] for run in page["runs"]})
@@ -318,118 +319,112 @@ async def test_three_nodes_kill_9_thrice_nothing_lost_or_doubled(nodes: Nodes, n
     gates[0].set()
     failovers: list[float] = []
     open_on_victim: list[int] = []
-    async with client_of() as client:
-        key = await app_through(nodes, handler, FLOW)
-        await nodes.until("leases shared", nodes.balanced, 90)
+    key = await app_through(nodes, handler, FLOW)
+    await nodes.until("leases shared", nodes.balanced, 90)
 
-        async def drive(i: int) -> None:
-            r = await nodes.call(
-                client,
-                "POST",
-                "/apps/orders/runs",
-                start=i,
-                json={"workflow": "flow", "input": {"i": i}, "businessKey": f"order-{i}"},
-                headers={**key, "Idempotency-Key": f"start-{i}"},
-            )
-            assert r.status_code in (200, 201), r.text
-            run_ids[i] = r.json()["runId"]
-            await gates[i % COHORTS].wait()
-            r = await nodes.call(
-                client,
-                "POST",
-                "/apps/orders/signals",
-                start=i + 1,
-                json={"runId": run_ids[i], "name": "go", "payload": {"paid": i}, "signalId": f"sig-{i}"},
-                headers=key,
-            )
-            assert r.status_code == 202, r.text
-            acked[i] = r.json()["status"]
+    async def drive(i: int) -> None:
+        r = await nodes.call(
+            "POST",
+            "/apps/orders/runs",
+            start=i,
+            json={"workflow": "flow", "input": {"i": i}, "businessKey": f"order-{i}"},
+            headers={**key, "Idempotency-Key": f"start-{i}"},
+        )
+        assert r.status_code in (200, 201), r.text
+        run_ids[i] = r.json()["runId"]
+        await gates[i % COHORTS].wait()
+        r = await nodes.call(
+            "POST",
+            "/apps/orders/signals",
+            start=i + 1,
+            json={"runId": run_ids[i], "name": "go", "payload": {"paid": i}, "signalId": f"sig-{i}"},
+            headers=key,
+        )
+        assert r.status_code == 202, r.text
+        acked[i] = r.json()["status"]
 
-        async def worker(w: int, done: trio.Event) -> None:
-            turn = w
-            while not done.is_set():
-                turn += 1
-                try:
-                    r = await client.post(
-                        nodes.url(turn % NODES) + "/apps/orders/tasks/poll",
-                        json={"queue": "picking", "waitSeconds": 1, "maxTasks": 5, "workerId": f"w{w}"},
-                        headers=key,
-                    )
-                except httpx.TransportError:
-                    continue
-                if r.status_code != 200:
-                    await trio.sleep(0.1)
-                    continue
-                for task in r.json()["tasks"]:
-                    picked.append(task["idempotencyKey"])
-                    r = await nodes.call(
-                        client,
-                        "POST",
-                        f"/apps/orders/tasks/{task['taskToken']}/complete",
-                        start=turn,
-                        json={"output": {"picked": task["idempotencyKey"]}},
-                        headers=key,
-                    )
-                    # 409: the attempt timed out meanwhile (its claim was slow), or the complete
-                    # went through on a node killed before it answered.
-                    assert r.status_code in (200, 409), r.text
+    async def worker(w: int, done: trio.Event) -> None:
+        turn = w
+        while not done.is_set():
+            turn += 1
+            try:
+                r = await nodes.clients[turn % NODES].post(
+                    nodes.url(turn % NODES) + "/apps/orders/tasks/poll",
+                    json={"queue": "picking", "waitSeconds": 1, "maxTasks": 5, "workerId": f"w{w}"},
+                    headers=key,
+                )
+            except httpx.TransportError:
+                continue
+            if r.status_code != 200:
+                await trio.sleep(0.1)
+                continue
+            for task in r.json()["tasks"]:
+                picked.append(task["idempotencyKey"])
+                r = await nodes.call(
+                    "POST",
+                    f"/apps/orders/tasks/{task['taskToken']}/complete",
+                    start=turn,
+                    json={"output": {"picked": task["idempotencyKey"]}},
+                    headers=key,
+                )
+                # 409: the attempt timed out meanwhile (its claim was slow), or the complete
+                # went through on a node killed before it answered.
+                assert r.status_code in (200, 409), r.text
 
-        async def killer(restarts: trio.Nursery) -> None:
-            for k, victim in enumerate((1, 2, 0), start=1):
-                await nodes.until("runs started", _at_least(run_ids, RUNS * k // COHORTS), 120)
-                # Another node must be up to take over; the one killed before may still be
-                # restarting (it then rejoins in the middle of the next failover).
-                await nodes.until("another node up", lambda v=victim: nodes.any_ready(besides=v), 90)
-                now, leases = await nodes.leases()
-                mine = {p for p, (n, _, x) in leases.items() if n == nodes.ids[victim] and x > now}
-                opened = await nodes.sql("SELECT coalesce(json_agg(run_id), '[]') FROM runs WHERE is_open")
-                open_on_victim.append(sum(1 for r in opened if partition_of(r) in mine))
-                await nodes.servers[victim].kill()
-                gates[k].set()  # signals to runs some of which the dead node owned
-                if k < 3:  # the survivors take its partitions over, then it comes back
-                    failovers.append(
-                        await nodes.until(
-                            f"takeover after kill {k}", lambda v=victim: nodes.taken_over(v), 60
-                        )
-                    )
-                # The last time it is restarted at once, under the same node id, while the
-                # database still shows its old leases unexpired.
-                restarts.start_soon(nodes.servers[victim].start)
+    async def killer(restarts: trio.Nursery) -> None:
+        for k, victim in enumerate((1, 2, 0), start=1):
+            await nodes.until("runs started", _at_least(run_ids, RUNS * k // COHORTS), 120)
+            # Another node must be up to take over; the one killed before may still be
+            # restarting (it then rejoins in the middle of the next failover).
+            await nodes.until("another node up", lambda v=victim: nodes.any_ready(besides=v), 90)
+            now, leases = await nodes.leases()
+            mine = {p for p, (n, _, x) in leases.items() if n == nodes.ids[victim] and x > now}
+            opened = await nodes.sql("SELECT coalesce(json_agg(run_id), '[]') FROM runs WHERE is_open")
+            open_on_victim.append(sum(1 for r in opened if partition_of(r) in mine))
+            await nodes.servers[victim].kill()
+            gates[k].set()  # signals to runs some of which the dead node owned
+            if k < 3:  # the survivors take its partitions over, then it comes back
+                failovers.append(
+                    await nodes.until(f"takeover after kill {k}", lambda v=victim: nodes.taken_over(v), 60)
+                )
+            # The last time it is restarted at once, under the same node id, while the
+            # database still shows its old leases unexpired.
+            restarts.start_soon(nodes.servers[victim].start)
 
-        done = trio.Event()
-        with trio.fail_after(150):
-            async with trio.open_nursery() as workers:
-                for w in range(4):
-                    workers.start_soon(worker, w, done)
-                async with trio.open_nursery() as inner:
-                    inner.start_soon(killer, inner)
-                    for i in range(RUNS):
-                        inner.start_soon(drive, i)
+    done = trio.Event()
+    with trio.fail_after(150):
+        async with trio.open_nursery() as workers:
+            for w in range(4):
+                workers.start_soon(worker, w, done)
+            async with trio.open_nursery() as inner:
+                inner.start_soon(killer, inner)
+                for i in range(RUNS):
+                    inner.start_soon(drive, i)
 
-                seen: Counter[str] = Counter()
+            seen: Counter[str] = Counter()
 
-                async def all_completed() -> bool:
-                    found = await statuses(nodes, client, key)
-                    assert not set(found.values()) - {"running", "waiting", "sleeping", "completed"}, found
-                    seen.clear()
-                    seen.update(found.values())
-                    return len(found) == RUNS and set(found.values()) == {"completed"}
+            async def all_completed() -> bool:
+                found = await statuses(nodes, key)
+                assert not set(found.values()) - {"running", "waiting", "sleeping", "completed"}, found
+                seen.clear()
+                seen.update(found.values())
+                return len(found) == RUNS and set(found.values()) == {"completed"}
 
-                await nodes.until("every run completed", all_completed, 90, lambda: str(seen))
-                await nodes.until("every node back", nodes.balanced, 60)
-                done.set()
+            await nodes.until("every run completed", all_completed, 90, lambda: str(seen), every_s=0.5)
+            await nodes.until("every node back", nodes.balanced, 60)
+            done.set()
 
-        assert len(acked) == RUNS and set(acked.values()) <= {"delivered", "buffered", "duplicate"}
-        assert min(open_on_victim) > 0, open_on_victim  # each kill hit a node owning open runs
-        ids = [run_ids[i] for i in range(RUNS)]
-        for i, run_id in enumerate(ids):
-            r = await nodes.call(client, "GET", f"/apps/orders/runs/{run_id}", start=i, headers=key)
-            run = r.json()
-            assert run["state"]["go"] == {"paid": i}, run  # the acknowledged signal, once
-            assert run["state"]["b"]["key"].startswith(f"{run_id}:1:b:"), run
-            assert run["state"]["pick"]["picked"] in picked
-            problems = history_problems(run_id, await events_of(nodes, client, key, run_id))
-            assert problems == [], problems
+    assert len(acked) == RUNS and set(acked.values()) <= {"delivered", "buffered", "duplicate"}
+    assert min(open_on_victim) > 0, open_on_victim  # each kill hit a node owning open runs
+    ids = [run_ids[i] for i in range(RUNS)]
+    for i, run_id in enumerate(ids):
+        r = await nodes.call("GET", f"/apps/orders/runs/{run_id}", start=i, headers=key)
+        run = r.json()
+        assert run["state"]["go"] == {"paid": i}, run  # the acknowledged signal, once
+        assert run["state"]["b"]["key"].startswith(f"{run_id}:1:b:"), run
+        assert run["state"]["pick"]["picked"] in picked
+        problems = history_problems(run_id, await events_of(nodes, key, run_id))
+        assert problems == [], problems
     duplicates = check_deliveries(handler, ids, ("a", "b"))
     writes, _ = await check_fencing(nodes)
     by_node = Counter(w.writer for w in writes)
@@ -481,82 +476,77 @@ async def test_a_paused_node_commits_nothing_once_it_wakes(nodes: Nodes, nursery
     await start_handler(nursery, handler)
     paused = nodes.servers[PAUSED]
     acked: dict[str, str] = {}
-    async with client_of() as client:
-        key = await app_through(nodes, handler, PAUSE_FLOW)
-        await nodes.until("leases balanced", nodes.balanced, 90)
-        ids: list[str] = []
-        for i in range(PAUSE_RUNS):
-            r = await nodes.call(
-                client, "POST", "/apps/orders/runs", start=i, json={"workflow": "flow"}, headers=key
-            )
-            assert r.status_code == 201, r.text
-            ids.append(r.json()["runId"])
+    key = await app_through(nodes, handler, PAUSE_FLOW)
+    await nodes.until("leases balanced", nodes.balanced, 90)
+    ids: list[str] = []
+    for i in range(PAUSE_RUNS):
+        r = await nodes.call("POST", "/apps/orders/runs", start=i, json={"workflow": "flow"}, headers=key)
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["runId"])
 
-        async def all_waiting() -> bool:
-            return set((await statuses(nodes, client, key)).values()) == {"waiting"}
+    async def all_waiting() -> bool:
+        return set((await statuses(nodes, key)).values()) == {"waiting"}
 
-        await nodes.until("runs waiting", all_waiting)
-        now, leases = await nodes.leases()
-        theirs = {p: e for p, (n, e, x) in leases.items() if n == nodes.ids[PAUSED] and x > now}
-        mine = [r for r in ids if partition_of(r) in theirs]
-        assert len(mine) >= 9, (len(mine), len(theirs))
-        before, during, around = mine[0::3], mine[1::3], mine[2::3]
-        others = [r for r in ids if r not in mine]
+    await nodes.until("runs waiting", all_waiting, every_s=0.5)
+    now, leases = await nodes.leases()
+    theirs = {p: e for p, (n, e, x) in leases.items() if n == nodes.ids[PAUSED] and x > now}
+    mine = [r for r in ids if partition_of(r) in theirs]
+    assert len(mine) >= 9, (len(mine), len(theirs))
+    before, during, around = mine[0::3], mine[1::3], mine[2::3]
+    others = [r for r in ids if r not in mine]
 
-        async def signal_to(run_id: str, node: int | None) -> None:
-            """Straight to `node` (waiting as long as it takes), else to any node."""
-            body = {"runId": run_id, "name": "go", "signalId": f"sig-{run_id}"}
-            r: httpx.Response | None = None
-            if node is not None:
-                try:
-                    r = await client.post(
-                        nodes.url(node) + "/apps/orders/signals", json=body, headers=key, timeout=60
-                    )
-                except httpx.TransportError:
-                    r = None
-            if r is None or r.status_code in RETRYABLE:
-                r = await nodes.call(
-                    client, "POST", "/apps/orders/signals", start=PAUSED + 1, json=body, headers=key
+    async def signal_to(run_id: str, node: int | None) -> None:
+        """Straight to `node` (waiting as long as it takes), else to any node."""
+        body = {"runId": run_id, "name": "go", "signalId": f"sig-{run_id}"}
+        r: httpx.Response | None = None
+        if node is not None:
+            try:
+                r = await nodes.clients[node].post(
+                    nodes.url(node) + "/apps/orders/signals", json=body, headers=key, timeout=60
                 )
-            assert r.status_code == 202, r.text
-            acked[run_id] = r.json()["status"]
+            except httpx.TransportError:
+                r = None
+        if r is None or r.status_code in RETRYABLE:
+            r = await nodes.call("POST", "/apps/orders/signals", start=PAUSED + 1, json=body, headers=key)
+        assert r.status_code == 202, r.text
+        acked[run_id] = r.json()["status"]
 
-        async with trio.open_nursery() as senders:
-            # In flight at the pause: signals to the node's runs through the node itself (their
-            # sleeps then come due while it is stopped), and more queued on its socket.
-            for run_id in before:
-                senders.start_soon(signal_to, run_id, PAUSED)
-            await nodes.until("the first signals in", _at_least_one(acked), 30)
-            assert paused.process is not None
-            paused.process.send_signal(signal.SIGSTOP)
-            nodes.stopped.add(PAUSED)
-            for run_id in during:
-                senders.start_soon(signal_to, run_id, PAUSED)
-            for run_id in [*around, *others]:
-                senders.start_soon(signal_to, run_id, None)
-            took = await nodes.until(
-                "takeover of the paused node's partitions", lambda: nodes.taken_over(PAUSED)
-            )
+    async with trio.open_nursery() as senders:
+        # In flight at the pause: signals to the node's runs through the node itself (their
+        # sleeps then come due while it is stopped), and more queued on its socket.
+        for run_id in before:
+            senders.start_soon(signal_to, run_id, PAUSED)
+        await nodes.until("the first signals in", _at_least_one(acked), 30)
+        assert paused.process is not None
+        paused.process.send_signal(signal.SIGSTOP)
+        nodes.stopped.add(PAUSED)
+        for run_id in during:
+            senders.start_soon(signal_to, run_id, PAUSED)
+        for run_id in [*around, *others]:
+            senders.start_soon(signal_to, run_id, None)
+        took = await nodes.until("takeover of the paused node's partitions", lambda: nodes.taken_over(PAUSED))
 
-            async def survivors_finished() -> bool:
-                found = await statuses(nodes, client, key)
-                return all(found[r] == "completed" for r in [*around, *others])
+        async def survivors_finished() -> bool:
+            found = await statuses(nodes, key)
+            return all(found[r] == "completed" for r in [*around, *others])
 
-            # The survivors carried the paused node's runs on: their writes, under new epochs.
-            await nodes.until("the survivors completed the runs they were asked to", survivors_finished, 60)
-            woke = await nodes.clock_us()
-            paused.process.send_signal(signal.SIGCONT)
-            nodes.stopped.discard(PAUSED)
+        # The survivors carried the paused node's runs on: their writes, under new epochs.
+        await nodes.until(
+            "the survivors completed the runs they were asked to", survivors_finished, 60, every_s=0.5
+        )
+        woke = await nodes.clock_us()
+        paused.process.send_signal(signal.SIGCONT)
+        nodes.stopped.discard(PAUSED)
 
-        async def all_completed() -> bool:
-            return set((await statuses(nodes, client, key)).values()) == {"completed"}
+    async def all_completed() -> bool:
+        return set((await statuses(nodes, key)).values()) == {"completed"}
 
-        await nodes.until("every run completed", all_completed, 60)
-        await nodes.until("the woken node rejoined", nodes.balanced, 90)
-        assert set(acked.values()) <= {"delivered", "buffered", "duplicate"} and len(acked) == PAUSE_RUNS
-        for run_id in ids:
-            problems = history_problems(run_id, await events_of(nodes, client, key, run_id))
-            assert problems == [], problems
+    await nodes.until("every run completed", all_completed, 60, every_s=0.5)
+    await nodes.until("the woken node rejoined", nodes.balanced, 90)
+    assert set(acked.values()) <= {"delivered", "buffered", "duplicate"} and len(acked) == PAUSE_RUNS
+    for run_id in ids:
+        problems = history_problems(run_id, await events_of(nodes, key, run_id))
+        assert problems == [], problems
     check_deliveries(handler, ids, ("b",))
     writes, leases = await check_fencing(nodes)
     # Explicitly: whatever the woken node wrote in its old partitions after SIGCONT, it wrote
