@@ -15,7 +15,9 @@ forwarded):
 - **starts**: `POST /apps/bench/runs`; each run parks on its first `wait`;
 - **signals**: `POST /apps/bench/signals` to runs drawn at random (a Lua `request` function)
   among those the start phase made; each signal moves a run to a task pushed to the handler,
-  then to its next wait.
+  then to its next wait. Twice: **to the owner** (each node's `wrk` signals only runs of the
+  partitions it holds, as a client routing by run id would) and **to any node** (forwarded to
+  the owner when it is another node).
 
 Figures per phase: answers/s summed over the nodes, the worst node's p50/p99, non-2xx, the
 database's commits/s meanwhile (`pg_stat_database.xact_commit`, flushed by PostgreSQL about
@@ -84,6 +86,11 @@ end
 """
 
 
+def signals(ids: list[str]) -> str:
+    """The Lua that makes every request a signal to one of `ids` drawn at random."""
+    return SIGNAL_LUA % {"ids": ",".join(f'"{i}"' for i in ids or ["none"])}
+
+
 def psql(url: str, query: str) -> str:
     from tests.pg import _bin
 
@@ -150,17 +157,28 @@ def start_nodes(cluster: Any, count: int, work: Path, ttl_ms: int | None) -> tup
 
 
 def wrk_all(
-    urls: list[str], path: str, body: dict[str, Any], token: str, args: argparse.Namespace, lua: str = ""
+    urls: list[str],
+    path: str,
+    body: dict[str, Any],
+    token: str,
+    args: argparse.Namespace,
+    lua: str | list[str] = "",
 ) -> dict[str, Any]:
-    """`wrk` on every url at once, `--connections` split over them; figures summed (rates) or
-    the worst (latencies)."""
+    """`wrk` on every url at once (with `lua[i]` for url i when a list), `--connections` split
+    over them; figures summed (rates) or the worst (latencies)."""
     results: list[dict[str, Any]] = [{} for _ in urls]
     per = max(2, args.connections // len(urls))
 
     def one(i: int) -> None:
         try:
             results[i] = c.wrk_post(
-                urls[i] + path, body, token, seconds=args.seconds, connections=per, threads=1, lua=lua
+                urls[i] + path,
+                body,
+                token,
+                seconds=args.seconds,
+                connections=per,
+                threads=1,
+                lua=lua[i] if isinstance(lua, list) else lua,
             )
         except Exception as exc:  # a node that fails is a figure
             results[i] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
@@ -243,11 +261,24 @@ def one_count(
     st = measured(pids, db_url, lambda: wrk_all(urls, "/apps/bench/runs", START, key, args))
     rows += [row(n, "start", f"floor x{n}", fs, None), row(n, "start", f"foliot x{n}", st, fs)]
     ids = psql(db_url, f"SELECT run_id FROM runs WHERE is_open ORDER BY random() LIMIT {args.runs}").split()
-    lua = SIGNAL_LUA % {"ids": ",".join(f'"{i}"' for i in ids)}
     go = {"runId": ids[0] if ids else "none", "name": "go"}
-    fg = measured(floor_pids, None, lambda: wrk_all(floor_urls, "/apps/bench/signals", go, key, args, lua))
-    sg = measured(pids, db_url, lambda: wrk_all(urls, "/apps/bench/signals", go, key, args, lua))
-    rows += [row(n, "signal", f"floor x{n}", fg, None), row(n, "signal", f"foliot x{n}", sg, fg)]
+    fg = measured(
+        floor_pids, None, lambda: wrk_all(floor_urls, "/apps/bench/signals", go, key, args, signals(ids))
+    )
+    rows.append(row(n, "signal", f"floor x{n}", fg, None))
+    # To the owner: each node's wrk signals only runs of the partitions it holds (a client that
+    # routes by run id); to any node: every wrk signals any run (forwarded when not the owner).
+    holders = dict(
+        line.split("|") for line in psql(db_url, "SELECT partition, node_id FROM cluster_leases").split()
+    )
+    mine = [[r for r in ids if holders.get(str(partition_of(r))) == node.node_id] for node in nodes]
+    so = measured(
+        pids, db_url, lambda: wrk_all(urls, "/apps/bench/signals", go, key, args, [signals(m) for m in mine])
+    )
+    rows.append(row(n, "signal", f"to owner x{n}", so, fg))
+    if n > 1:
+        sa = measured(pids, db_url, lambda: wrk_all(urls, "/apps/bench/signals", go, key, args, signals(ids)))
+        rows.append(row(n, "signal", f"to any x{n}", sa, fg))
     notes = [f"{n} node(s): {len(ids)} runs signalled at random; alive: {[node.alive() for node in nodes]}"]
     notes += [node.death() for node in nodes if not node.alive()]
     if failover and n > 1:
