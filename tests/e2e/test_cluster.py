@@ -82,6 +82,14 @@ class Nodes:
             await self.sql(f"SELECT to_json(EXISTS (SELECT FROM schema_migrations WHERE version = {latest}))")
         )
 
+    async def activity(self) -> Any:
+        """The database's sessions that are not idle: who waits on what."""
+        return await self.sql(
+            "SELECT json_agg(json_build_array(application_name, state, wait_event_type,"
+            " now() - xact_start, left(query, 100))) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()"
+        )
+
     async def clock_us(self) -> int:
         """The database's clock (as the audit triggers stamp rows)."""
         return int(await self.sql("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint"))
@@ -536,7 +544,12 @@ async def test_a_paused_node_commits_nothing_once_it_wakes(nodes: Nodes, nursery
             senders.start_soon(signal_to, run_id, PAUSED)
         for run_id in [*around, *others]:
             senders.start_soon(signal_to, run_id, None)
-        took = await nodes.until("takeover of the paused node's partitions", lambda: nodes.taken_over(PAUSED))
+        try:
+            took = await nodes.until(
+                "takeover of the paused node's partitions", lambda: nodes.taken_over(PAUSED)
+            )
+        except AssertionError as exc:  # say what holds the database up
+            raise AssertionError(f"{exc}; sessions not idle: {await nodes.activity()}") from None
 
         async def survivors_finished() -> bool:
             found = await statuses(nodes, key)
