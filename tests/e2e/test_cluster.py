@@ -43,7 +43,6 @@ if not hasattr(Engine, "join_cluster"):  # until the engine owns partitions (iss
     pytestmark.append(pytest.mark.skip(reason="the nodes do not lease partitions yet"))
 
 TTL_MS = 3_000
-MIGRATIONS = Path(__file__).resolve().parents[2] / "foliot" / "storage" / "migrations" / "postgres"
 NODES = 3
 RETRYABLE = (429, 502, 503, 504)
 
@@ -71,16 +70,6 @@ class Nodes:
         )
         text = done.stdout.decode().strip()
         return json.loads(text) if text else None
-
-    async def migrated(self) -> bool:
-        """Every migration applied (one node migrates under an advisory lock, in one transaction
-        per file; the others wait for it)."""
-        latest = max(int(f.name.split("_", 1)[0]) for f in MIGRATIONS.iterdir() if f.name.endswith(".sql"))
-        if not await self.sql("SELECT to_json(to_regclass('schema_migrations') IS NOT NULL)"):
-            return False
-        return bool(
-            await self.sql(f"SELECT to_json(EXISTS (SELECT FROM schema_migrations WHERE version = {latest}))")
-        )
 
     async def activity(self) -> Any:
         """The database's sessions that are not idle: who waits on what."""
@@ -178,7 +167,7 @@ class Nodes:
 async def nodes(tmp_path: Path, pg_cluster: Cluster | None) -> AsyncIterator[Nodes]:
     if pg_cluster is None:
         pytest.skip("needs a fresh database of a throwaway cluster (FOLIOT_TEST_DATABASE_URL is set)")
-    db_url = pg_cluster.new_database()
+    db_url = await trio.to_thread.run_sync(pg_cluster.migrated_database)
     secret = Fernet.generate_key().decode()
     ids = [f"n{i}" for i in range(NODES)]
     servers = []
@@ -201,12 +190,10 @@ async def nodes(tmp_path: Path, pg_cluster: Cluster | None) -> AsyncIterator[Nod
         servers.append(Server(env, tmp_path / f"{node}.log", port))
     cluster = Nodes(db_url, servers, ids, [client_of() for _ in ids])
     try:
-        # All at once; the audit triggers as soon as the schema is there (before any run).
+        await cluster.sql(AUDIT_SQL)  # on the migrated schema, before any node starts
         async with trio.open_nursery() as starting:
             for server in servers:
                 starting.start_soon(server.start)
-            await cluster.until("the schema", cluster.migrated, 120, every_s=0.2)
-            await cluster.sql(AUDIT_SQL)
         yield cluster
     finally:
         for client in cluster.clients:
@@ -217,6 +204,7 @@ async def nodes(tmp_path: Path, pg_cluster: Cluster | None) -> AsyncIterator[Nod
             if server.log.exists():
                 tail = server.log.read_text(errors="replace")[-1500:]
                 print(f"\n--- {server.log.name} (tail)\n{tail}")
+        pg_cluster.finished(db_url)
 
 
 async def audit(nodes: Nodes) -> tuple[list[Write], LeaseHistory]:
