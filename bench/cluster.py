@@ -52,20 +52,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common as c
+from bench.signal_latency import WORKFLOW  # wait go -> task, eight times
 from foliot.cluster.leases import PARTITIONS, partition_of
 
-ROUNDS = 8
-WORKFLOW = {
-    "name": "signalled",
-    "steps": [
-        step
-        for k in range(ROUNDS)
-        for step in (
-            {"name": f"w{k}", "type": "wait", "signal": "go", "timeout": "14d"},
-            {"name": f"t{k}", "type": "task", "timeout": "30s"},
-        )
-    ],
-}
 START = {"workflow": "signalled", "input": {"orderId": 7, "customer": "c-42", "lines": [1, 2, 3]}}
 SIGNAL_LUA = """
 local ids = {%(ids)s}

@@ -68,6 +68,12 @@ def history_problems(run_id: str, events: Sequence[Mapping[str, Any]]) -> list[s
     def bad(text: str) -> None:
         out.append(f"{run_id}: {text}")
 
+    def fired(armed: set[tuple[int, str]], e: Mapping[str, Any], step: tuple[int, str], timer: str) -> None:
+        """A timer of `step` fired: it must have been armed, and fires once."""
+        if step not in armed:
+            bad(f"seq {e['seq']}: {timer} of {step} fired twice (or was never armed)")
+        armed.discard(step)
+
     seqs = [int(e["seq"]) for e in events]
     if seqs != list(range(1, len(seqs) + 1)):
         bad(f"seq is not 1..{len(seqs)} in order: {seqs}")
@@ -87,21 +93,18 @@ def history_problems(run_id: str, events: Sequence[Mapping[str, Any]]) -> list[s
         kind, data = e["type"], e.get("data") or {}
         step = (int(e["generation"]), str(e["step"]))
         attempt = (*step, int(e["attempt"] or 0))
+
         if kind == "sleep_started":
             if step in sleeping:
                 bad(f"seq {e['seq']}: {step} slept again before waking")
             sleeping.add(step)
         elif kind == "sleep_finished":
-            if step not in sleeping:
-                bad(f"seq {e['seq']}: timer of {step} fired twice (or without a sleep)")
-            sleeping.discard(step)
+            fired(sleeping, e, step, "the sleep's timer")
         elif kind == "step_started":
             if data.get("kind") == "wait":
                 waiting.add(step)
         elif kind == "wait_timed_out":
-            if step not in waiting:
-                bad(f"seq {e['seq']}: wait timeout of {step} fired twice (or without a wait)")
-            waiting.discard(step)
+            fired(waiting, e, step, "the wait's timeout")
         elif kind == "signal_consumed":
             waiting.discard(step)
         elif kind == "retry_scheduled":
