@@ -452,11 +452,12 @@ def _at_least(found: dict[int, str], count: int) -> Callable[[], Awaitable[bool]
 
 
 def client_of() -> httpx.AsyncClient:
-    """The test's client: as many connections as a client library would keep, waiting for one
-    as long as it takes (each call is bounded by `Nodes.call` or the test's deadline)."""
+    """A client of one node, failing fast as a load balancer does when a backend is down or
+    swamped (no connection in 2 s, no free slot in its pool within 1 s: `Nodes.call` goes on to
+    the next node); an answer may take 10 s on a loaded machine."""
     return httpx.AsyncClient(
-        timeout=httpx.Timeout(10, pool=None),
-        limits=httpx.Limits(max_connections=32, max_keepalive_connections=32),
+        timeout=httpx.Timeout(10, connect=2, pool=1),
+        limits=httpx.Limits(max_connections=48, max_keepalive_connections=48),
     )
 
 
