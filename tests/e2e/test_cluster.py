@@ -329,24 +329,30 @@ async def test_three_nodes_kill_9_thrice_nothing_lost_or_doubled(nodes: Nodes, n
     key = await app_through(nodes, handler, FLOW)
     await nodes.until("leases shared", nodes.balanced, 90)
 
+    # As many client calls at once as a modest fleet of callers would make: more only queue in
+    # the nodes (or in this process, which shares the machine with them).
+    calls = trio.CapacityLimiter(24)
+
     async def drive(i: int) -> None:
-        r = await nodes.call(
-            "POST",
-            "/apps/orders/runs",
-            start=i,
-            json={"workflow": "flow", "input": {"i": i}, "businessKey": f"order-{i}"},
-            headers={**key, "Idempotency-Key": f"start-{i}"},
-        )
+        async with calls:
+            r = await nodes.call(
+                "POST",
+                "/apps/orders/runs",
+                start=i,
+                json={"workflow": "flow", "input": {"i": i}, "businessKey": f"order-{i}"},
+                headers={**key, "Idempotency-Key": f"start-{i}"},
+            )
         assert r.status_code in (200, 201), r.text
         run_ids[i] = r.json()["runId"]
         await gates[i % COHORTS].wait()
-        r = await nodes.call(
-            "POST",
-            "/apps/orders/signals",
-            start=i + 1,
-            json={"runId": run_ids[i], "name": "go", "payload": {"paid": i}, "signalId": f"sig-{i}"},
-            headers=key,
-        )
+        async with calls:
+            r = await nodes.call(
+                "POST",
+                "/apps/orders/signals",
+                start=i + 1,
+                json={"runId": run_ids[i], "name": "go", "payload": {"paid": i}, "signalId": f"sig-{i}"},
+                headers=key,
+            )
         assert r.status_code == 202, r.text
         acked[i] = r.json()["status"]
 
