@@ -15,6 +15,7 @@ only clock-driven parts are the workflows' own short sleeps, retries and task ti
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -426,6 +427,14 @@ async def test_three_nodes_kill_9_thrice_nothing_lost_or_doubled(nodes: Nodes, n
 
             await nodes.until("every run completed", all_completed, 90, lambda: str(seen), every_s=0.5)
             await nodes.until("every node back", nodes.balanced, 60)
+            if importlib.util.find_spec("foliot.cluster.report") is not None:  # /admin/cluster is built
+                for i in range(NODES):  # every node tells the same cluster, as the database holds it
+                    view = await nodes.clients[i].get(
+                        nodes.url(i) + "/admin/cluster", headers={"Authorization": f"Bearer {ADMIN}"}
+                    )
+                    assert view.status_code == 200, view.text
+                    shown = {n["nodeId"]: n["partitions"] for n in view.json()["nodes"]}
+                    assert set(shown) == set(nodes.ids) and sum(shown.values()) == PARTITIONS, shown
             done.set()
 
     assert len(acked) == RUNS and set(acked.values()) <= {"delivered", "buffered", "duplicate"}
