@@ -249,6 +249,27 @@ async def events_of(nodes: Nodes, key: dict[str, str], run_id: str) -> list[Any]
         after = out[-1]["seq"]
 
 
+async def read_all(
+    nodes: Nodes, key: dict[str, str], ids: list[str]
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
+    """Every run's document and history, read through all the nodes, 24 at a time."""
+    runs: dict[str, dict[str, Any]] = {}
+    histories: dict[str, list[Any]] = {}
+    limit = trio.CapacityLimiter(24)
+
+    async def one(i: int, run_id: str) -> None:
+        async with limit:
+            r = await nodes.call("GET", f"/apps/orders/runs/{run_id}", start=i, headers=key)
+            assert r.status_code == 200, r.text
+            runs[run_id] = r.json()
+            histories[run_id] = await events_of(nodes, key, run_id)
+
+    async with trio.open_nursery() as readers:
+        for i, run_id in enumerate(ids):
+            readers.start_soon(one, i, run_id)
+    return runs, histories
+
+
 async def statuses(nodes: Nodes, key: dict[str, str]) -> dict[str, str]:
     """runId -> status of every run, through whichever node answers."""
     out: dict[str, str] = {}
@@ -440,13 +461,13 @@ async def test_three_nodes_kill_9_thrice_nothing_lost_or_doubled(nodes: Nodes, n
     assert len(acked) == RUNS and set(acked.values()) <= {"delivered", "buffered", "duplicate"}
     assert min(open_on_victim) > 0, open_on_victim  # each kill hit a node owning open runs
     ids = [run_ids[i] for i in range(RUNS)]
+    runs, histories = await read_all(nodes, key, ids)
     for i, run_id in enumerate(ids):
-        r = await nodes.call("GET", f"/apps/orders/runs/{run_id}", start=i, headers=key)
-        run = r.json()
+        run = runs[run_id]
         assert run["state"]["go"] == {"paid": i}, run  # the acknowledged signal, once
         assert run["state"]["b"]["key"].startswith(f"{run_id}:1:b:"), run
         assert run["state"]["pick"]["picked"] in picked
-        problems = history_problems(run_id, await events_of(nodes, key, run_id))
+        problems = history_problems(run_id, histories[run_id])
         assert problems == [], problems
     duplicates = check_deliveries(handler, ids, ("a", "b"))
     writes, _ = await check_fencing(nodes)
@@ -573,8 +594,9 @@ async def test_a_paused_node_commits_nothing_once_it_wakes(nodes: Nodes, nursery
     await nodes.until("every run completed", all_completed, 60, every_s=0.5)
     await nodes.until("the woken node rejoined", nodes.balanced, 90)
     assert set(acked.values()) <= {"delivered", "buffered", "duplicate"} and len(acked) == PAUSE_RUNS
+    _, histories = await read_all(nodes, key, ids)
     for run_id in ids:
-        problems = history_problems(run_id, await events_of(nodes, key, run_id))
+        problems = history_problems(run_id, histories[run_id])
         assert problems == [], problems
     check_deliveries(handler, ids, ("b",))
     writes, leases = await check_fencing(nodes)
