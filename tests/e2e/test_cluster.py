@@ -474,7 +474,7 @@ async def test_three_nodes_kill_9_thrice_nothing_lost_or_doubled(nodes: Nodes, n
     by_node = Counter(w.writer for w in writes)
     print(
         f"\n{RUNS} runs on {NODES} nodes, 3 kills (open runs on the victim: {open_on_victim}); "
-        f"takeover after each kill {[f'{t:.1f}s' for t in failovers]} (TTL {TTL_MS / 1000:.0f}s); "
+        f"takeover after each kill {[f'{t:.1f}s' for t in failovers]} (FOLIOT_LEASE_TTL_MS={TTL_MS}); "
         f"pushes {len(handler.received)}, repeated keys {duplicates}; pulled {len(picked)}; "
         f"event rows by node {dict(by_node)}"
     )
@@ -613,7 +613,7 @@ async def test_a_paused_node_commits_nothing_once_it_wakes(nodes: Nodes, nursery
         assert lease is not None and lease.epoch > theirs[partition_of(w.run_id)], (w, lease)
     print(
         f"\npaused node held {len(theirs)} partitions, {len(mine)} of {PAUSE_RUNS} runs; takeover "
-        f"{took:.1f}s (TTL {TTL_MS / 1000:.0f}s); its rows there after it woke: {len(late)}, all re-acquired"
+        f"{took:.1f}s (FOLIOT_LEASE_TTL_MS={TTL_MS}); rows there after it woke: {len(late)}, all re-acquired"
     )
 
 
