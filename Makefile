@@ -44,6 +44,7 @@ bench: $(STAMP)
 	-$(BIN)/python bench/restart.py --quick
 	-$(BIN)/python bench/dbos_peer.py --quick
 	-$(BIN)/python bench/idle_pollers.py --pollers 200 --idle 3
+	-$(BIN)/python bench/cluster.py --quick
 
 clean:
 	rm -rf $(VENV) .foliot .pytest_cache .mypy_cache .ruff_cache

@@ -467,12 +467,20 @@ end
 
 
 def wrk_post(
-    url: str, body: dict[str, Any], token: str, *, seconds: float, connections: int, threads: int = 2
+    url: str,
+    body: dict[str, Any],
+    token: str,
+    *,
+    seconds: float,
+    connections: int,
+    threads: int = 2,
+    lua: str = "",
 ) -> dict[str, Any]:
-    """`wrk` POSTing `body` to `url` (closed loop); returns requests/s, latency and statuses."""
+    """`wrk` POSTing `body` to `url` (closed loop); returns requests/s, latency and statuses.
+    `lua` is appended to the script (e.g. a `request` function varying the body)."""
     workdir = tmpdir("wrk")
     script = workdir / "post.lua"
-    script.write_text(_LUA % {"body": json.dumps(body), "token": token})
+    script.write_text(_LUA % {"body": json.dumps(body), "token": token} + lua)
     child = Child(
         [
             "wrk",
