@@ -19,10 +19,10 @@ migrate: $(STAMP)
 	$(BIN)/foliot migrate
 
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 4
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not e2e"
+	$(BIN)/pytest -q -n 4 -m "not e2e"
 
 lint: $(STAMP)
 	$(BIN)/ruff check foliot tests bench examples clients/python
