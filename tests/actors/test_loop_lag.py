@@ -14,6 +14,8 @@ from trio.testing import MockClock
 from foliot.actors.admission import Admission
 from foliot.config import Settings
 
+from .conftest import advance
+
 
 def admission(lag_ms: int = 0) -> Admission:
     settings = Settings(admission_target_ms=100, admission_interval_ms=200, admission_lag_ms=lag_ms)
@@ -25,12 +27,12 @@ async def test_the_probe_runs_only_while_starts_or_signals_arrive(autojump_clock
     adm = admission()
     async with trio.open_nursery() as nursery:
         await nursery.start(adm.watch_lag)
-        await trio.sleep(3600)  # idle: parked, no wake-up at all
+        await advance(3600)  # idle: parked, no wake-up at all
         assert adm.lag_probes == 0
         assert adm.shed() is None  # a start or signal arrives
-        await trio.sleep(0.5)
+        await advance(0.5)
         assert 9 <= adm.lag_probes <= 11  # every 50 ms
-        await trio.sleep(3600)  # idle again: it parks once a second has gone by
+        await advance(3600)  # idle again: it parks once a second has gone by
         assert adm.lag_probes <= 10 + 1.0 / 0.05 + 2
         assert adm.gate.last_lag_s == 0.0 and not adm.gate.shedding
         nursery.cancel_scope.cancel()

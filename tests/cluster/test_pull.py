@@ -14,6 +14,8 @@ import trio.testing
 from foliot.actors.queues import Queues
 from foliot.cluster.pull import Pull, long_poll
 
+from .fake import advance
+
 KEY = ("orders", "work")
 WAIT = 60.0
 
@@ -154,7 +156,7 @@ async def test_a_task_is_claimed_once_however_many_nodes_poll(
         nursery.start_soon(poller, node)
     await trio.testing.wait_all_tasks_blocked()
     a.queues.offer(*KEY, "t1", "run-1")
-    await trio.sleep(10)  # virtual: the three losers wait out their 5 s
+    await advance(10)  # the three losers wait out their 5 s
     assert len(got) == 4
     assert sorted(answer for _, answer in got if answer is not None) == [["t1"]]
     assert a.claims == ["t1"]
