@@ -25,6 +25,21 @@ from .pg_calls import PgCalls
 NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
 
 
+def _take(set_holder: str, which: str) -> str:
+    """Lease rows of `$2` matching `which` get a new epoch and `$3` ms more (holder `$1`)."""
+    return (
+        f"UPDATE cluster_leases AS l SET {set_holder}epoch = l.epoch + 1, expires_at = {NOW_MS} + $3"
+        f" FROM (SELECT partition FROM cluster_leases WHERE partition = ANY($2::int[]) AND {which}"
+        " ORDER BY partition FOR UPDATE SKIP LOCKED) AS k"
+        " WHERE l.partition = k.partition RETURNING l.partition, l.epoch"
+    )
+
+
+# Free or expired rows become $1's; $1's own unexpired rows (a restart under its id) move on.
+_ACQUIRE = _take("node_id = $1, ", f"(node_id IS NULL OR expires_at <= {NOW_MS})")
+_ADOPT = _take("", f"node_id = $1 AND expires_at > {NOW_MS}")
+
+
 class ClusterStore(Protocol):
     async def cluster_heartbeat(self, node_id: str, address: str, live_actors: int) -> View:
         """Announce `node_id` (at the database's now) and read the cluster: nodes and leases."""
@@ -84,20 +99,7 @@ class ClusterPostgres(PgCalls):
         return await self._call(fn)
 
     async def cluster_acquire(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
-        rows = await self._call(
-            lambda c: c.fetch(
-                "UPDATE cluster_leases AS l SET node_id = $1, epoch = l.epoch + 1,"
-                f" expires_at = {NOW_MS} + $3"
-                " FROM (SELECT partition FROM cluster_leases WHERE partition = ANY($2::int[])"
-                f" AND (node_id IS NULL OR expires_at <= {NOW_MS})"
-                " ORDER BY partition FOR UPDATE SKIP LOCKED) AS k"
-                " WHERE l.partition = k.partition RETURNING l.partition, l.epoch",
-                node_id,
-                list(partitions),
-                ttl_ms,
-            )
-        )
-        return {r["partition"]: r["epoch"] for r in rows}
+        return await self._new_epochs(_ACQUIRE, node_id, partitions, ttl_ms)
 
     async def cluster_renew(self, node_id: str, held: Mapping[int, int], ttl_ms: int) -> set[int]:
         if not held:
@@ -120,19 +122,12 @@ class ClusterPostgres(PgCalls):
         return {r["partition"] for r in rows}
 
     async def cluster_adopt(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
-        rows = await self._call(
-            lambda c: c.fetch(
-                "UPDATE cluster_leases AS l SET epoch = l.epoch + 1,"
-                f" expires_at = {NOW_MS} + $3"
-                " FROM (SELECT partition FROM cluster_leases WHERE partition = ANY($2::int[])"
-                f" AND node_id = $1 AND expires_at > {NOW_MS}"
-                " ORDER BY partition FOR UPDATE SKIP LOCKED) AS k"
-                " WHERE l.partition = k.partition RETURNING l.partition, l.epoch",
-                node_id,
-                list(partitions),
-                ttl_ms,
-            )
-        )
+        return await self._new_epochs(_ADOPT, node_id, partitions, ttl_ms)
+
+    async def _new_epochs(
+        self, sql: str, node_id: str, partitions: Sequence[int], ttl_ms: int
+    ) -> dict[int, int]:
+        rows = await self._call(lambda c: c.fetch(sql, node_id, list(partitions), ttl_ms))
         return {r["partition"]: r["epoch"] for r in rows}
 
     async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
