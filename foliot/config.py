@@ -198,10 +198,20 @@ class Settings:
             trend_interval_ms=_trend_interval(_int(e, "FOLIOT_TREND_INTERVAL_MS", 10_000)),
             trend_samples=min(100_000, max(2, _int(e, "FOLIOT_TREND_SAMPLES", 360))),
             swf_credentials=swf_credentials(e.get("FOLIOT_SWF_CREDENTIALS")),
-            node_id=e.get("FOLIOT_NODE_ID") or None,
+            node_id=_node_id(e.get("FOLIOT_NODE_ID")),
             advertise_url=_advertise_url(e.get("FOLIOT_ADVERTISE_URL")),
             lease_ttl_ms=min(600_000, max(3_000, _int(e, "FOLIOT_LEASE_TTL_MS", 10_000))),
         )
+
+
+def _node_id(raw: str | None) -> str | None:
+    """FOLIOT_NODE_ID: 1 to 48 letters, digits, `.`, `_`, `-` (it names the node's PostgreSQL
+    sessions, `application_name = foliot-<node id>`, which PostgreSQL cuts at 63 bytes)."""
+    if not raw:
+        return None
+    if len(raw) > 48 or not all(c.isascii() and (c.isalnum() or c in "._-") for c in raw):
+        raise SystemExit(f"FOLIOT_NODE_ID must be 1-48 letters, digits, '.', '_' or '-', got {raw!r}")
+    return raw
 
 
 def _advertise_url(raw: str | None) -> str | None:

@@ -27,6 +27,7 @@ from .http.forward import Forwarder
 from .http.hot import Hot
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
+from .storage.cluster import node_session
 from .storage.factory import open_store, sqlite_path
 from .storage.keycheck import KeyCheckStore
 from .storage.node_lock import sqlite_node_lock
@@ -151,12 +152,11 @@ async def _serve_store(
     stop: trio.Event | None,
     task_status: trio.TaskStatus[Running],
 ) -> None:
-    # Half the lease: a node paused inside a transaction loses it (and its lease rows' locks)
-    # before its leases could be taken over.
-    async with open_store(settings.database_url, pg_idle_tx_ms=settings.lease_ttl_ms // 2) as store:
+    node_id = settings.node_id or "node-" + secrets.token_hex(6)
+    session = node_session(node_id, settings.lease_ttl_ms)
+    async with open_store(settings.database_url, pg_session=session) as store:
         await check_secret_key(store, vault)
         engine = Engine(settings, store, vault=vault)
-        node_id = settings.node_id or "node-" + secrets.token_hex(6)
         if isinstance(store, PostgresStore):
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
         quart_app = create_app(engine, settings, token)

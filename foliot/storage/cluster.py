@@ -10,10 +10,19 @@ locked in partition order (here and by the fencing of writes in `postgres.py`), 
 and a batch's fence check cannot deadlock. These calls go through the read pool (each statement
 commits by itself), never through the group-commit writers: a renewal must not wait behind a
 burst of runs' writes.
+
+A node stopped in the middle of a write (SIGSTOP, a frozen VM) can hold a lease row it read FOR
+SHARE for as long as it stays stopped: idle inside a transaction PostgreSQL ends its session
+after half a lease (`node_session`), but stopped halfway through sending a statement it is not
+idle, and no server timeout applies. So an acquisition first ends the sessions of every node
+whose leases have all expired and whose transaction is older than half a lease (each node's
+sessions are named `foliot-<node id>`): that node is cut off, its writes would be fenced anyway,
+and ending its transaction frees the row for this acquisition.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -23,6 +32,24 @@ from ..cluster.leases import Lease, Node, View
 from .pg_calls import PgCalls
 
 NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+log = logging.getLogger(__name__)
+
+
+def node_session(node_id: str, ttl_ms: int) -> dict[str, str]:
+    """The settings a node's PostgreSQL sessions start with: named after the node (so another
+    node's keeper can end them once the node is cut off), and ended by the server when idle
+    inside a transaction for half a lease (before the node's leases could be taken over)."""
+    return {"application_name": f"foliot-{node_id}", "idle_in_transaction_session_timeout": str(ttl_ms // 2)}
+
+
+# $1: the acquiring node; $2: its lease TTL (ms). Waits up to a second for each session to end.
+_END_CUT_OFF = (
+    "SELECT a.application_name, pg_terminate_backend(a.pid, 1000) AS ended FROM pg_stat_activity a"
+    " WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()"
+    " AND a.xact_start < clock_timestamp() - make_interval(secs => $2 / 2000.0)"
+    " AND a.application_name IN (SELECT 'foliot-' || node_id FROM cluster_leases"
+    f" WHERE node_id IS NOT NULL AND node_id <> $1 GROUP BY node_id HAVING max(expires_at) <= {NOW_MS})"
+)
 
 
 def _take(set_holder: str, which: str) -> str:
@@ -99,6 +126,17 @@ class ClusterPostgres(PgCalls):
         return await self._call(fn)
 
     async def cluster_acquire(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
+        try:
+            ended = await self._call(lambda c: c.fetch(_END_CUT_OFF, node_id, ttl_ms))
+        except asyncpg.InsufficientPrivilegeError as exc:  # another database role: leave them
+            log.warning("cannot end a cut-off node's sessions: %s", exc)
+        else:
+            for row in ended:
+                log.warning(
+                    "ended a session of %s (its leases expired with a transaction open): %s",
+                    row["application_name"],
+                    "gone" if row["ended"] else "still ending",
+                )
         return await self._new_epochs(_ACQUIRE, node_id, partitions, ttl_ms)
 
     async def cluster_renew(self, node_id: str, held: Mapping[int, int], ttl_ms: int) -> set[int]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from .base import Store
@@ -17,7 +17,8 @@ def sqlite_path(url: str) -> str:
 
 
 @asynccontextmanager
-async def open_store(url: str, *, pg_idle_tx_ms: int | None = None) -> AsyncIterator[Store]:
+async def open_store(url: str, *, pg_session: Mapping[str, str] | None = None) -> AsyncIterator[Store]:
+    """`pg_session`: settings every PostgreSQL session starts with (`cluster.node_session`)."""
     if url.startswith("sqlite:"):
         from .sqlite import open_sqlite
 
@@ -26,7 +27,7 @@ async def open_store(url: str, *, pg_idle_tx_ms: int | None = None) -> AsyncIter
     elif url.startswith(("postgresql://", "postgres://")):
         from .postgres import open_postgres
 
-        async with open_postgres(url, idle_tx_ms=pg_idle_tx_ms) as pg:
+        async with open_postgres(url, session=pg_session) as pg:
             yield pg
     else:
         raise SystemExit(f"FOLIOT_DATABASE_URL must start with sqlite:/// or postgresql://, got {url!r}")

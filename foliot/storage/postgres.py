@@ -34,7 +34,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 from importlib import resources
@@ -332,10 +332,15 @@ class _Driver:
     """Everything on the asyncio side: the pool, the write queue, the writers."""
 
     def __init__(
-        self, url: str, pool_size: int, writers: int, limit_s: float, idle_tx_ms: int | None = None
+        self,
+        url: str,
+        pool_size: int,
+        writers: int,
+        limit_s: float,
+        session: Mapping[str, str] | None = None,
     ) -> None:
         self.url = url
-        self.idle_tx_ms = idle_tx_ms
+        self.session = dict(session or {})
         self.pool_size = pool_size
         self.writer_count = writers
         self.limit_s = limit_s
@@ -360,11 +365,9 @@ class _Driver:
             command_timeout=self.limit_s,
             max_inactive_connection_lifetime=60,
             reset=_keep_session,
-            # A node paused inside a transaction (SIGSTOP, a VM freeze) would hold its lease
-            # rows FOR SHARE until it woke; PostgreSQL ends such a session after this.
-            server_settings=(
-                {"idle_in_transaction_session_timeout": str(self.idle_tx_ms)} if self.idle_tx_ms else None
-            ),
+            # Per node (`open_postgres`): its application_name, and how long a transaction may
+            # sit idle before PostgreSQL ends the session.
+            server_settings=self.session or None,
         )
         self.wake = asyncio.Event()
         self.writers = [asyncio.create_task(self._writer()) for _ in range(self.writer_count)]
@@ -658,12 +661,12 @@ class PostgresStore(SwfPostgres, ClusterPostgres, KeyCheckPostgres, NotifyPostgr
         pool_size: int = POOL_SIZE,
         writers: int = WRITERS,
         limit_s: float = LIMIT_S,
-        idle_tx_ms: int | None = None,
+        session: Mapping[str, str] | None = None,
     ) -> None:
         self.url = url
         self._bridge = bridge
         self._limit_s = limit_s
-        self._driver = _Driver(url, pool_size, writers, limit_s, idle_tx_ms)
+        self._driver = _Driver(url, pool_size, writers, limit_s, session)
 
     @property
     def pending_writes(self) -> int:
@@ -1372,16 +1375,16 @@ async def open_postgres(
     pool_size: int = POOL_SIZE,
     writers: int = WRITERS,
     limit_s: float = LIMIT_S,
-    idle_tx_ms: int | None = None,
+    session: Mapping[str, str] | None = None,
 ) -> AsyncIterator[PostgresStore]:
     """Start the driver's asyncio loop (its own thread, or trio-asyncio's), connect, migrate;
-    close all on exit. Nothing from the asyncio side can escape from here. `idle_tx_ms`: the
-    sessions' `idle_in_transaction_session_timeout` (None: the server's)."""
+    close all on exit. Nothing from the asyncio side can escape from here. `session`: settings
+    every connection of the pool starts with (`session_settings`)."""
     bridge = bridge or os.environ.get("FOLIOT_PG_BRIDGE", "thread")
     if bridge == "thread":
         loop_thread = _LoopThread()
         try:
-            async with _serve(url, loop_thread, pool_size, writers, limit_s, idle_tx_ms) as store:
+            async with _serve(url, loop_thread, pool_size, writers, limit_s, session) as store:
                 yield store
         finally:
             with trio.CancelScope(shield=True):
@@ -1391,7 +1394,7 @@ async def open_postgres(
 
         async with (
             trio_asyncio.open_loop() as loop,
-            _serve(url, _TrioAsyncio(loop), pool_size, writers, limit_s, idle_tx_ms) as store,
+            _serve(url, _TrioAsyncio(loop), pool_size, writers, limit_s, session) as store,
         ):
             yield store
     else:
@@ -1400,7 +1403,12 @@ async def open_postgres(
 
 @asynccontextmanager
 async def _serve(
-    url: str, bridge: _Bridge, pool_size: int, writers: int, limit_s: float, idle_tx_ms: int | None
+    url: str,
+    bridge: _Bridge,
+    pool_size: int,
+    writers: int,
+    limit_s: float,
+    session: Mapping[str, str] | None,
 ) -> AsyncIterator[PostgresStore]:
     store = PostgresStore(
         url,
@@ -1408,7 +1416,7 @@ async def _serve(
         pool_size=pool_size,
         writers=min(writers, pool_size),
         limit_s=limit_s,
-        idle_tx_ms=idle_tx_ms,
+        session=session,
     )
     try:
         await store.start()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import AsyncIterator
 
 import pytest
 import trio
 
-from foliot.storage.cluster import ClusterStore
+from foliot.storage.cluster import ClusterStore, node_session
 from foliot.storage.factory import open_store
 
 from ..pg import Cluster, _bin
@@ -136,9 +137,63 @@ async def test_an_acquisition_skips_a_lease_row_a_stuck_transaction_holds(pg_clu
         assert await store.cluster_acquire("b", [7], TTL) == {7: 2}
 
 
+async def _hold_lease_row(url: str, partition: int, app: str) -> trio.Process:
+    """A psql session named `app` inside a transaction holding `partition`'s lease row FOR SHARE."""
+    holder = await trio.lowlevel.open_process(
+        [psql(), url, "-Xq"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PGAPPNAME": app},
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    await holder.stdin.send_all(
+        f"BEGIN;\nSELECT partition FROM cluster_leases WHERE partition = {partition} FOR SHARE;\n"
+        "\\echo locked\n".encode()
+    )
+    seen = b""
+    with trio.fail_after(30):
+        while b"locked" not in seen:
+            seen += await holder.stdout.receive_some()
+    return holder
+
+
 @pytest.mark.postgres
-async def test_a_session_idle_inside_a_transaction_is_ended_by_the_server(pg_cluster: Cluster) -> None:
+async def test_an_acquisition_ends_the_transactions_of_a_node_whose_leases_all_expired(
+    pg_cluster: Cluster,
+) -> None:
+    """A node stopped halfway through sending a statement is not idle in its transaction, so no
+    server timeout frees its lease rows: once all its leases expired, the others end its
+    sessions (named `foliot-<node>`) that hold a transaction open, and take the rows at once."""
     url = pg_cluster.migrated_database()
-    async with open_store(url, pg_idle_tx_ms=1_500) as pg:
-        shown = await pg._call(lambda c: c.fetchval("SHOW idle_in_transaction_session_timeout"))  # type: ignore[attr-defined]
-    assert shown == "1500ms"
+    async with open_store(url) as pg:
+        store: ClusterStore = pg  # type: ignore[assignment]
+        assert await store.cluster_acquire("a", [7], 0) == {7: 1}  # expired at once
+        assert await store.cluster_acquire("a", [9], TTL) == {9: 1}  # a is alive: holds 9
+        holder = await _hold_lease_row(url, 7, "foliot-a")
+        bystander = await _hold_lease_row(url, 8, "psql")  # not a node's session: left alone
+        # TTL 2 ms: a transaction older than 1 ms counts as stuck.
+        assert await store.cluster_acquire("b", [7, 8], 2) == {}  # a still holds 9
+        await store.cluster_release("a", {9: 1})  # now every lease of a is gone
+        with trio.fail_after(10):
+            assert await store.cluster_acquire("b", [7, 8], 2) == {7: 2}
+        sessions = "SELECT application_name FROM pg_stat_activity WHERE datname = current_database()"
+        names = {r[0] for r in await pg._call(lambda c: c.fetch(sessions))}  # type: ignore[attr-defined]
+        assert "psql" in names and "foliot-a" not in names
+        assert holder.stdin is not None and bystander.stdin is not None
+        await holder.stdin.send_all(b"\\q\n")
+        await holder.wait()
+        await bystander.stdin.send_all(b"COMMIT;\n\\q\n")
+        assert await bystander.wait() == 0
+        assert await store.cluster_acquire("b", [8], TTL) == {8: 1}
+
+
+@pytest.mark.postgres
+async def test_a_nodes_sessions_are_named_after_it_and_end_when_idle_in_a_transaction(
+    pg_cluster: Cluster,
+) -> None:
+    url = pg_cluster.migrated_database()
+    async with open_store(url, pg_session=node_session("n1", 3_000)) as pg:
+        timeout = await pg._call(lambda c: c.fetchval("SHOW idle_in_transaction_session_timeout"))  # type: ignore[attr-defined]
+        name = await pg._call(lambda c: c.fetchval("SHOW application_name"))  # type: ignore[attr-defined]
+    assert (timeout, name) == ("1500ms", "foliot-n1")
