@@ -47,6 +47,7 @@ class Cluster:
         self._template = ""
         self._stopping = False
         self._finished: queue.Queue[str] = queue.Queue()
+        self._filler: threading.Thread | None = None
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         if self.user is not None:
@@ -106,7 +107,8 @@ class Cluster:
                 _bin("psql"), self.url, "-XAtc", f"ALTER DATABASE {self._template} ALLOW_CONNECTIONS false"
             )
             self._ready = queue.Queue(maxsize=3)
-            threading.Thread(target=self._fill, name="pg-databases", daemon=True).start()
+            self._filler = threading.Thread(target=self._fill, name="pg-databases", daemon=True)
+            self._filler.start()
         url = self._ready.get(timeout=120)
         if isinstance(url, BaseException):
             raise url
@@ -163,6 +165,8 @@ class Cluster:
 
     def destroy(self) -> None:
         self._stopping = True
+        if self._filler is not None:  # not while it copies or drops: the directory goes next
+            self._filler.join(timeout=150)
         self._run(_bin("pg_ctl"), "-D", str(self.data), "stop", "-m", "immediate", check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
