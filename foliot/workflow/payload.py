@@ -64,14 +64,27 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose names are unique (RFC 8259 leaves a repeated name's meaning to the
+    reader; we refuse it rather than pick one of its values)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r} in an object")
+            seen.add(key)
+    return obj
+
+
 def loads(text: str, max_depth: int = MAX_DEPTH) -> Any:
     """`json.loads` for untrusted text: `DepthError` past `max_depth` levels (checked before
     parsing), `PayloadError` for a lone surrogate, `ValueError` for anything malformed (NaN and
-    Infinity included)."""
+    Infinity, and an object naming a key twice, included)."""
     if deeper_than(text, max_depth):
         raise DepthError(max_depth)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except RecursionError:  # unreachable after the scan; kept so no parser path can crash
         raise DepthError(max_depth) from None
     if _SURROGATE_ESCAPE.search(text):

@@ -91,6 +91,29 @@ async def test_a_too_deep_start_input_is_400_and_stores_nothing(waiting: tuple[A
     assert str(MAX_DEPTH) in error["error"]["message"]
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"workflow":"small","workflow":"other"}',
+        '{"workflow":"small","input":{"a":1,"b":2,"a":3}}',
+        '{"workflow":"small","input":[{"x":{"k":1,"k":1}}]}',
+    ],
+)
+async def test_an_object_naming_a_key_twice_is_400_and_stores_nothing(
+    waiting: tuple[Api, str], body: str
+) -> None:
+    api, _ = waiting
+    error = await refused(api, "POST", "/apps/orders/runs", body, 400, "invalid_request")
+    assert "duplicate key" in error["error"]["message"]
+
+
+async def test_a_signal_naming_a_key_twice_is_400(waiting: tuple[Api, str]) -> None:
+    api, run_id = waiting
+    body = f'{{"runId":"{run_id}","name":"go","name":"stop"}}'
+    error = await refused(api, "POST", "/apps/orders/signals", body, 400, "invalid_request")
+    assert "duplicate key 'name'" in error["error"]["message"]
+
+
 async def test_an_input_at_the_limit_is_stored(waiting: tuple[Api, str]) -> None:
     api, _ = waiting
     r = await send(api, "POST", "/apps/orders/runs", f'{{"workflow":"small","input":{nested(MAX_DEPTH)}}}')

@@ -237,6 +237,9 @@ async def test_unknown_action_malformed_json_and_invalid_input(swf: Swf) -> None
     assert (r.status_code, fault(r)) == (400, "SerializationException")
     r = await send(signed(swf.url, "ListDomains", b"[]"))
     assert (r.status_code, fault(r)) == (400, "ValidationException")
+    twice = b'{"name":"d2","name":"d3","workflowExecutionRetentionPeriodInDays":"1"}'
+    r = await send(signed(swf.url, "RegisterDomain", twice))
+    assert (r.status_code, fault(r)) == (400, "SerializationException") and "duplicate key" in r.text
 
     c = swf.client()
     await call(c.register_domain, name="d", workflowExecutionRetentionPeriodInDays="1")
