@@ -13,7 +13,7 @@ from ..storage.cluster import ClusterPostgres
 from ..workflow.duration import DurationError, parse_duration
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.model import STATUSES
-from .app import check_query, engine, json_response, query_int, require_admin
+from .app import check_query, engine, json_response, query_int, reads_query, require_admin
 from .openapi import document
 
 blueprint = Blueprint("admin", __name__)
@@ -57,6 +57,7 @@ SWF_STATUSES = frozenset({"OPEN", *SWF_CLOSE_STATUSES})
 
 
 @blueprint.get("/admin/actors")
+@reads_query
 async def actors() -> Response:
     await require_admin()
     check_query({"status", "limit", "kind"})
@@ -145,6 +146,7 @@ async def metrics() -> Response:
 
 
 @blueprint.get("/admin/runs/overdue")
+@reads_query
 async def overdue() -> Response:
     """Open runs pending at their current step longer than `olderThan`, grouped, largest first."""
     await require_admin()

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import attrs
-from quart import Quart, Response, g, request
+from quart import Quart, Response, current_app, g, has_request_context, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
@@ -169,7 +169,18 @@ async def authenticate() -> Caller:
 
 
 async def authenticate_header(eng: Engine, admin_token: str, header: str) -> Caller:
-    """The caller an Authorization header stands for (401 unless a live key)."""
+    """The caller an Authorization header stands for (401 unless a live key); then, under
+    Quart, 400 for a query parameter the route does not take (so an unknown caller learns
+    nothing from the query, as from the body)."""
+    caller = await _caller(eng, admin_token, header)
+    if has_request_context() and request.endpoint is not None:
+        unread = unread_query(current_app.view_functions.get(request.endpoint))
+        if unread is not None:
+            raise InvalidRequest("unknown query parameter (this route takes none)", field=unread)
+    return caller
+
+
+async def _caller(eng: Engine, admin_token: str, header: str) -> Caller:
     token = bearer_token(header)
     if hmac.compare_digest(token.encode(), admin_token.encode()):
         return Caller(admin=True)
@@ -296,6 +307,24 @@ def check_query(allowed: set[str]) -> None:
     for key in request.args:
         if key not in allowed:
             raise InvalidRequest("unknown query parameter", field=key)
+
+
+_READS_QUERY: set[Callable[..., Any]] = set()
+V = TypeVar("V", bound=Callable[..., Any])
+
+
+def reads_query(view: V) -> V:
+    """Mark a view that reads query parameters (it checks them with `check_query`); a request
+    with a query to any other API route is refused before the view runs."""
+    _READS_QUERY.add(view)
+    return view
+
+
+def unread_query(view: Callable[..., Any] | None) -> str | None:
+    """The first query parameter of this request when its view takes none."""
+    if not request.args or view is None or view in _READS_QUERY:
+        return None
+    return next(iter(request.args))
 
 
 def check_name(value: str, field: str) -> None:

@@ -30,6 +30,7 @@ from .app import (
     parse,
     quart_call,
     query_int,
+    reads_query,
     require_app,
     require_app_call,
     settings,
@@ -166,6 +167,7 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
 
 
 @blueprint.get("/apps/<app_name>/runs")
+@reads_query
 async def list_runs(app_name: str) -> Response:
     await require_app(app_name)
     check_query({"workflow", "status", "businessKey", "limit", "cursor"})
@@ -207,6 +209,7 @@ async def get_run(app_name: str, run_id: str) -> Response:
 
 
 @blueprint.get("/apps/<app_name>/runs/<run_id>/events")
+@reads_query
 async def events(app_name: str, run_id: str) -> Response:
     await require_app(app_name)
     check_query({"after", "limit", "cursor"})

@@ -38,7 +38,17 @@ from ..swf.keys import SwfKeys
 from ..swf.registry import Action, Ctx
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.payload import DepthError, loads
-from .app import EmptyBody, body, check_query, engine, json_response, query_int, require_admin, settings
+from .app import (
+    EmptyBody,
+    body,
+    check_query,
+    engine,
+    json_response,
+    query_int,
+    reads_query,
+    require_admin,
+    settings,
+)
 from .forward import quart_incoming, quart_response, relay
 
 log = logging.getLogger("foliot.swf")
@@ -135,6 +145,7 @@ async def handle(raw_body: bytes) -> dict[str, Any]:
 
 
 @blueprint.post("/")
+@reads_query
 async def swf() -> Response:
     raw_body = await request.get_data(cache=True, as_text=False)
     assert isinstance(raw_body, bytes)
@@ -300,6 +311,7 @@ async def delete_lambda(region: str, name: str) -> Response:
 
 
 @blueprint.get("/admin/swf/parked")
+@reads_query
 async def list_parked() -> Response:
     """Executions parked after their actor crashed too often, by (region, runId); `after`
     (`<region>/<runId>` of the last one seen) pages on."""

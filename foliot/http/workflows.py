@@ -11,7 +11,17 @@ from ..storage.base import WorkflowRecord
 from ..workflow.definition import canonical_json, parse_definition
 from ..workflow.duration import format_timestamp as ts
 from ..workflow.jsonconv import ValidationError, is_name
-from .app import check_name, check_query, engine, json_response, number, query_int, raw_json, require_app
+from .app import (
+    check_name,
+    check_query,
+    engine,
+    json_response,
+    number,
+    query_int,
+    raw_json,
+    reads_query,
+    require_app,
+)
 
 blueprint = Blueprint("workflows", __name__)
 
@@ -46,6 +56,7 @@ async def register(app_name: str) -> Response:
 
 
 @blueprint.get("/apps/<app_name>/workflows")
+@reads_query
 async def list_workflows(app_name: str) -> Response:
     await require_app(app_name)
     check_query({"limit", "cursor"})

@@ -482,6 +482,11 @@ class _Driver:
                     batch = [job for job in batch if job is not refused.job]
                 savepoints = True
                 continue
+            except _LeaseRanOut as ran_out:
+                late = [job for job in batch if any(f.partition in ran_out.partitions for f in job.fences)]
+                refused_jobs += [(job, _fenced(job)) for job in late]
+                batch = [job for job in batch if job not in late]
+                continue
             except BaseException as exc:
                 self._trouble(exc)
                 error: BaseException = (
@@ -533,47 +538,67 @@ class _Driver:
                 self.units_together += len(units)
                 return [(job, None, None) for job in batch]
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
-                if fences:
-                    # The leases, read FOR SHARE: an acquisition by another node waits for this
-                    # commit, or has committed and this sees its new epoch. A job under a lease
-                    # that moved on is refused (`Fenced`) and nothing of it is written.
-                    held = await _held_fences(conn, fences)
-                    fenced = [job for job in batch if any(f not in held for f in job.fences)]
-                    if fenced:
-                        results += [(job, None, _fenced(job)) for job in fenced]
-                        batch = [job for job in batch if job not in fenced]
-                        units = [job.unit for job in batch if job.unit is not None] if units else []
-                        rows = batch_rows(units) if units else None
-                one_by_one = batch
-                if units:
-                    # All units of work in a few statements (a round trip per table, not per
-                    # unit); refused as a set, they are written one by one in savepoints.
-                    try:
-                        await _apply_units(conn, rows)
-                    except Exception as exc:
-                        if _batch_fatal(exc) or conn.is_closed():
-                            raise
-                        raise _Refused(None, exc) from exc
-                    results += [(job, None, None) for job in batch if job.unit is not None]
-                    one_by_one = [job for job in batch if job.unit is None]
-                    self.units_together += len(units)
-                for job in one_by_one:
-                    try:
-                        if savepoints:
-                            async with conn.transaction():  # SAVEPOINT
-                                value = await job.fn(conn)
-                        else:
-                            value = await job.fn(conn)
-                    except Exception as exc:
-                        if _batch_fatal(exc) or conn.is_closed():
-                            raise
-                        if not savepoints:
-                            raise _Refused(job, exc) from exc  # roll the transaction back
-                        results.append((job, None, exc))
-                    else:
-                        results.append((job, value, None))
+                results += await self._fenced_transaction(conn, batch, fences, units, rows, savepoints)
         finally:
             await self.pool.release(conn)
+        return results
+
+    async def _fenced_transaction(
+        self,
+        conn: asyncpg.Connection,
+        batch: list[_Job],
+        fences: list[Fence],
+        units: list[Any],
+        rows: Any,
+        savepoints: bool,
+    ) -> list[tuple[_Job, Any, BaseException | None]]:
+        """The batch's writes inside its transaction: the jobs' results."""
+        results: list[tuple[_Job, Any, BaseException | None]] = []
+        if fences:
+            # The leases, read FOR SHARE: an acquisition by another node waits for this
+            # commit, or has committed and this sees its new epoch. A job under a lease
+            # that moved on is refused (`Fenced`) and nothing of it is written.
+            held = await _held_fences(conn, fences)
+            fenced = [job for job in batch if any(f not in held for f in job.fences)]
+            if fenced:
+                results += [(job, None, _fenced(job)) for job in fenced]
+                batch = [job for job in batch if job not in fenced]
+                units = [job.unit for job in batch if job.unit is not None] if units else []
+                rows = batch_rows(units) if units else None
+        one_by_one = batch
+        if units:
+            # All units of work in a few statements (a round trip per table, not per
+            # unit); refused as a set, they are written one by one in savepoints.
+            try:
+                await _apply_units(conn, rows)
+            except Exception as exc:
+                if _batch_fatal(exc) or conn.is_closed():
+                    raise
+                raise _Refused(None, exc) from exc
+            results += [(job, None, None) for job in batch if job.unit is not None]
+            one_by_one = [job for job in batch if job.unit is None]
+            self.units_together += len(units)
+        for job in one_by_one:
+            try:
+                if savepoints:
+                    async with conn.transaction():  # SAVEPOINT
+                        value = await job.fn(conn)
+                else:
+                    value = await job.fn(conn)
+            except Exception as exc:
+                if _batch_fatal(exc) or conn.is_closed():
+                    raise
+                if not savepoints:
+                    raise _Refused(job, exc) from exc  # roll the transaction back
+                results.append((job, None, exc))
+            else:
+                results.append((job, value, None))
+        held_now = sorted({f.partition for job in batch for f in job.fences})
+        if held_now and (ran_out := await conn.fetchval(_RAN_OUT, held_now)):
+            # A lease ran out while the batch was being written (a node starved of CPU or
+            # paused between statements): roll back, so every row a node commits was written
+            # before its lease's end; the jobs under other leases are written again.
+            raise _LeaseRanOut(set(ran_out))
         return results
 
     async def close(self) -> None:
@@ -595,6 +620,14 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """Release without the reset query (a round trip per release): an open transaction is still
     rolled back by asyncpg, and Foliot keeps no other session state (no SET, no LISTEN; the
     migrator's advisory lock is released explicitly)."""
+
+
+class _LeaseRanOut(Exception):
+    """Leases of the batch expired before its commit: roll it all back."""
+
+    def __init__(self, partitions: set[int]) -> None:
+        super().__init__(f"leases ran out: {sorted(partitions)}")
+        self.partitions = partitions
 
 
 class _Refused(Exception):
@@ -643,6 +676,11 @@ _HELD_FENCES = (
     " ON l.partition = f.partition AND l.epoch = f.epoch AND l.node_id = f.node_id"
     f" WHERE l.expires_at > {NOW_MS} ORDER BY l.partition FOR SHARE OF l"
 )
+
+
+# Which of these partitions' leases expired by now (their rows are this batch's, FOR SHARE).
+_EXPIRED = f"expires_at <= {NOW_MS}"
+_RAN_OUT = f"SELECT array_agg(partition) FROM cluster_leases WHERE partition = ANY($1::int[]) AND {_EXPIRED}"
 
 
 async def _held_fences(conn: asyncpg.Connection, fences: list[Fence]) -> set[Fence]:

@@ -415,6 +415,43 @@ async def test_a_trailing_slash_answers_the_route(api: Api, path: str) -> None:
     assert r.status_code == 200 and "location" not in r.headers
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "content"),
+    [
+        ("POST", "/apps/orders/runs?workflow=small", '{"workflow":"small"}'),
+        ("POST", "/apps/orders/signals?dryRun=true", '{"runId":"RUN","name":"go"}'),
+        ("POST", "/apps/orders/runs/RUN/cancel?force=true", "{}"),
+        ("PATCH", "/apps/orders/runs/RUN/state?x=1", '{"set":{"a":2}}'),
+        (
+            "POST",
+            "/apps/orders/workflows?x=1",
+            '{"name":"w2","steps":[{"name":"a","type":"sleep","duration":"1s"}]}',
+        ),
+        ("GET", "/apps/orders/runs/RUN?x=1", None),
+    ],
+)
+async def test_a_query_parameter_a_route_does_not_take_is_400(
+    waiting: tuple[Api, str], method: str, path: str, content: str | None
+) -> None:
+    """Only the routes that read a query (lists, events) take one; anywhere else a query is
+    refused rather than silently ignored, and nothing changes."""
+    api, run_id = waiting
+    path, content = path.replace("RUN", run_id), content and content.replace("RUN", run_id)
+    error = await refused(api, method, path, content, 400, "invalid_request")
+    assert error["error"]["field"] == path.split("?")[1].split("=")[0]
+
+
+async def test_routes_that_read_a_query_still_take_theirs(waiting: tuple[Api, str]) -> None:
+    api, run_id = waiting
+    for path in (
+        "/apps/orders/runs?limit=1",
+        f"/apps/orders/runs/{run_id}/events?limit=1",
+        "/apps/orders/workflows?limit=1",
+    ):
+        r = await api.call("GET", path)
+        assert r.status_code == 200, r.text
+
+
 async def test_nul_in_a_path_or_query_is_400(waiting: tuple[Api, str]) -> None:
     api, _ = waiting
     await refused(api, "GET", "/apps/orders/runs/run%00x", None, 400, "invalid_request")

@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 from foliot.cluster.leases import partition_of
 from foliot.errors import Fenced
@@ -24,7 +25,15 @@ from foliot.swf.actor import transition_unit
 from foliot.workflow.model import Event, Timer
 
 from ..storage.test_contract import T0, make_run, seed_app
-from ..storage.test_group_commit import Hold, commit_as_one_batch, expected, postgres_hold, stored, task
+from ..storage.test_group_commit import (
+    Hold,
+    commit_as_one_batch,
+    expected,
+    postgres_hold,
+    stored,
+    task,
+    until,
+)
 from ..swf.store_kit import CATALOG, WF, Live
 
 pytestmark = pytest.mark.postgres
@@ -230,3 +239,45 @@ async def test_an_swf_commit_is_fenced_too(pg: tuple[PostgresStore, Hold]) -> No
     assert len(await store.swf_events(R, run_id, None, False, 100)) == len(tr.events)
     await store.swf_commit(attrs.evolve(unit, fences=(current,)))
     assert (await store.swf_load(R, run_id)).version == 2  # type: ignore[union-attr]
+
+
+async def test_a_lease_that_runs_out_while_its_batch_is_written_commits_none_of_it(
+    pg: tuple[PostgresStore, Hold],
+) -> None:
+    """The leases are checked (and locked) as the batch begins and again after its last write:
+    a node starved of CPU or paused between its statements past the lease's end commits nothing
+    under that lease, so every row a node commits was written before its lease ran out."""
+    store, hold = pg
+    assert await store.cluster_acquire("a", [4, 5], TTL) == {4: 1, 5: 1}
+    fence = Fence("a", 4, 1)
+    unit = new_run(run_in(4, "starved"), fence)
+    other = new_run(run_in(5, "bystander"), Fence("a", 5, 1))
+    outcomes: list[BaseException | None] = [None, None, None]
+
+    async def runs_out(conn: Any) -> None:
+        """Written last in the batch: the lease's end passes (the row is this batch's, FOR SHARE)."""
+        await conn.execute(f"UPDATE cluster_leases SET expires_at = {NOW_MS} - 1 WHERE partition = 4")
+
+    async def one(i: int) -> None:
+        try:
+            if i < 2:
+                await store.commit([unit, other][i])
+            else:
+                await store._call(runs_out, write=True, fences=(fence,))
+        except Exception as exc:
+            outcomes[i] = exc
+
+    async with trio.open_nursery() as nursery, hold():
+        for i in range(3):
+            nursery.start_soon(one, i)
+            await until(lambda n=i + 1: store.pending_writes == n)  # type: ignore[misc]
+    # One transaction, rolled back; what was under the lease that held is written again.
+    assert [type(o) for o in outcomes] == [Fenced, type(None), Fenced]
+    await nothing_of(store, unit)
+    assert await stored(store, other) == expected(other)
+    now, expires = await store._call(
+        lambda c: c.fetchrow(f"SELECT {NOW_MS}, expires_at FROM cluster_leases WHERE partition = 4")
+    )
+    assert expires > now  # the expiry itself was rolled back with the rest
+    await store.commit(unit)  # under a lease that holds, the same unit is written
+    assert await stored(store, unit) == expected(unit)
