@@ -1430,11 +1430,12 @@ async def open_postgres(
     elif bridge == "trio-asyncio":
         import trio_asyncio
 
-        async with (
-            trio_asyncio.open_loop() as loop,
-            _serve(url, _TrioAsyncio(loop), pool_size, writers, limit_s, session) as store,
-        ):
-            yield store
+        async with trio_asyncio.open_loop() as loop:
+            # As on the thread's loop: trio-asyncio's default handler would re-raise a driver
+            # callback's error (a connection lost while connecting) into the loop's nursery.
+            loop.set_exception_handler(_log_loop_error)
+            async with _serve(url, _TrioAsyncio(loop), pool_size, writers, limit_s, session) as store:
+                yield store
     else:
         raise ValueError(f"unknown bridge {bridge!r}")
 

@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 import trio
+import trio.testing
 
 from foliot.errors import StaleWrite, StorageUnavailable
 from foliot.storage.base import UnitOfWork
@@ -147,3 +148,21 @@ async def test_a_queue_for_connections_is_busy_not_an_outage(pg_url: str) -> Non
         assert results["ok"] >= 2 and results["busy"] >= 1, results
         assert store._driver._expired_at == 0  # a queue is not an outage: nothing was reset
         await store.ping()
+
+
+async def test_a_driver_callbacks_error_on_the_trio_asyncio_loop_is_logged_not_raised(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """asyncpg can fail inside a loop callback (a connection lost while connecting, under
+    load): trio-asyncio's default handler would re-raise that into the loop's nursery and out
+    of `open_postgres`. Both bridges log it instead, and the store goes on."""
+    with trio.fail_after(30):
+        async with open_postgres(pg_url, bridge="trio-asyncio", pool_size=2) as store:
+            loop = store._bridge.loop  # type: ignore[attr-defined]
+            lost = ConnectionError("unexpected connection_lost() call")
+            loop.call_exception_handler(
+                {"message": "Future exception was never retrieved", "exception": lost}
+            )
+            await trio.testing.wait_all_tasks_blocked()
+            await store.ping()
+    assert "unexpected connection_lost() call" in caplog.text
