@@ -159,6 +159,26 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU time per thread of a process so far (thread id -> seconds; the main
+    thread's id is the pid). Threads that ended are missing (their time stays in
+    `cpu_seconds`)."""
+    out: dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 class RssSampler:
     """Samples a pid's RSS on a thread; keeps the peak."""
 
@@ -277,7 +297,8 @@ class Foliot:
         self.workdir = workdir
         self.env = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
+            # BENCH_SERVER_ROOT: serve another checkout's foliot with this one's bench (A/B runs).
+            "PYTHONPATH": os.environ.get("BENCH_SERVER_ROOT", str(ROOT)),
             "FOLIOT_HOST": HOST,
             "FOLIOT_PORT": str(self.port),
             "FOLIOT_DATABASE_URL": db_url,
