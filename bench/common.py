@@ -80,11 +80,18 @@ def tmpdir(prefix: str) -> Path:
 class Child:
     """A subprocess in its own process group, killed (whole group) at exit."""
 
-    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, log: Path | None = None):
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+        cwd: Path | str = ROOT,
+    ):
         self.log = log
         out = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
         )
         if log is not None:
             out.close()  # type: ignore[union-attr]
@@ -318,7 +325,13 @@ class Foliot:
 
     def start(self, ready_limit_s: float = 120) -> float:
         """Start and wait for /readyz; returns seconds from spawn to ready."""
-        self.child = Child([sys.executable, "-m", "foliot.cli", "serve"], env=self.env, log=self.log)
+        # `-m` puts the working directory first on sys.path: run in the checkout being served.
+        self.child = Child(
+            [sys.executable, "-m", "foliot.cli", "serve"],
+            env=self.env,
+            log=self.log,
+            cwd=self.env["PYTHONPATH"],
+        )
         return wait_http(self.url, ready_limit_s, self.child)
 
     def kill9(self) -> None:
