@@ -80,11 +80,18 @@ def tmpdir(prefix: str) -> Path:
 class Child:
     """A subprocess in its own process group, killed (whole group) at exit."""
 
-    def __init__(self, args: list[str], *, env: dict[str, str] | None = None, log: Path | None = None):
+    def __init__(
+        self,
+        args: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+        cwd: Path | str = ROOT,
+    ):
         self.log = log
         out = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
         self.proc = subprocess.Popen(
-            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd
         )
         if log is not None:
             out.close()  # type: ignore[union-attr]
@@ -157,6 +164,26 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU time per thread of a process so far (thread id -> seconds; the main
+    thread's id is the pid). Threads that ended are missing (their time stays in
+    `cpu_seconds`)."""
+    out: dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 class RssSampler:
@@ -277,7 +304,8 @@ class Foliot:
         self.workdir = workdir
         self.env = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
+            # BENCH_SERVER_ROOT: serve another checkout's foliot with this one's bench (A/B runs).
+            "PYTHONPATH": os.environ.get("BENCH_SERVER_ROOT", str(ROOT)),
             "FOLIOT_HOST": HOST,
             "FOLIOT_PORT": str(self.port),
             "FOLIOT_DATABASE_URL": db_url,
@@ -297,7 +325,13 @@ class Foliot:
 
     def start(self, ready_limit_s: float = 120) -> float:
         """Start and wait for /readyz; returns seconds from spawn to ready."""
-        self.child = Child([sys.executable, "-m", "foliot.cli", "serve"], env=self.env, log=self.log)
+        # `-m` puts the working directory first on sys.path: run in the checkout being served.
+        self.child = Child(
+            [sys.executable, "-m", "foliot.cli", "serve"],
+            env=self.env,
+            log=self.log,
+            cwd=self.env["PYTHONPATH"],
+        )
         return wait_http(self.url, ready_limit_s, self.child)
 
     def kill9(self) -> None:

@@ -108,6 +108,7 @@ def phase(
     targets = c.random_targets(run_ids, count, seed)
     requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
     cpu0 = c.cpu_seconds(server.pid)
+    main0 = c.thread_cpu_seconds(server.pid).get(server.pid, 0.0)
     with c.AcceptQueueSampler(server.port) as backlog:
         if args.client == "raw":
             results, wall = rawclient.run_open(
@@ -133,9 +134,11 @@ def phase(
     s = c.summarize(results, wall)
     time.sleep(min(5.0, args.timeout))  # let pushes of the last signals arrive
     cpu = c.cpu_seconds(server.pid) - cpu0  # the signals, their pushes and the answers to them
+    main = c.thread_cpu_seconds(server.pid).get(server.pid, 0.0) - main0  # the event loop's share
     to_task, missing = c.to_task(results, handler.stats(arrivals=True)["arrivals"])
     s.update(
         cpu_ms=1000 * cpu / max(1, s["ok"]),
+        loop_ms=1000 * main / max(1, s["ok"]),
         rate=rate,
         to_task_p50=c.pct(to_task, 50),
         to_task_p99=c.pct(to_task, 99),
@@ -175,6 +178,7 @@ def row(mode: str, label: str, s: dict[str, Any]) -> list[Any]:
         f"{s['retry_after']}/{s['429'] + s['503']}",
         c.ms(s["refused_p99"]),
         f"{s['cpu_ms']:.1f}",
+        f"{s['loop_ms']:.1f}",
         s["other"],
         s["client_overrun"],
         f"{s['accept_q']:.0f}",
@@ -325,7 +329,8 @@ def main() -> None:
     print(
         c.table(
             f"signals ({args.backend}; ms from the scheduled send; task = signal -> push at the handler; "
-            "cpu = server CPU, all threads, per 2xx, its push and answer included; "
+            "cpu = server CPU, all threads, per 2xx, its push and answer included; loop = the "
+            "event loop thread's share (the rest: SQLite's writer and reader, or asyncpg's loop); "
             "accept q = most connections waiting in the kernel's accept queue)",
             [
                 "mode",
@@ -345,6 +350,7 @@ def main() -> None:
                 "retry-after",
                 "refused p99",
                 "cpu ms/2xx",
+                "loop ms",
                 "other",
                 "unsent",
                 "accept q",

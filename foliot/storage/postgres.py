@@ -537,6 +537,11 @@ class _Driver:
                         raise _Refused(None, exc) from exc
                 self.units_together += len(units)
                 return [(job, None, None) for job in batch]
+            if rows is not None and len(units) == len(batch) and _only_updates(rows):
+                # Runs moving on (signals, task answers, timers): one statement as well. A unit
+                # whose run moved underneath its seq writes nothing (every row it would add is
+                # joined to the runs the UPDATE matched) and gets its StaleWrite; the rest commit.
+                return await self._update_batch(conn, batch, rows, fences, deadline)
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
                 results += await self._fenced_transaction(conn, batch, fences, units, rows, savepoints)
         finally:
@@ -599,6 +604,42 @@ class _Driver:
             # paused between statements): roll back, so every row a node commits was written
             # before its lease's end; the jobs under other leases are written again.
             raise _LeaseRanOut(set(ran_out))
+        return results
+
+    async def _update_batch(
+        self,
+        conn: asyncpg.Connection,
+        batch: list[_Job],
+        rows: BatchRows,
+        fences: list[Fence],
+        deadline: float,
+    ) -> list[tuple[_Job, Any, BaseException | None]]:
+        """`_UPDATE_RUNS_SET` (or its fenced form) in one round trip, atomic on its own."""
+        async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            try:
+                if fences:
+                    ok, updated = await conn.fetchrow(
+                        _FENCED_UPDATE_RUNS_SET, *_update_set_columns(rows), *_fence_columns(fences)
+                    )
+                    if not ok:
+                        raise Fenced("a lease of this batch moved on: nothing was written")
+                else:
+                    updated = await conn.fetchval(_UPDATE_RUNS_SET, *_update_set_columns(rows))
+            except Exception as exc:
+                if _batch_fatal(exc) or conn.is_closed():
+                    raise
+                raise _Refused(None, exc) from exc
+        moved = set(updated)
+        self.units_together += len(moved)
+        results: list[tuple[_Job, Any, BaseException | None]] = []
+        for job in batch:
+            unit = job.unit
+            assert unit is not None
+            if unit.run.run_id in moved:
+                results.append((job, None, None))
+            else:
+                stale = StaleWrite(f"run {unit.run.run_id} changed underneath seq {unit.expected_seq}")
+                results.append((job, None, stale))
         return results
 
     async def close(self) -> None:
@@ -1347,6 +1388,29 @@ def _only_new_runs(rows: BatchRows) -> bool:
     )
 
 
+def _only_updates(rows: BatchRows) -> bool:
+    """Whether `_UPDATE_RUNS_SET` can write these rows: runs already stored moving on, no
+    idempotency record, no task written twice (one INSERT cannot upsert a row twice)."""
+    return (
+        bool(rows.updates)
+        and not rows.inserts
+        and not rows.idempotency
+        and not rows.idempotency_replacing
+        and len({task[0] for task in rows.tasks}) == len(rows.tasks)
+    )
+
+
+def _update_set_columns(rows: BatchRows) -> list[list[Any]]:
+    updates = _columns(rows.updates, 12)
+    return [
+        *(updates[i] for i in (0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11)),
+        *_columns(rows.events, 8),
+        *_columns(rows.tasks, 11),
+        *_columns(rows.timers, 5),
+        *_columns(rows.signal_ids, 3),
+    ]
+
+
 def _new_run_columns(rows: BatchRows) -> list[list[Any]]:
     return [
         *_columns(rows.inserts, 14),
@@ -1379,6 +1443,60 @@ _INSERT_NEW_RUNS = (
     " SELECT * FROM unnest($39::text[], $40::text[], $41::bigint[]))"
     " INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
     " SELECT * FROM unnest($42::text[], $43::text[], $44::text[], $45::text[], $46::text[], $47::bigint[])"
+)
+
+
+# Every table a batch of runs moving on writes, in one statement (array parameters, one per
+# column). Each row is joined to the runs the UPDATE matched (`moved`), so a unit whose run is no
+# longer at its expected seq writes nothing; the statement returns the runs it moved. A run's
+# timers are made equal to its new set: the ones it no longer holds deleted, the others upserted
+# (one statement cannot delete a row and insert its key again).
+_UPDATE_RUNS_SET = (
+    "WITH moved AS (UPDATE runs AS r SET status = u.status, is_open = u.is_open, seq = u.seq,"
+    " doc = u.doc, closed_at = u.closed_at, current_step = u.current_step, step_since = u.step_since,"
+    " workflow_version = u.workflow_version, error_class = u.error_class"
+    " FROM unnest($1::text[], $2::text[], $3::boolean[], $4::bigint[], $5::text[], $6::bigint[],"
+    " $7::bigint[], $8::text[], $9::bigint[], $10::bigint[], $11::text[])"
+    " AS u(run_id, status, is_open, seq, doc, closed_at, expected, current_step, step_since,"
+    " workflow_version, error_class)"
+    " WHERE r.run_id = u.run_id AND r.seq = u.expected RETURNING r.run_id),"
+    " new_events AS (INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
+    " SELECT e.* FROM unnest($12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::text[],"
+    " $17::text[], $18::bigint[], $19::text[]) AS e(run_id, seq, at, generation, type, step, attempt, data)"
+    " WHERE e.run_id IN (SELECT run_id FROM moved)),"
+    " new_tasks AS (INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
+    " close_reason, deadline, created_at) SELECT t.* FROM unnest($20::text[], $21::text[], $22::text[],"
+    " $23::bigint[], $24::text[], $25::bigint[], $26::text[], $27::text[], $28::text[], $29::bigint[],"
+    " $30::bigint[]) AS t(token, run_id, app, generation, step, attempt, queue, status, close_reason,"
+    " deadline, created_at) WHERE t.run_id IN (SELECT run_id FROM moved)"
+    " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
+    " close_reason = excluded.close_reason, deadline = excluded.deadline),"
+    " gone_timers AS (DELETE FROM timers AS x WHERE x.run_id IN (SELECT run_id FROM moved)"
+    " AND NOT EXISTS (SELECT 1 FROM unnest($31::text[], $32::text[]) AS k(run_id, slot)"
+    " WHERE k.run_id = x.run_id AND k.slot = x.slot)),"
+    " new_timers AS (INSERT INTO timers (run_id, slot, kind, key, due_at)"
+    " SELECT m.* FROM unnest($31::text[], $32::text[], $33::text[], $34::text[], $35::bigint[])"
+    " AS m(run_id, slot, kind, key, due_at) WHERE m.run_id IN (SELECT run_id FROM moved)"
+    " ON CONFLICT (run_id, slot) DO UPDATE SET kind = excluded.kind, key = excluded.key,"
+    " due_at = excluded.due_at),"
+    " new_signal_ids AS (INSERT INTO signal_ids (run_id, signal_id, at)"
+    " SELECT s.* FROM unnest($36::text[], $37::text[], $38::bigint[]) AS s(run_id, signal_id, at)"
+    " WHERE s.run_id IN (SELECT run_id FROM moved))"
+    " SELECT ARRAY(SELECT run_id FROM moved)"
+)
+# The same, moving nothing unless every lease of the batch holds: returns (held, runs moved).
+_FENCED_UPDATE_RUNS_SET = (
+    "WITH fence AS (SELECT l.partition FROM cluster_leases l"
+    " JOIN unnest($39::int[], $40::bigint[], $41::text[]) AS f(partition, epoch, node_id)"
+    " ON l.partition = f.partition AND l.epoch = f.epoch AND l.node_id = f.node_id"
+    f" WHERE l.expires_at > {NOW_MS} ORDER BY l.partition FOR SHARE OF l),"
+    " fenced AS (SELECT count(*) = $42 AS ok FROM fence), "
+    + _UPDATE_RUNS_SET.removeprefix("WITH ")
+    .replace(" FROM unnest($1::text[]", " FROM fenced, unnest($1::text[]", 1)
+    .replace(" WHERE r.run_id = u.run_id", " WHERE fenced.ok AND r.run_id = u.run_id", 1)
+    .replace(
+        " SELECT ARRAY(SELECT run_id FROM moved)", " SELECT ok, ARRAY(SELECT run_id FROM moved) FROM fenced"
+    )
 )
 
 

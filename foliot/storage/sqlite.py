@@ -213,7 +213,16 @@ class SqliteStore(SwfSqlite, KeyCheckSqlite):
             # write, a taken business key, ...), one by one below, so only the culprit fails.
             units = [job.unit for job in batch if job.unit is not None]
             one_by_one, together = batch, 0
-            if units:
+            if units and len(units) == len(batch):
+                # Units only (the common batch): no savepoint around the set (two statements,
+                # each a GIL hand-over, saved); refused, the transaction starts over one by one.
+                try:
+                    _apply_units(conn, units)
+                    together, one_by_one = len(units), []
+                except Exception:
+                    conn.execute("ROLLBACK")
+                    conn.execute("BEGIN IMMEDIATE")
+            elif units:
                 conn.execute("SAVEPOINT units")
                 try:
                     _apply_units(conn, units)

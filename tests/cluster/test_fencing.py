@@ -196,6 +196,40 @@ async def test_in_a_batch_a_fenced_unit_fails_alone(pg: tuple[PostgresStore, Hol
     assert store.stats["units"] >= 7
 
 
+async def test_runs_moving_on_under_held_leases_are_one_statement_and_a_stale_lease_fails_alone(
+    pg: tuple[PostgresStore, Hold],
+) -> None:
+    """Updates only (signals, answers, timers): the fenced one-statement path writes them when
+    every lease holds; one stale fence refuses that statement, and the units are then written
+    one by one, the fenced one refused alone."""
+    store, hold = pg
+    assert await store.cluster_acquire("a", [1, 2], TTL) == {1: 1, 2: 1}
+    assert await store.cluster_acquire("old", [9], 0) == {9: 1}
+    assert await store.cluster_acquire("a", [9], TTL) == {9: 2}
+    good, stale = Fence("a", 1, 1), Fence("old", 9, 1)
+    firsts = [new_run(run_in(1, "g0"), good), new_run(run_in(2, "g1"), Fence("a", 2, 1))]
+    firsts.append(new_run(run_in(9, "g2"), Fence("a", 9, 2)))
+    for unit in firsts:
+        await store.commit(unit)
+
+    base = store.stats["units_together"]
+    clean = [moved(firsts[0], good), moved(firsts[1], Fence("a", 2, 1))]
+    assert await commit_as_one_batch(store, hold, clean) == [None, None]
+    assert store.stats["units_together"] - base == 2  # one statement, under both leases
+    for unit, first in zip(clean, firsts, strict=False):
+        assert await stored(store, unit) == expected(unit, first.events)
+
+    third = attrs.evolve(clean[0].run, seq=3)
+    again = attrs.evolve(
+        clean[0], run=third, expected_seq=2, events=(Event(3, T0 + 2, 1, "x"),), signal_ids=()
+    )
+    batch = [again, moved(firsts[2], stale)]
+    outcomes = await commit_as_one_batch(store, hold, batch)
+    assert [type(o) for o in outcomes] == [type(None), Fenced]
+    assert (await store.get_run(firsts[0].run.run_id)).seq == 3  # type: ignore[union-attr]
+    assert await stored(store, firsts[2]) == expected(firsts[2])  # unchanged
+
+
 def swf_run_in(partition: int, tag: str) -> str:
     i = 0
     while partition_of(swf_actor_id(R, f"{tag}{i}")) != partition:

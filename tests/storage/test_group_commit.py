@@ -377,3 +377,90 @@ async def test_a_batch_of_starts_lands_whole_or_only_its_culprits_fail(held: tup
         assert await store.get_run(run_id) is None
         assert await store.list_events(run_id, 0, 10) == []
     assert await store.get_idempotency("app", "kept") == kept
+
+
+async def test_a_batch_of_runs_moving_on_lands_whole_and_a_stale_one_writes_nothing(
+    held: tuple[Store, Hold],
+) -> None:
+    """Runs already stored moving on (what signals, task answers and timers queue): PostgreSQL
+    writes them in one statement; a unit whose run moved underneath its seq gets its StaleWrite
+    and leaves no row, the others land exactly as one by one."""
+    store, hold = held
+    await seed_app(store)
+    before: list[UnitOfWork] = []
+    for i in range(5):
+        run = make_run(f"m{i}", status="sleeping", seq=1, timer=Timer("sleep", T0 + 100 + i, f"1:s#{i}"))
+        unit = UnitOfWork(run, None, (Event(1, T0, 1, "run_started"),), (task(f"tok-m{i}", run.run_id),))
+        await store.commit(unit)
+        before.append(unit)
+
+    def moving(i: int, *, expected_seq: int = 1) -> UnitOfWork:
+        run = before[i].run
+        if i == 0:  # the same slot armed again under a new key
+            moved = attrs.evolve(run, seq=2, timer=Timer("sleep", T0 + 300, "1:s#again"))
+        elif i == 1:  # the timer goes, a deadline comes: the slot changes
+            moved = attrs.evolve(run, status="running", seq=2, timer=None, deadline=T0 + 900)
+        elif i == 4:  # closes: no timers left
+            moved = attrs.evolve(run, status="completed", seq=2, timer=None, closed_at=T0 + 5)
+        else:
+            moved = attrs.evolve(run, status="waiting", seq=2, timer=Timer("wait_timeout", T0 + 50, f"w#{i}"))
+        answered = task(f"tok-m{i}", run.run_id, "closed", "answered")
+        events = (
+            Event(2, T0 + 1, 1, "step_completed", "s", 1, {"i": i}),
+            Event(3, T0 + 1, 1, "step_started"),
+        )
+        return UnitOfWork(
+            moved, expected_seq, events, (answered, task(f"next-m{i}", run.run_id)), signal_ids=(f"g{i}",)
+        )
+
+    base = together(store)
+    clean = [moving(i) for i in (0, 1, 2)]
+    assert await commit_as_one_batch(store, hold, clean) == [None] * 3
+    assert together(store) - base == 3
+    started = (Event(1, T0, 1, "run_started"),)
+    for unit in clean:
+        assert await stored(store, unit) == expected(unit, started)
+
+    base = together(store)
+    mixed = [moving(3), moving(4, expected_seq=7)]  # m4 is at seq 1, not 7
+    outcomes = await commit_as_one_batch(store, hold, mixed)
+    assert outcomes[0] is None and isinstance(outcomes[1], StaleWrite)
+    assert await stored(store, mixed[0]) == expected(mixed[0], started)
+    assert await store.get_run("m4") == before[4].run  # nothing of the stale unit was written
+    assert await store.list_events("m4", 0, 10) == list(started)
+    assert await store.get_task("next-m4") is None
+    assert await store.get_task("tok-m4") == before[4].tasks[0]
+    assert not await store.signal_taken("m4", "g4")
+    assert [(t.slot, t.key) for t in await store.timers_due_before(2**62, 1000) if t.run_id == "m4"] == [
+        ("step", "1:s#4")
+    ]
+    if isinstance(store, PostgresStore):
+        assert together(store) - base == 1  # one statement: m3 written, m4 refused alone
+
+
+async def test_a_moving_batch_with_a_signal_id_taken_falls_back_to_one_by_one(
+    held: tuple[Store, Hold],
+) -> None:
+    store, hold = held
+    await seed_app(store)
+    for run_id in ("a", "b"):
+        await store.commit(UnitOfWork(make_run(run_id, seq=1), None, signal_ids=(f"first-{run_id}",)))
+    a = UnitOfWork(
+        make_run("a", status="sleeping", seq=2, timer=Timer("sleep", T0, "k")), 1, signal_ids=("new",)
+    )
+    b = UnitOfWork(make_run("b", seq=2), 1, (Event(1, T0, 1, "x"),), signal_ids=("first-b",))  # taken
+    outcomes = await commit_as_one_batch(store, hold, [a, b])
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], UniqueViolation) and outcomes[1].constraint == SIGNAL_ID_UNIQUE
+    assert await stored(store, a) == expected(a)
+    assert (await store.get_run("b")).seq == 1  # type: ignore[union-attr]
+    assert await store.list_events("b", 0, 10) == []
+
+
+def test_the_fenced_moving_statement_is_the_plain_one_guarded() -> None:
+    from foliot.storage import postgres as pg
+
+    sql = pg._FENCED_UPDATE_RUNS_SET
+    assert "FROM fenced, unnest($1::text[]" in sql
+    assert "WHERE fenced.ok AND r.run_id = u.run_id" in sql
+    assert sql.endswith("SELECT ok, ARRAY(SELECT run_id FROM moved) FROM fenced")
