@@ -20,6 +20,7 @@ bounded, no client timeouts.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -49,6 +50,9 @@ def phase(server: c.Foliot, key: str, run_ids: list[str], rate: float, args: Any
             limit_s=args.seconds + args.timeout + 10,
         )
     cpu = c.cpu_seconds(server.pid) - cpu0
+    if args.dump:
+        Path(args.dump).mkdir(parents=True, exist_ok=True)
+        (Path(args.dump) / f"phase{n}.json").write_text(json.dumps(results))
     s = c.summarize(results, wall)
     refused = [r[2] for r in results if r[3] in (429, 503)]
     s.update(
@@ -76,6 +80,7 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=2, help="client processes")
     parser.add_argument("--timeout", type=float, default=30.0, help="client timeout per signal, s")
     parser.add_argument("--lag-ms", type=int, default=0, help="FOLIOT_ADMISSION_LAG_MS for the server")
+    parser.add_argument("--dump", default="", help="directory: write each phase's client results (JSON)")
     parser.add_argument("--quick", action="store_true", help="300 runs, 4 s at 250/s")
     args = c.parse_args(parser, runs=300, seconds=4.0, rates="250")
     rates = [float(r) for r in str(args.rates).split(",")]

@@ -35,6 +35,7 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
     from .dispatcher import Dispatcher
 
 REASONS = ("inflight", "latency", "storage", "push_backlog", "mailbox")
+
+# Set while a start or signal the front door let in (after asking the gate) is served.
+DOOR_ADMITTED: ContextVar[bool] = ContextVar("foliot_door_admitted", default=False)
 
 
 class Ticket:
@@ -145,9 +149,7 @@ class Admission:
         hand it on. What the door let in and is not answered yet counts as in flight."""
         self._last_call = now  # no `_seen`: a Trio event is not set from another thread
         with self._lock:
-            if not self.gate.shedding:
-                return None
-            if self.gate.admit(now, max(self.inflight, self.door_pending)):
+            if self.gate.admit_queued(now, max(self.inflight, self.door_pending)):
                 return None
             refusal = self._shed_refusal()
         body = json.dumps(refusal.body(), separators=(",", ":")).encode()
@@ -169,9 +171,12 @@ class Admission:
         depth = self.storage_queue
         if depth >= self.storage_queue_max:
             raise self.refuse("storage", f"{depth} writes are waiting for storage; retry shortly")
-        refusal = self.shed()
-        if refusal is not None:
-            raise refusal
+        if DOOR_ADMITTED.get():  # the front door asked the gate already: not twice
+            self._seen(trio.current_time())
+        else:
+            refusal = self.shed()
+            if refusal is not None:
+                raise refusal
         backlog = self._dispatcher.backlog
         if backlog >= self.push_backlog_max:
             mine = self._dispatcher.app_backlog(app)

@@ -45,6 +45,8 @@ import trio
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 from hypercorn.utils import parse_socket_addr
 
+from ..actors.admission import DOOR_ADMITTED
+
 log = logging.getLogger("foliot.http.door")
 
 ADDS_WORK = re.compile(rb"^/apps/[^/?#]+/(?:runs|signals)/?$")
@@ -53,6 +55,9 @@ DRAIN_MAX = 65_536  # a refused body up to this size is read and dropped by the 
 _PAUSE_BYTES = 1 << 20  # handed to the loop and not read by it yet: stop reading the socket
 _RECV = 65_536
 MAX_CONNECTIONS = 4_096
+# What a request handed on is: not a start or signal; one the door let in after asking the
+# admission; one it did not ask about (its body is too large to drop if refused).
+OTHER, LET_IN, UNASKED = 0, 1, 2
 _REASONS = {429: b"Too Many Requests", 503: b"Service Unavailable"}
 
 # The thread's decision: (status, Retry-After seconds, JSON body) to refuse, None to hand on.
@@ -160,7 +165,7 @@ class Conn:
         self.consumed = 0  # bytes the loop has read
         self.requests = 0  # requests handed to the loop
         self.answered = 0  # of them, answered (the loop's `Door.answered`)
-        self.kinds: deque[bool] = deque()  # per request handed on, not answered yet: adds work?
+        self.kinds: deque[int] = deque()  # per request handed on, not answered yet: OTHER...
         self.stream: DoorStream | None = None
 
 
@@ -320,6 +325,13 @@ class Door:
         with suppress(OSError):  # a wake-up is pending already (or the thread is gone)
             self._wake_w.send(b"\0")
 
+    def let_in(self, client: Any) -> bool:
+        """Is the request the loop is about to serve for `client` a start or signal the door
+        let in after asking the admission? (The loop serves one request of a connection at a
+        time, the oldest not answered.)"""
+        conn = self.conns.get(client)
+        return conn is not None and bool(conn.kinds) and conn.kinds[0] == LET_IN
+
     def answered(self, client: Any, *, whole: bool = True) -> None:
         """The loop is done with a request of the connection from `client`; `whole`: its
         answer was sent in full (else hypercorn answers it, later: the thread stops framing
@@ -327,11 +339,11 @@ class Door:
         conn = self.conns.get(client)
         if conn is None or not conn.kinds:
             return
-        adds = conn.kinds.popleft()
+        kind = conn.kinds.popleft()
         if not whole:
             conn.passthrough = True
         conn.answered += 1
-        if adds:
+        if kind != OTHER:
             self._on_answer()
         if conn.waiting:
             self.command("recheck", conn)
@@ -482,9 +494,9 @@ class Door:
         buf = conn.buf
         buf += data
         if conn.passthrough:
-            out = bytes(buf)
+            whole = bytes(buf)
             buf.clear()
-            return out
+            return whole
         out = bytearray()
         while buf:
             if conn.body_left:
@@ -510,7 +522,8 @@ class Door:
                 buf.clear()
                 break
             assert isinstance(head, Head)
-            refusal = self._decide() if head.adds_work and head.body <= DRAIN_MAX else None
+            asked = head.adds_work and head.body <= DRAIN_MAX
+            refusal = self._decide() if asked else None
             if refusal is not None:
                 del buf[: head.size]
                 conn.body_left, conn.skip = head.body, True
@@ -519,7 +532,7 @@ class Door:
                     break
                 continue
             conn.requests += 1
-            conn.kinds.append(head.adds_work)
+            conn.kinds.append(LET_IN if asked else UNASKED if head.adds_work else OTHER)
             if head.adds_work:
                 self._on_forward()
             out += buf[: head.size]
@@ -570,9 +583,11 @@ class Answered:
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 whole = True
 
+        client = scope.get("client")
+        token = DOOR_ADMITTED.set(any(door.let_in(client) for door in self.doors))
         try:
             await self.app(scope, receive, sending)
         finally:
-            client = scope.get("client")
+            DOOR_ADMITTED.reset(token)
             for door in self.doors:
                 door.answered(client, whole=whole)

@@ -15,7 +15,7 @@ import re
 
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 
-from ..actors.admission import Admission
+from ..actors.admission import DOOR_ADMITTED, Admission
 
 _ADDS_WORK = re.compile(r"^/apps/[^/]+/(?:runs|signals)/?$")
 _DRAIN_MAX = 65_536  # a refused body up to this size is read, so its connection can be kept
@@ -29,6 +29,7 @@ class Shed:
     async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if (
             self.admission.gate.shedding
+            and not DOOR_ADMITTED.get()
             and scope["type"] == "http"
             and scope["method"] == "POST"
             and _ADDS_WORK.match(scope["path"])
