@@ -35,6 +35,7 @@ import re
 import selectors
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
@@ -110,6 +111,16 @@ def parse_head(buf: bytes | bytearray) -> Head | bool | None:
     return Head(end + 4, length or 0, adds, keep)
 
 
+_DATE: list[Any] = [0, b""]  # (second, its Date header): formatting it costs more than the rest
+
+
+def _date() -> bytes:
+    now = int(time.time())
+    if _DATE[0] != now:
+        _DATE[:] = [now, b"date: " + formatdate(now, usegmt=True).encode()]
+    return bytes(_DATE[1])
+
+
 def refusal_bytes(status: int, retry_after: int, body: bytes, *, keep_alive: bool) -> bytes:
     """The whole HTTP/1.1 answer the thread sends for a refused request."""
     head = [
@@ -117,7 +128,7 @@ def refusal_bytes(status: int, retry_after: int, body: bytes, *, keep_alive: boo
         b"content-type: application/json",
         b"retry-after: %d" % retry_after,
         b"content-length: %d" % len(body),
-        b"date: " + formatdate(usegmt=True).encode(),
+        _date(),
         b"server: foliot",
     ]
     if not keep_alive:
