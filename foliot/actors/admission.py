@@ -81,7 +81,7 @@ class Admission:
         )
         self._lock = threading.Lock()  # the gate is used by the loop and the door's thread
         self.door_forwarded = 0  # starts and signals the door handed to the loop (its thread)
-        self.door_answered = 0  # ... and answered since (the loop)
+        self.door_answered = 0  # ... and done with since (answered, or never to be served)
         self._traffic = trio.Event()  # set by a start or signal; `watch_lag` probes while set
         self._last_call = 0.0  # Trio time of the last start or signal seen
         self.lag_probes = 0  # wake-ups of `watch_lag` so far
@@ -140,8 +140,9 @@ class Admission:
     def door_forward(self) -> None:  # the door's thread
         self.door_forwarded += 1
 
-    def door_answer(self) -> None:  # the loop
-        self.door_answered += 1
+    def door_answer(self) -> None:  # the loop, or the door's thread (a connection gone)
+        with self._lock:
+            self.door_answered += 1
 
     def door_refusal(self, now: float) -> tuple[int, int, bytes] | None:
         """The latency gate's decision on one more start or signal, from the front door's

@@ -300,7 +300,7 @@ class Door:
         self._listen_sock = sock
         self._decide = decide
         self._on_forward = on_forward  # a start or signal was handed to the loop (thread)
-        self._on_answer = on_answer  # ... and has been answered (loop)
+        self._on_answer = on_answer  # ... and is done with: answered (loop), or never served (thread)
         self.max_connections = max_connections
         self.conns: dict[tuple[Any, ...], Conn] = {}  # by the ASGI scope's "client"
         self.refused = 0  # answered by the thread
@@ -448,6 +448,11 @@ class Door:
         self._stop_reading(conn)
         if self.conns.get(conn.key) is conn:
             del self.conns[conn.key]
+        # Requests handed on that the loop will never serve (hypercorn closed the connection
+        # before reading them): no longer waiting, for the admission's count.
+        while conn.kinds:
+            if conn.kinds.popleft() != OTHER:
+                self._on_answer()
         conn.sock.close()
         self._listen()
 

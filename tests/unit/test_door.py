@@ -305,3 +305,20 @@ async def test_many_connections_and_the_bytes_of_each_arrive_whole() -> None:
             assert status == 200 and body == big + b"%d" % i
             await client.stream.aclose()
     assert len(app.seen) == 20
+
+
+async def test_a_request_handed_on_but_never_served_is_not_counted_as_waiting() -> None:
+    admission, app = FakeAdmission(), App()
+    async with served(admission, app) as port:
+        client = await connect(port)
+        # Framed and let in by the door, but h11 refuses it (HTTP/1.1 without Host): hypercorn
+        # answers 400 and closes the connection without the app ever serving it.
+        body = b'{"runId":"r1","name":"go"}'
+        raw = b"POST /apps/shop/signals HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        await client.stream.send_all(raw)
+        assert (await client.answer())[0] == 400
+        with pytest.raises(EOFError):
+            await client.receive()
+        await client.stream.aclose()
+    assert app.seen == []
+    assert admission.forwarded == admission.answered == 1
