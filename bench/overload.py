@@ -29,8 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common as c
-from bench import rawclient
-from bench.signal_latency import WORKFLOW, drain, seed
+from bench.signal_latency import WORKFLOW, drain, seed, send_open
 
 VARIANTS = {"door": "1", "loop": "0"}
 
@@ -39,16 +38,7 @@ def phase(server: c.Foliot, key: str, run_ids: list[str], rate: float, args: Any
     targets = c.random_targets(run_ids, max(1, int(rate * args.seconds)), n)
     requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
     cpu0 = c.cpu_seconds(server.pid)
-    with c.AcceptQueueSampler(server.port) as backlog:
-        results, wall = rawclient.run_open(
-            server.url,
-            c.bearer(key),
-            requests,
-            rate=rate,
-            procs=args.procs,
-            timeout=args.timeout,
-            limit_s=args.seconds + args.timeout + 10,
-        )
+    results, wall, accept_q = send_open(server, key, requests, rate, args)
     cpu = c.cpu_seconds(server.pid) - cpu0
     if args.dump:
         Path(args.dump).mkdir(parents=True, exist_ok=True)
@@ -61,7 +51,7 @@ def phase(server: c.Foliot, key: str, run_ids: list[str], rate: float, args: Any
         refused_p50=c.pct(refused, 50),
         refused_max=max(refused, default=float("nan")),
         cpu_ms=1000 * cpu / max(1, s["ok"] + len(refused)),
-        accept_q=backlog.peak,
+        accept_q=accept_q,
     )
     return s
 
