@@ -115,6 +115,7 @@ async def serve(
         await lifespan_nursery.start(lifespan.handle_lifespan)
         await lifespan.wait_for_startup()
 
+        switch = sys.getswitchinterval()
         try:
             await _serve(
                 wrapped, config, context, lifespan_state, shutdown_trigger, doors, admission, task_status
@@ -122,6 +123,7 @@ async def serve(
         finally:
             for door in doors:  # every connection is closed by now
                 door.stop()
+            sys.setswitchinterval(switch)
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()
 

@@ -4,6 +4,7 @@ starts and signals itself, and hands everything else to hypercorn in the loop un
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,7 +14,7 @@ import trio
 from hypercorn.config import Config
 
 from foliot.http.door import Head, parse_head, refusal_bytes
-from foliot.http.listen import serve
+from foliot.http.listen import SWITCH_INTERVAL_S, serve
 
 SIGNAL = b'{"runId":"r1","name":"go"}'
 
@@ -228,6 +229,13 @@ async def test_a_refused_signal_is_answered_by_the_thread_and_the_connection_goe
         await client.stream.aclose()
     assert [(m, p) for m, p, _ in app.seen] == [("POST", "/apps/shop/signals"), ("GET", "/healthz")]
     assert (admission.forwarded, admission.answered) == (1, 1)
+
+
+async def test_the_thread_switch_interval_is_short_while_the_door_runs_and_restored_after() -> None:
+    before = sys.getswitchinterval()
+    async with served(FakeAdmission(), App()):
+        assert sys.getswitchinterval() == min(before, SWITCH_INTERVAL_S)
+    assert sys.getswitchinterval() == before
 
 
 async def test_only_starts_and_signals_are_refused() -> None:
