@@ -30,6 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common as c
+from bench import rawclient
 from bench.signal_latency import WORKFLOW, drain, seed, send_open
 
 VARIANTS = {"door": "1", "loop": "0"}
@@ -96,6 +97,14 @@ def main() -> None:
     if c.have_wrk():
         f = c.wrk_post(f"{floor.url}/apps/bench/signals", body, key, seconds=5, connections=16)
     floor_rps = f["rps"] if f else float("nan")
+    # The machine's own noise: the bare floor answering open loop at half its closed-loop rate.
+    half = floor_rps / 2 if floor_rps == floor_rps else rates[0] / 4
+    count = max(1, int(half * args.seconds))
+    floor_requests = [["POST", "/apps/bench/signals", body, i] for i in range(count)]
+    fr, fwall = rawclient.run_open(
+        floor.url, c.bearer(key), floor_requests, rate=half, procs=args.procs, timeout=args.timeout
+    )
+    fs = c.summarize(fr, fwall)
     floor.child.stop()
     rows = []
     n = 0
@@ -139,6 +148,8 @@ def main() -> None:
     m = server.metrics()
     notes.append(
         f"floor: bare quart-trio signal endpoint, closed loop (wrk, 16 connections) {floor_rps:.0f}/s;"
+        f" open loop at {half:.0f}/s (half that): p50 {c.ms(fs['p50'])} ms, p99 {c.ms(fs['p99'])} ms"
+        f" ({fs['ok']} of {len(fr)} 2xx): the machine's own latency at this load;"
         f" handler duplicates {handler.stats()['duplicates']}"
     )
     notes.append(
