@@ -109,8 +109,31 @@ def phase(
     requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
     cpu0 = c.cpu_seconds(server.pid)
     main0 = c.thread_cpu_seconds(server.pid).get(server.pid, 0.0)
+    results, wall, accept_q = send_open(server, key, requests, rate, args)
+    s = c.summarize(results, wall)
+    time.sleep(min(5.0, args.timeout))  # let pushes of the last signals arrive
+    cpu = c.cpu_seconds(server.pid) - cpu0  # the signals, their pushes and the answers to them
+    main = c.thread_cpu_seconds(server.pid).get(server.pid, 0.0) - main0  # the event loop's share
+    to_task, missing = c.to_task(results, handler.stats(arrivals=True)["arrivals"])
+    s.update(
+        cpu_ms=1000 * cpu / max(1, s["ok"]),
+        loop_ms=1000 * main / max(1, s["ok"]),
+        rate=rate,
+        to_task_p50=c.pct(to_task, 50),
+        to_task_p99=c.pct(to_task, 99),
+        no_task=missing,
+        accept_q=accept_q,
+    )
+    return s
+
+
+def send_open(
+    server: c.Foliot, key: str, requests: list[list[Any]], rate: float, args: argparse.Namespace
+) -> tuple[list[list[Any]], float, float]:
+    """`requests` open loop at `rate` from `args.procs` processes (`args.client`: raw sockets
+    or httpx); (results, wall, deepest accept queue seen meanwhile)."""
     with c.AcceptQueueSampler(server.port) as backlog:
-        if args.client == "raw":
+        if getattr(args, "client", "raw") == "raw":
             results, wall = rawclient.run_open(
                 server.url,
                 c.bearer(key),
@@ -131,21 +154,7 @@ def phase(
                 timeout=args.timeout,
                 limit_s=args.seconds + args.timeout + 10,
             )
-    s = c.summarize(results, wall)
-    time.sleep(min(5.0, args.timeout))  # let pushes of the last signals arrive
-    cpu = c.cpu_seconds(server.pid) - cpu0  # the signals, their pushes and the answers to them
-    main = c.thread_cpu_seconds(server.pid).get(server.pid, 0.0) - main0  # the event loop's share
-    to_task, missing = c.to_task(results, handler.stats(arrivals=True)["arrivals"])
-    s.update(
-        cpu_ms=1000 * cpu / max(1, s["ok"]),
-        loop_ms=1000 * main / max(1, s["ok"]),
-        rate=rate,
-        to_task_p50=c.pct(to_task, 50),
-        to_task_p99=c.pct(to_task, 99),
-        no_task=missing,
-        accept_q=backlog.peak,
-    )
-    return s
+    return results, wall, backlog.peak
 
 
 def good(s: dict[str, Any], limit_s: float) -> bool:

@@ -84,7 +84,9 @@ async def serve_http(
         await stop.wait()  # returning makes hypercorn close its listeners
 
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(lambda task_status: _hypercorn(app, config, stop_accepting, task_status))
+        binds = await nursery.start(
+            lambda task_status: _hypercorn(app, config, engine, stop_accepting, task_status)
+        )
         task_status.started(binds)
         await stop.wait()
         began = app.drain_began = trio.current_time()
@@ -111,10 +113,12 @@ async def serve_http(
 async def _hypercorn(
     app: InFlight,
     config: HypercornConfig,
+    engine: Engine,
     trigger: Callable[[], Awaitable[None]],
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
-    await hypercorn_serve(app, config, shutdown_trigger=trigger, task_status=task_status)
+    admission = engine.admission if engine.settings.front_door else None
+    await hypercorn_serve(app, config, shutdown_trigger=trigger, admission=admission, task_status=task_status)
 
 
 async def until_signalled(serve: Callable[[trio.Event], Awaitable[None]]) -> None:

@@ -22,13 +22,20 @@ minutes in a hidden queue. Saturation is measured, never guessed:
   (`watch_lag`): the process then reads its sockets late, so requests wait before any admission
   sees them (`gate.py`). The lag is measured (and shown in `/metrics`) either way.
 
+The latency gate is also asked from the front door's thread (`foliot/http/door.py`,
+`door_refusal`), which refuses shed starts and signals before the event loop sees them; the
+gate's state is guarded by a lock for that.
+
 The counters are plain attributes for `/metrics`.
 """
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -41,6 +48,9 @@ if TYPE_CHECKING:
     from .dispatcher import Dispatcher
 
 REASONS = ("inflight", "latency", "storage", "push_backlog", "mailbox")
+
+# Set while a start or signal the front door let in (after asking the gate) is served.
+DOOR_ADMITTED: ContextVar[bool] = ContextVar("foliot_door_admitted", default=False)
 
 
 class Ticket:
@@ -69,6 +79,9 @@ class Admission:
             settings.admission_interval_ms / 1000,
             lag_s=settings.admission_lag_ms / 1000,
         )
+        self._lock = threading.Lock()  # the gate is used by the loop and the door's thread
+        self.door_forwarded = 0  # starts and signals the door handed to the loop (its thread)
+        self.door_answered = 0  # ... and done with since (answered, or never to be served)
         self._traffic = trio.Event()  # set by a start or signal; `watch_lag` probes while set
         self._last_call = 0.0  # Trio time of the last start or signal seen
         self.lag_probes = 0  # wake-ups of `watch_lag` so far
@@ -92,11 +105,13 @@ class Admission:
         while True:
             await self._traffic.wait()
             due = trio.current_time() + period
-            gate.expect(due)
+            with self._lock:
+                gate.expect(due)
             await trio.sleep_until(due)
             now = trio.current_time()
             self.lag_probes += 1
-            gate.lagged(now, now - due)
+            with self._lock:
+                gate.lagged(now, now - due)
             if now - self._last_call > idle_after:
                 self._traffic = trio.Event()
 
@@ -106,14 +121,40 @@ class Admission:
         return int(getattr(self._store, "pending_writes", 0))
 
     def refuse(self, reason: str, message: str, retry_after: int = 1) -> Overloaded:
-        self.refused[reason] = self.refused.get(reason, 0) + 1
+        self.refused[reason] = self.refused.get(reason, 0) + 1  # under `_lock` for "latency"
         return Overloaded(message, reason=reason, retry_after=retry_after)
 
     def shed(self) -> Overloaded | None:
         """The latency gate's refusal of one more start or signal now (None: admitted)."""
         now = trio.current_time()
         self._seen(now)
-        return None if self.gate.admit(now, self.inflight) else self._shed_refusal()
+        with self._lock:
+            admitted = self.gate.admit(now, self.inflight)
+            return None if admitted else self._shed_refusal()
+
+    @property
+    def door_pending(self) -> int:
+        """Starts and signals the front door handed on that have not been answered yet."""
+        return self.door_forwarded - self.door_answered
+
+    def door_forward(self) -> None:  # the door's thread
+        self.door_forwarded += 1
+
+    def door_answer(self) -> None:  # the loop, or the door's thread (a connection gone)
+        with self._lock:
+            self.door_answered += 1
+
+    def door_refusal(self, now: float) -> tuple[int, int, bytes] | None:
+        """The latency gate's decision on one more start or signal, from the front door's
+        thread (`now` on the loop's clock): (status, Retry-After, body) to refuse it, None to
+        hand it on. What the door let in and is not answered yet counts as in flight."""
+        self._last_call = now  # no `_seen`: a Trio event is not set from another thread
+        with self._lock:
+            if self.gate.admit_queued(now, max(self.inflight, self.door_pending)):
+                return None
+            refusal = self._shed_refusal()
+        body = json.dumps(refusal.body(), separators=(",", ":")).encode()
+        return refusal.status, refusal.retry_after, body
 
     def _shed_refusal(self) -> Overloaded:
         return self.refuse(
@@ -131,9 +172,12 @@ class Admission:
         depth = self.storage_queue
         if depth >= self.storage_queue_max:
             raise self.refuse("storage", f"{depth} writes are waiting for storage; retry shortly")
-        refusal = self.shed()
-        if refusal is not None:
-            raise refusal
+        if DOOR_ADMITTED.get():  # the front door asked the gate already: not twice
+            self._seen(trio.current_time())
+        else:
+            refusal = self.shed()
+            if refusal is not None:
+                raise refusal
         backlog = self._dispatcher.backlog
         if backlog >= self.push_backlog_max:
             mine = self._dispatcher.app_backlog(app)
@@ -158,6 +202,7 @@ class Admission:
         finally:
             self.inflight -= 1
             now = trio.current_time()
-            self.gate.answered(now, now - started if ticket.timed else None)
+            with self._lock:
+                self.gate.answered(now, now - started if ticket.timed else None)
             if not ticket.timed:
                 self.behind_own_run += 1

@@ -14,6 +14,13 @@ The gate stops shedding after an interval in which it had to refuse nothing: the
 again. `floor` keeps a node that answers little (idle, or just started) from refusing small
 bursts.
 
+**Before the first answer.** The test above needs answers, and the first ones come only after
+the queue has formed: until then requests pile up behind them. The front door
+(`foliot/http/door.py`), which sees every start and signal before the event loop does, also
+bounds how many it has let in and not seen answered (`admit_queued`): at most `queue_s` (0.5 s)
+of work at the measured throughput, and never fewer than `burst` (64), so a cold node still
+takes a burst.
+
 An answer may come without a latency (`None`): a signal that waited behind other messages of
 its own run. It counts towards the throughput but not towards the standing-queue test, so a
 burst to one run (per-run back-pressure: its bounded mailbox) never sheds everyone's traffic.
@@ -51,8 +58,12 @@ class LatencyGate:
         window: int = 5,
         evidence: int = 3,
         lag_s: float = 0.0,
+        burst: int = 64,
+        queue_s: float = 0.5,
     ) -> None:
         self.target_s = target_s
+        self.burst = max(1, burst)  # let in at once whatever the throughput (`admit_queued`)
+        self.queue_s = queue_s  # work queued at the measured throughput, at most
         self.evidence = max(1, evidence)
         self.interval_s = interval_s
         self.floor = max(1, floor)
@@ -98,6 +109,22 @@ class LatencyGate:
         self._roll(now)
         limit = self.limit
         if limit is not None and inflight >= limit:
+            self._refused += 1
+            return False
+        return True
+
+    def admit_queued(self, now: float, queued: int) -> bool:
+        """May one more start or signal be let in, with `queued` let in and not answered yet
+        (the front door's count: waiting to be read and served in the event loop, or being
+        served)? While shedding, as `admit`. Otherwise at most `queue_s` of work at the
+        measured throughput (never fewer than `burst`) waits: the standing queue that builds
+        up before the gate has seen an answer, and that a refusal later would only prolong."""
+        if not self.enabled:
+            return True
+        if self.shedding:
+            return self.admit(now, queued)
+        self._roll(now)
+        if queued >= max(self.burst, int(self.throughput * self.queue_s)):
             self._refused += 1
             return False
         return True

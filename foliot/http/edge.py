@@ -6,6 +6,10 @@ served. Refused here, a 429 costs hypercorn's parsing and two ASGI messages, not
 request context, routing and hooks as well. Only the gate's refusal is taken here (the other
 bounds are checked by `Admission.admit` in the route functions, as before); the refusal is the
 same answer, and is counted the same way (`foliot_admission_refused_total{reason="latency"}`).
+
+Behind the front door (`door.py`, `FOLIOT_FRONT_DOOR=1`) a start or signal reaches this
+wrapper only if the door let it in after asking the gate, and is not asked again
+(`DOOR_ADMITTED`); this wrapper refuses the ones that came another way (without the door, the default).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import re
 
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 
-from ..actors.admission import Admission
+from ..actors.admission import DOOR_ADMITTED, Admission
 
 _ADDS_WORK = re.compile(r"^/apps/[^/]+/(?:runs|signals)/?$")
 _DRAIN_MAX = 65_536  # a refused body up to this size is read, so its connection can be kept
@@ -29,6 +33,7 @@ class Shed:
     async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
         if (
             self.admission.gate.shedding
+            and not DOOR_ADMITTED.get()
             and scope["type"] == "http"
             and scope["method"] == "POST"
             and _ADDS_WORK.match(scope["path"])
