@@ -417,10 +417,19 @@ def pg_cpu_seconds(cluster: Any) -> float:
 
 
 def drive(
-    name: str, url: str, args: argparse.Namespace, workdir: Path, cpu: Any, *, floor: bool = False
+    name: str,
+    url: str,
+    args: argparse.Namespace,
+    workdir: Path,
+    cpu: Any,
+    *,
+    floor: bool = False,
+    total: int | None = None,
 ) -> dict[str, Any]:
-    """Run `args.executions` executions against one endpoint; `cpu()` is the server's CPU
+    """Run `total` executions (`args.executions` by default) against one endpoint; `cpu()` is
+    the server's CPU
     seconds so far. Returns per-window rates and CPU per execution, latencies, errors."""
+    total = args.executions if total is None else total
     if not floor:
         register(url)
     host, _, port = url.rpartition("//")[2].partition(":")
@@ -435,7 +444,7 @@ def drive(
         spec = {
             "host": host,
             "port": int(port),
-            "total": args.executions,
+            "total": total,
             "inflight": args.inflight,
             "deciders": args.deciders // n,
             "workers": args.workers // n,
@@ -453,15 +462,16 @@ def drive(
     time.sleep(args.warmup)  # the clients have started (and the pollers are waiting)
     go.value = 1
     t0, cpu0, load0 = time.perf_counter(), cpu(), os.getloadavg()[0]
-    marks = sorted({w for w in args.windows if 0 < w < args.executions} | {args.executions})
+    marks = sorted({w for w in args.windows if 0 < w < total} | {total})
     points: list[tuple[int, float, float]] = [(0, t0, cpu0)]
-    while completed.value < args.executions and time.perf_counter() < t0 + args.limit:
+    while completed.value < total and time.perf_counter() < t0 + args.limit:
         done = completed.value
         while marks and done >= marks[0]:
             points.append((done, time.perf_counter(), cpu()))
             marks.pop(0)
         time.sleep(0.02)
     points.append((completed.value, time.perf_counter(), cpu()))
+    client_cpu = sum(c.cpu_seconds(p.pid) for p in procs if p.pid is not None)  # imports included
     load1 = os.getloadavg()[0]
     for p in procs:
         p.join(timeout=15)
@@ -492,6 +502,8 @@ def drive(
         "rate": total_done / wall if wall else 0.0,
         "cpu_ms": 1000 * (points[-1][2] - cpu0) / total_done if total_done else 0.0,
         "windows": windows,
+        "total": total,
+        "client_cpu_ms": 1000 * client_cpu / total_done if total_done else 0.0,
         "lat": lat,
         "errors": errors,
         "empty": empty,
@@ -567,8 +579,8 @@ def main() -> None:
         "--windows",
         type=int,
         nargs="*",
-        default=[1000, 4000],
-        help="completed counts splitting the run into windows",
+        default=[100, 300, 1000, 4000],
+        help="completed counts splitting the run into windows (the first one a warm-up)",
     )
     parser.add_argument(
         "--inflight", type=int, default=64, help="executions started and not completed, at most"
@@ -591,10 +603,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3, help="seconds for the pollers to connect")
     parser.add_argument("--limit", type=float, default=900, help="seconds allowed per endpoint")
     parser.add_argument(
+        "--moto-executions",
+        type=int,
+        default=600,
+        help="executions run through moto at most (its cost per execution grows with those it holds)",
+    )
+    parser.add_argument(
         "--profile", type=Path, metavar="DIR", help="py-spy the Foliot server into DIR; print its top frames"
     )
     parser.add_argument("--profile-rate", type=int, default=100)
-    args = c.parse_args(parser, executions=600, windows=[200], limit=240)
+    args = c.parse_args(parser, executions=600, windows=[100, 300], limit=240, moto_executions=300)
     c.header("SWF throughput (server-bound): Foliot vs moto vs the quart-trio floor", args)
     workdir = c.tmpdir("swf")
     results: dict[str, dict[str, Any]] = {}
@@ -608,7 +626,8 @@ def main() -> None:
         elif endpoint == "moto":
             moto, moto_url = moto_server(workdir)
             cpu = functools.partial(c.cpu_seconds, moto.pid)
-            results["moto (in memory)"] = drive("moto", moto_url, args, workdir, cpu)
+            total = min(args.executions, args.moto_executions)
+            results["moto (in memory)"] = drive("moto", moto_url, args, workdir, cpu, total=total)
             moto.stop()
         else:
             foliot(args, workdir, endpoint, results)
@@ -686,7 +705,8 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> None
     for name, r in results.items():
         extra = f" errors {json.dumps(r['errors'])}" if r["errors"] else ""
         print(
-            f"{name}: completed {r['completed']}/{args.executions}, empty polls {r['empty']}, "
+            f"{name}: completed {r['completed']}/{r['total']}, empty polls {r['empty']}, "
+            f"load generator CPU {r['client_cpu_ms']:.1f} ms per execution, "
             f"load average {r['load'][0]:.1f} -> {r['load'][1]:.1f}{extra}"
         )
         if r.get("pg_cpu_ms"):
