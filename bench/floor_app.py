@@ -3,8 +3,9 @@
     python bench/floor_app.py --port 8999 --token T
 
 `POST /apps/<app>/runs` and `POST /apps/<app>/signals` compare a bearer token, parse the JSON
-body and answer a JSON document the size of Foliot's answer (201 / 202). Benchmarks print
-every Foliot throughput figure next to this one, measured in the same run.
+body and answer a JSON document the size of Foliot's answer (201 / 202); `POST /` does the
+same for the SWF calls of `swf_throughput.py` (by `X-Amz-Target`). Benchmarks print every
+Foliot throughput figure next to this one, measured in the same run.
 """
 
 from __future__ import annotations
