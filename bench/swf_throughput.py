@@ -188,6 +188,27 @@ class Conn:
 
 # ---------------------------------------------------------------------------- client process
 
+COMPLETE: dict[str, Any] = {
+    "decisionType": "CompleteWorkflowExecution",
+    "completeWorkflowExecutionDecisionAttributes": {"result": "ok"},
+}
+
+
+def start_body(i: int) -> dict[str, Any]:
+    return {"domain": DOMAIN, "workflowId": f"order-{i}", "workflowType": WF, "input": str(i)}
+
+
+def schedule(workflow_id: str) -> dict[str, Any]:
+    """The first decision: schedule the execution's one activity."""
+    return {
+        "decisionType": "ScheduleActivityTask",
+        "scheduleActivityTaskDecisionAttributes": {
+            "activityType": ACT,
+            "activityId": f"charge-{workflow_id}",
+            "input": "5",
+        },
+    }
+
 
 def client_process(spec: dict[str, Any], started: Any, completed: Any, go: Any, out_path: str) -> None:
     asyncio.run(_client_main(spec, started, completed, go, out_path))
@@ -221,52 +242,49 @@ async def _client_main(spec: dict[str, Any], started: Any, completed: Any, go: A
     def finished() -> bool:
         return bool(completed.value >= total)
 
-    async def starter() -> None:
-        conn = Conn(host, port, signer)
+    async def claim(bounded: bool) -> int | None:
+        """The next execution to start, once the run began; None when all are. `bounded`: wait
+        while `inflight` executions are open."""
         while not go.value:  # noqa: ASYNC110 - a flag shared between processes
             await asyncio.sleep(0.01)
         while True:
             with started.get_lock():
                 i = started.value
                 if i >= total:
-                    return
-                room = i - completed.value < inflight
-                if room:
+                    return None
+                if not bounded or i - completed.value < inflight:
                     started.value = i + 1
-            if not room:
-                await asyncio.sleep(0.002)
-                continue
-            body = {"domain": DOMAIN, "workflowId": f"order-{i}", "workflowType": WF, "input": str(i)}
+                    return i
+            await asyncio.sleep(0.002)
+
+    async def starter() -> None:
+        conn = Conn(host, port, signer)
+        while (i := await claim(True)) is not None:
             for _ in range(20):  # refused (429/503) or the connection broke: the same id again
-                if await timed(conn, "StartWorkflowExecution", body) is not None:
+                if await timed(conn, "StartWorkflowExecution", start_body(i)) is not None:
                     break
+
+    async def poll_task(conn: Conn, op: str, poll: dict[str, Any]) -> dict[str, Any] | None:
+        task = await timed(conn, op, poll)
+        if not task or not task.get("taskToken"):
+            empty[0] += 1
+            return None
+        return task
 
     async def decider(n: int) -> None:
         conn = Conn(host, port, signer)
         poll = {"domain": DOMAIN, "taskList": {"name": "deciders"}, "identity": f"d{pid}-{n}"}
         while not finished():
-            task = await timed(conn, "PollForDecisionTask", poll)
-            if not task or not task.get("taskToken"):
-                empty[0] += 1
+            task = await poll_task(conn, "PollForDecisionTask", poll)
+            if task is None:
                 continue
             if any(e["eventType"] == "ActivityTaskCompleted" for e in task["events"]):
-                decision: dict[str, Any] = {
-                    "decisionType": "CompleteWorkflowExecution",
-                    "completeWorkflowExecutionDecisionAttributes": {"result": "ok"},
-                }
+                decision = COMPLETE
             else:
-                wid = task["workflowExecution"]["workflowId"]
-                decision = {
-                    "decisionType": "ScheduleActivityTask",
-                    "scheduleActivityTaskDecisionAttributes": {
-                        "activityType": ACT,
-                        "activityId": f"charge-{wid}",
-                        "input": "5",
-                    },
-                }
+                decision = schedule(task["workflowExecution"]["workflowId"])
             answer = {"taskToken": task["taskToken"], "decisions": [decision]}
             done = await timed(conn, "RespondDecisionTaskCompleted", answer)
-            if done is not None and decision["decisionType"] == "CompleteWorkflowExecution":
+            if done is not None and decision is COMPLETE:
                 with completed.get_lock():
                     completed.value += 1
 
@@ -274,70 +292,29 @@ async def _client_main(spec: dict[str, Any], started: Any, completed: Any, go: A
         conn = Conn(host, port, signer)
         poll = {"domain": DOMAIN, "taskList": {"name": "workers"}, "identity": f"w{pid}-{n}"}
         while not finished():
-            task = await timed(conn, "PollForActivityTask", poll)
-            if not task or not task.get("taskToken"):
-                empty[0] += 1
-                continue
-            await timed(
-                conn, "RespondActivityTaskCompleted", {"taskToken": task["taskToken"], "result": "charged"}
-            )
+            task = await poll_task(conn, "PollForActivityTask", poll)
+            if task is not None:
+                await timed(
+                    conn,
+                    "RespondActivityTaskCompleted",
+                    {"taskToken": task["taskToken"], "result": "charged"},
+                )
 
     async def floor_chain() -> None:
         """The floor has no state: one coroutine sends an execution's seven requests in turn."""
         conn = Conn(host, port, signer)
         poll_d = {"domain": DOMAIN, "taskList": {"name": "deciders"}, "identity": f"d{pid}"}
         poll_w = {"domain": DOMAIN, "taskList": {"name": "workers"}, "identity": f"w{pid}"}
-        while not go.value:  # noqa: ASYNC110 - a flag shared between processes
-            await asyncio.sleep(0.01)
-        while True:
-            with started.get_lock():
-                i = started.value
-                if i >= total:
-                    return
-                started.value = i + 1
-            await timed(
-                conn,
-                "StartWorkflowExecution",
-                {"domain": DOMAIN, "workflowId": f"order-{i}", "workflowType": WF, "input": str(i)},
-            )
-            t = await timed(conn, "PollForDecisionTask", poll_d) or {}
-            await timed(
-                conn,
-                "RespondDecisionTaskCompleted",
-                {
-                    "taskToken": t.get("taskToken", "x"),
-                    "decisions": [
-                        {
-                            "decisionType": "ScheduleActivityTask",
-                            "scheduleActivityTaskDecisionAttributes": {
-                                "activityType": ACT,
-                                "activityId": f"charge-order-{i}",
-                                "input": "5",
-                            },
-                        }
-                    ],
-                },
-            )
-            t = await timed(conn, "PollForActivityTask", poll_w) or {}
-            await timed(
-                conn,
-                "RespondActivityTaskCompleted",
-                {"taskToken": t.get("taskToken", "x"), "result": "charged"},
-            )
-            t = await timed(conn, "PollForDecisionTask", poll_d) or {}
-            await timed(
-                conn,
-                "RespondDecisionTaskCompleted",
-                {
-                    "taskToken": t.get("taskToken", "x"),
-                    "decisions": [
-                        {
-                            "decisionType": "CompleteWorkflowExecution",
-                            "completeWorkflowExecutionDecisionAttributes": {"result": "ok"},
-                        }
-                    ],
-                },
-            )
+        while (i := await claim(False)) is not None:
+            await timed(conn, "StartWorkflowExecution", start_body(i))
+            for poll, op, answer in (
+                (poll_d, "RespondDecisionTaskCompleted", {"decisions": [schedule(f"order-{i}")]}),
+                (poll_w, "RespondActivityTaskCompleted", {"result": "charged"}),
+                (poll_d, "RespondDecisionTaskCompleted", {"decisions": [COMPLETE]}),
+            ):
+                kind = "PollForDecisionTask" if poll is poll_d else "PollForActivityTask"
+                task = await timed(conn, kind, poll) or {}
+                await timed(conn, op, {"taskToken": task.get("taskToken", "x"), **answer})
             with completed.get_lock():
                 completed.value += 1
 
