@@ -591,12 +591,12 @@ def main() -> None:
     parser.add_argument("--profile-rate", type=int, default=100)
     args = c.parse_args(parser, executions=600, windows=[100, 300], limit=240, moto_executions=300)
     c.header("SWF throughput (server-bound): Foliot vs moto vs the quart-trio floor", args)
+    check_signer_against_botocore(f"{c.HOST}:8000")  # before anything: the signer is botocore's
     workdir = c.tmpdir("swf")
     results: dict[str, dict[str, Any]] = {}
     for endpoint in args.endpoints:
         if endpoint == "floor":
             floor = c.Floor(workdir, "floor-token")
-            check_signer_against_botocore(floor.url.rpartition("//")[2])
             cpu = functools.partial(c.cpu_seconds, floor.pid)
             results["floor (quart-trio)"] = drive("floor", floor.url, args, workdir, cpu, floor=True)
             floor.child.stop()
