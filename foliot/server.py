@@ -25,6 +25,7 @@ from .http.app import create_app
 from .http.edge import Shed
 from .http.forward import Forwarder
 from .http.hot import Hot
+from .http.swf import SwfEdge
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.cluster import node_session
@@ -160,7 +161,8 @@ async def _serve_store(
         if isinstance(store, PostgresStore):
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
         quart_app = create_app(engine, settings, token)
-        app = InFlight(Shed(Hot(quart_app, engine, token), engine.admission))
+        swf_edge = SwfEdge(quart_app, engine, quart_app.config)
+        app = InFlight(Shed(Hot(swf_edge, engine, token), engine.admission))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT

@@ -90,6 +90,7 @@ class Engine:
         self.store = store
         self.clock = clock or Clock()
         self.vault = vault
+        self._swf_token_key: bytes | None = None
         self.metrics = Metrics()  # this engine's registry, never the process-wide default
         self.metrics.time_commits(store)
         self.ownership = Ownership(self)
@@ -459,7 +460,9 @@ class Engine:
 
     def swf_token_key(self) -> bytes:
         """The key SWF task tokens are signed with (stable across restarts: from the vault)."""
-        return self.vault.derive_key("swf-task-token")
+        if self._swf_token_key is None:
+            self._swf_token_key = self.vault.derive_key("swf-task-token")
+        return self._swf_token_key
 
     async def swf_start(
         self, region: str, request: swf_messages.StartRequest

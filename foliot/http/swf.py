@@ -18,8 +18,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
+from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 from quart import Blueprint, Response, current_app, request
+from werkzeug.datastructures import Headers as QuartHeaders
 
+from ..actors.engine import Engine
 from ..cluster.placement import Elsewhere
 from ..errors import ApiError, InvalidRequest, NotFound, StorageUnavailable
 from ..errors import Conflict as ApiConflict
@@ -43,18 +46,24 @@ from .app import (
     body,
     check_query,
     engine,
+    is_json_media_type,
     json_response,
     query_int,
     reads_query,
     require_admin,
-    settings,
 )
-from .forward import quart_incoming, quart_response, relay
+from .forward import Incoming, RawHeaders, Relayed, relay
+from .hot import Disconnected
+from .hot import _Body as Body
+from .hot import _error as api_error
+from .hot import _plain_headers as plain_headers
+from .hot import _send as send_answer
 
 log = logging.getLogger("foliot.swf")
 blueprint = Blueprint("swf", __name__)
 
 CONTENT_TYPE = "application/x-amz-json-1.0"
+CONTENT_TYPE_BYTES = CONTENT_TYPE.encode()
 TARGET_PREFIX = "SimpleWorkflowService."
 BODY_MAX_DEPTH = 64  # SWF payloads (input, result, details) are strings: shapes nest a few levels
 
@@ -62,31 +71,53 @@ BODY_MAX_DEPTH = 64  # SWF payloads (input, result, details) are strings: shapes
 # NotImplemented; the execution actions join this table when they are built.
 ACTIONS: dict[str, Action] = {**registry.ACTIONS, **queries.ACTIONS, **writes.ACTIONS}
 
+Answer = Relayed  # an answer to send as it is: status, raw headers, body
+
 
 def keys() -> SwfKeys:
     """This app's key book, made on first use from the engine's store and vault."""
-    found = current_app.config.get("FOLIOT_SWF_KEYS")
+    return key_book(current_app.config, engine())
+
+
+def key_book(config: Any, eng: Engine) -> SwfKeys:
+    """The key book kept in an app's config (made on first use): the Quart route and the edge
+    (`SwfEdge`) share it, so a revocation drops the one cache."""
+    found = config.get("FOLIOT_SWF_KEYS")
     if found is None:
-        eng = engine()
-        found = SwfKeys(eng.store, eng.vault, eng.clock.now, dict(settings().swf_credentials))
-        current_app.config["FOLIOT_SWF_KEYS"] = found
+        found = SwfKeys(eng.store, eng.vault, eng.clock.now, dict(eng.settings.swf_credentials))
+        config["FOLIOT_SWF_KEYS"] = found
     assert isinstance(found, SwfKeys)
     return found
 
 
+def aws_answer(body: dict[str, Any], status: int = 200) -> Answer:
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    headers = [(b"content-type", CONTENT_TYPE_BYTES), (b"x-amzn-requestid", str(uuid.uuid4()).encode())]
+    return Answer(status, headers, text)
+
+
 def aws_response(body: dict[str, Any], status: int = 200) -> Response:
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
-    return Response(
-        text, status=status, content_type=CONTENT_TYPE, headers={"x-amzn-RequestId": str(uuid.uuid4())}
-    )
+    return quart_answer(aws_answer(body, status))
 
 
-def signed_request(raw_body: bytes) -> sigv4.SignedRequest:
-    scope = request.scope
+def quart_answer(answer: Answer) -> Response:
+    headers = QuartHeaders([(k.decode("latin-1"), v.decode("latin-1")) for k, v in answer.headers])
+    return Response(answer.body, status=answer.status, headers=headers)
+
+
+def header(headers: RawHeaders, name: bytes) -> str | None:
+    """The first value of header `name` (lower-case), as Quart's `request.headers.get` gives it."""
+    for key, value in headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def signed_request(scope: Any, raw_body: bytes) -> sigv4.SignedRequest:
     raw_path = scope.get("raw_path") or scope["path"].encode()
     headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
     return sigv4.SignedRequest(
-        request.method,
+        scope["method"],
         raw_path.decode("latin-1"),
         scope.get("query_string", b"").decode("latin-1"),
         headers,
@@ -94,20 +125,19 @@ def signed_request(raw_body: bytes) -> sigv4.SignedRequest:
     )
 
 
-async def authenticate(raw_body: bytes) -> str:
+async def authenticate(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> str:
     """The SigV4-verified request's region; an AWS fault otherwise."""
-    signed = signed_request(raw_body)
-    auth = sigv4.parse_authorization(request.headers.get("Authorization"))
-    date_text = sigv4.check_request(signed, auth, engine().clock.now())
-    secret = await keys().secret(auth.access_key_id)
+    auth = sigv4.parse_authorization(header(scope["headers"], b"authorization"))
+    signed = signed_request(scope, raw_body)
+    date_text = sigv4.check_request(signed, auth, eng.clock.now())
+    secret = await book.secret(auth.access_key_id)
     if secret is None:
         raise UnrecognizedClientException("The security token included in the request is invalid.")
-    sigv4.verify(signed, auth, secret, date_text)
+    sigv4.verify_with_key(signed, auth, book.signing_key(secret, auth), date_text)
     return auth.region
 
 
-def target() -> str:
-    raw = request.headers.get("X-Amz-Target", "")
+def target(raw: str) -> str:
     if not raw.startswith(TARGET_PREFIX):
         raise UnknownOperationException(
             f"X-Amz-Target must be {TARGET_PREFIX}<Action>, got {raw[:100]!r}"
@@ -130,9 +160,9 @@ def decode(raw_body: bytes) -> Any:
         raise SerializationException(f"The request body is not valid JSON: {exc}") from None
 
 
-async def handle(raw_body: bytes) -> dict[str, Any]:
-    region = await authenticate(raw_body)
-    action = target()
+async def handle(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> dict[str, Any]:
+    region = await authenticate(eng, book, scope, raw_body)
+    action = target(header(scope["headers"], b"x-amz-target") or "")
     body = decode(raw_body)
     shapes.validate(action, body)
     run = ACTIONS.get(action)
@@ -140,8 +170,34 @@ async def handle(raw_body: bytes) -> dict[str, Any]:
         raise NotImplementedFault(
             f"{action} is not implemented by this Foliot yet; docs/swf.md lists the actions served."
         )
-    eng = engine()
     return await run(Ctx(eng.store, eng.clock.now(), region, eng), body)
+
+
+async def answer(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> Answer:
+    """One SWF call, its body read: the answer, or the owner's answer when the execution lives
+    on another node. Every refusal is an AWS fault."""
+    try:
+        return aws_answer(await handle(eng, book, scope, raw_body))
+    except Elsewhere as elsewhere:  # the execution lives on another node: its answer, as given
+        path = (scope.get("raw_path") or scope["path"].encode("utf-8")).decode("latin-1")
+        query = scope.get("query_string", b"").decode("latin-1")
+        incoming = Incoming(
+            scope["method"], path + (f"?{query}" if query else ""), list(scope["headers"]), raw_body
+        )
+        try:
+            return await relay(eng.forwarder, elsewhere, incoming)
+        except ApiError as refused:
+            return aws_answer(ServiceUnavailable(refused.message).body(), refused.status)
+    except SwfFault as fault:
+        return aws_answer(fault.body(), fault.status)
+    except StorageUnavailable as exc:
+        log.warning("SWF: storage unavailable: %s", exc)
+        down = ServiceUnavailable("Storage is unavailable; nothing was changed. Retry.")
+        return aws_answer(down.body(), down.status)
+    except Exception:
+        log.exception("SWF: unhandled error for %s", header(scope["headers"], b"x-amz-target"))
+        failure = InternalFailure("Internal failure; see the server log.")
+        return aws_answer(failure.body(), failure.status)
 
 
 @blueprint.post("/")
@@ -149,25 +205,53 @@ async def handle(raw_body: bytes) -> dict[str, Any]:
 async def swf() -> Response:
     raw_body = await request.get_data(cache=True, as_text=False)
     assert isinstance(raw_body, bytes)
-    try:
-        return aws_response(await handle(raw_body))
-    except Elsewhere as elsewhere:  # the execution lives on another node: its answer, as given
+    return quart_answer(await answer(engine(), keys(), request.scope, raw_body))
+
+
+class SwfEdge:
+    """ASGI wrapper: a plain `POST /` (no query string, one numeric `Content-Length` within the
+    body limit, a JSON media type or none, no `Transfer-Encoding` or `Expect`) is answered here
+    by `answer`, without Quart's request and response machinery; anything else goes to `app`
+    (the Quart route above, or Quart's own refusal), which answers it as before.
+
+    Quart's hooks do nothing for such a request that is not done here: the size and media-type
+    refusals only apply to requests this wrapper passes on, and the body is read first (within
+    `BODY_TIMEOUT_S`) as the Quart route does, so the connection stays in step."""
+
+    def __init__(self, app: ASGIFramework, engine: Engine, config: Any) -> None:
+        self.app = app
+        self.engine = engine
+        self.config = config
+        self.body_max = engine.settings.body_max_bytes
+
+    async def __call__(self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["path"] == "/"
+            and scope["method"] == "POST"
+            and not scope["query_string"]
+        ):
+            headers = plain_headers(scope["headers"])
+            if headers is not None:
+                length = int(headers[b"content-length"])
+                kind = headers.get(b"content-type")
+                if length <= self.body_max and (kind is None or is_json_media_type(kind.decode("latin-1"))):
+                    await self._serve(scope, Body(receive, length), send)
+                    return
+        await self.app(scope, receive, send)
+
+    async def _serve(self, scope: HTTPScope, body: Body, send: ASGISendCallable) -> None:
         try:
-            relayed = await relay(engine().forwarder, elsewhere, await quart_incoming())
-        except ApiError as refused:
-            fault = ServiceUnavailable(refused.message)
-            return aws_response(fault.body(), refused.status)
-        return quart_response(relayed)
-    except SwfFault as fault:
-        return aws_response(fault.body(), fault.status)
-    except StorageUnavailable as exc:
-        log.warning("SWF: storage unavailable: %s", exc)
-        down = ServiceUnavailable("Storage is unavailable; nothing was changed. Retry.")
-        return aws_response(down.body(), down.status)
-    except Exception:
-        log.exception("SWF: unhandled error for %s", request.headers.get("X-Amz-Target"))
-        failure = InternalFailure("Internal failure; see the server log.")
-        return aws_response(failure.body(), failure.status)
+            raw_body = await body.read()
+        except Disconnected:
+            return  # nobody to answer
+        except ApiError as error:  # the body did not arrive in time: 408, and the connection closes
+            status, data, extra = api_error(error)
+            await send_answer(send, status, [(b"content-type", b"application/json"), *extra.items(),
+                                             (b"connection", b"close")], data)  # fmt: skip
+            return
+        out = await answer(self.engine, key_book(self.config, self.engine), scope, raw_body)
+        await send_answer(send, out.status, out.headers, out.body)
 
 
 # ---------------------------------------------------------------------- admin: access keys

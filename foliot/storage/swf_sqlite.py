@@ -65,6 +65,9 @@ def _type(row: sqlite3.Row | None) -> SwfType | None:
     return None if row is None else SwfType(**dict(row))
 
 
+SHORT_PAGE = 100  # history pages up to this many events are read on the Trio thread
+
+
 class SwfSqlite:
     if TYPE_CHECKING:  # provided by SqliteStore
 
@@ -307,7 +310,9 @@ class SwfSqlite:
         self, region: str, run_id: str, after: int | None, reverse: bool, limit: int
     ) -> list[HistoryEvent]:
         sql, args = events_sql(region, run_id, after, reverse, limit)
-        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=True)
+        # A short page (a decision task's history, mostly) is a key-range read of a few rows:
+        # cheaper on the Trio thread than a hop to the reader thread, as point reads are.
+        rows = await self._read(lambda c: c.execute(sql, args).fetchall(), scan=limit > SHORT_PAGE)
         return [event_from_row(*r) for r in rows]
 
     async def swf_list_executions(

@@ -16,8 +16,11 @@ import attrs
 from ..actors.cache import TtlCache
 from ..credentials import Vault
 from ..storage.swf import SwfCredential, SwfRegistryStore
+from . import sigv4
+from .sigv4 import Authorization
 
 KEY_PREFIX = "FKIA"
+MAX_SIGNING_KEYS = 4096  # derived keys kept (one per key, day and region in use); cleared when full
 _KEY_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
 
@@ -34,6 +37,7 @@ class SwfKeys:
     now: Callable[[], int]
     presets: Mapping[str, str] = attrs.Factory(dict)
     cache: TtlCache[str, SwfCredential | None] = attrs.field(init=False)
+    signing_keys: dict[tuple[str, str, str, str], bytes] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         self.cache = TtlCache(self.now)
@@ -47,6 +51,18 @@ class SwfKeys:
         if found is None or found.revoked_at is not None:
             return None
         return self.vault.decrypt(found.secret_enc)
+
+    def signing_key(self, secret: str, auth: Authorization) -> bytes:
+        """SigV4's derived key for `secret` and `auth`'s scope (four HMACs), kept: it changes
+        with the day, region or service only. Keyed by the secret itself, so a revoked key
+        (refused before this is asked) or a changed secret never reuses an entry."""
+        scope = (secret, auth.date, auth.region, auth.service)
+        key = self.signing_keys.get(scope)
+        if key is None:
+            if len(self.signing_keys) >= MAX_SIGNING_KEYS:
+                self.signing_keys.clear()
+            key = self.signing_keys[scope] = sigv4.signing_key(secret, auth.date, auth.region, auth.service)
+        return key
 
     async def mint(self) -> tuple[SwfCredential, str]:
         key_id, secret = new_access_key()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -235,6 +236,20 @@ async def domain_of(ctx: Ctx, name: str) -> SwfDomain:
     if found is None:
         raise UnknownResourceFault(f"Unknown domain: {name}")
     return found
+
+
+# Domains known to exist, per store. SWF never deletes a domain (it is deprecated, and the record
+# stays), so "it exists" never goes stale: a poll, which needs no more than that, asks the store
+# once per domain instead of once per call.
+_EXISTING: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
+
+
+async def domain_exists(ctx: Ctx, name: str) -> None:
+    """`UnknownResourceFault` unless the caller's region has a domain `name` (in any status)."""
+    known = _EXISTING.setdefault(ctx.store, set())
+    if (ctx.region, name) not in known:
+        await domain_of(ctx, name)
+        known.add((ctx.region, name))
 
 
 def _tag_list(tags: list[dict[str, Any]]) -> list[list[str]]:

@@ -39,6 +39,7 @@ MAX_SKEW_MS = 15 * 60 * 1000
 _AMZ_DATE = "%Y%m%dT%H%M%SZ"
 _REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _DATE = re.compile(r"^\d{8}$")
+_AMZ_DATE_FIELDS = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z")
 
 
 @attrs.frozen
@@ -112,7 +113,12 @@ def amz_date(request: SignedRequest) -> tuple[str, int]:
     if values:
         text = values[0].strip()
         try:
-            at = datetime.strptime(text, _AMZ_DATE).replace(tzinfo=UTC)
+            fields = _AMZ_DATE_FIELDS.fullmatch(text)  # the usual form, without strptime's cost
+            if fields is not None:
+                y, mo, d, h, mi, sec = map(int, fields.groups())
+                at = datetime(y, mo, d, h, mi, sec, tzinfo=UTC)
+            else:
+                at = datetime.strptime(text, _AMZ_DATE).replace(tzinfo=UTC)
         except ValueError:
             raise IncompleteSignatureException(
                 f"X-Amz-Date must be in the ISO8601 basic format yyyyMMdd'T'HHmmss'Z', got {text!r}"
@@ -249,7 +255,13 @@ def signing_key(secret: str, date: str, region: str, service: str) -> bytes:
 
 
 def signature(secret: str, auth: Authorization, date_text: str, canonical: str) -> str:
-    key = signing_key(secret, auth.date, auth.region, auth.service)
+    return signature_with_key(
+        signing_key(secret, auth.date, auth.region, auth.service), auth, date_text, canonical
+    )
+
+
+def signature_with_key(key: bytes, auth: Authorization, date_text: str, canonical: str) -> str:
+    """The signature under a derived signing key (`signing_key` of the secret and `auth`'s scope)."""
     return hmac.new(
         key, string_to_sign(date_text, auth.scope, canonical).encode(), hashlib.sha256
     ).hexdigest()
@@ -270,7 +282,14 @@ def check_request(request: SignedRequest, auth: Authorization, now_ms: int) -> s
 
 def verify(request: SignedRequest, auth: Authorization, secret: str, date_text: str) -> None:
     """Raise `InvalidSignatureException` unless `auth.signature` signs `request` under `secret`."""
-    expected = signature(secret, auth, date_text, canonical_request(request, auth))
+    key = signing_key(secret, auth.date, auth.region, auth.service)
+    verify_with_key(request, auth, key, date_text)
+
+
+def verify_with_key(request: SignedRequest, auth: Authorization, key: bytes, date_text: str) -> None:
+    """`verify` with the signing key derived already (it depends on the secret and the scope
+    only, so a caller may keep it for the day: `foliot.swf.keys.SwfKeys.signing_key`)."""
+    expected = signature_with_key(key, auth, date_text, canonical_request(request, auth))
     if not hmac.compare_digest(expected.encode(), auth.signature.encode()):
         raise InvalidSignatureException(
             "The request signature we calculated does not match the signature you provided. "

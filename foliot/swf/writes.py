@@ -23,7 +23,7 @@ from .actor import queue_of
 from .errors import SwfFault, UnknownResourceFault, WorkflowExecutionAlreadyStartedFault
 from .faults import Fault
 from .model import Execution, TypeRef
-from .registry import Action, Ctx, SwfRuntime, domain_of
+from .registry import Action, Ctx, SwfRuntime, domain_exists, domain_of
 
 
 def raise_fault(fault: Fault) -> NoReturn:
@@ -197,7 +197,7 @@ async def poll_here(ctx: Ctx, body: dict[str, Any], kind: str, wait_until: float
 
 async def _poll(ctx: Ctx, body: dict[str, Any], kind: str) -> dict[str, Any] | None:
     """Long-poll the body's task list for a task of `kind`, on every node of a cluster."""
-    await domain_of(ctx, body["domain"])
+    await domain_exists(ctx, body["domain"])
     runtime = _runtime(ctx)
     key = queue_of(ctx.region, body["domain"], kind, body["taskList"]["name"])
     request = {"kind": "swf", "region": ctx.region, "task": kind, "body": body}

@@ -262,3 +262,61 @@ async def test_every_model_action_answers_in_aws_shape(swf: Swf) -> None:
         else:
             required = r.status_code == 400 and code == "ValidationException"
             assert required or (r.status_code, code) == (501, "NotImplemented"), (action, r.text)
+
+
+async def test_plain_calls_are_served_at_the_edge_and_others_by_quart_alike(
+    swf: Swf, monkeypatch: Any
+) -> None:
+    """A plain `POST /` is answered by `SwfEdge` without Quart; a chunked body goes to the
+    Quart route; the answers are the same. Quart's refusals (an oversize body, a non-JSON
+    media type) still apply to what the edge passes on."""
+    from foliot.http.swf import SwfEdge
+
+    served: list[str] = []
+    original = SwfEdge._serve
+
+    async def spy(self: SwfEdge, scope: Any, body: Any, send: Any) -> None:
+        served.append(scope["path"])
+        await original(self, scope, body, send)
+
+    monkeypatch.setattr(SwfEdge, "_serve", spy)
+    body = {"name": "edge", "workflowExecutionRetentionPeriodInDays": "1"}
+    r = await send(signed(swf.url, "RegisterDomain", body))
+    assert r.status_code == 200 and r.headers["content-type"] == "application/x-amz-json-1.0"
+    assert served == ["/"]
+
+    def chunks(data: bytes) -> Any:
+        async def gen() -> Any:
+            yield data[:5]
+            yield data[5:]
+
+        return gen()
+
+    again = signed(swf.url, "RegisterDomain", body)
+    headers = {k: v for k, v in again.headers.items() if k.lower() != "content-length"}
+    async with httpx.AsyncClient() as client:
+        r = await client.post(again.url, content=chunks(again.body), headers=headers)
+    assert r.status_code == 400 and fault(r) == "DomainAlreadyExistsFault"
+    assert served == ["/"]  # Quart answered the chunked one, the same way
+    describe = signed(swf.url, "DescribeDomain", {"name": "edge"})
+    edge = await send(describe)
+    async with httpx.AsyncClient() as client:
+        plain = {k: v for k, v in describe.headers.items() if k.lower() != "content-length"}
+        quart = await client.post(describe.url, content=chunks(describe.body), headers=plain)
+    assert (edge.status_code, quart.status_code) == (200, 200)
+    assert edge.json() == quart.json() and edge.json()["domainInfo"]["name"] == "edge"
+    assert served == ["/", "/"]
+
+    listing = signed(swf.url, "ListDomains", {"registrationStatus": "REGISTERED"})
+    async with httpx.AsyncClient() as client:
+        wrong_type = {**listing.headers, "Content-Type": "text/plain"}
+        r = await client.post(listing.url, content=listing.body, headers=wrong_type)
+        assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
+        limit = swf.running.engine.settings.body_max_bytes
+        big = b"{" + b" " * limit + b"}"
+        amz_json = {"Content-Type": "application/x-amz-json-1.0"}
+        r = await client.post(listing.url, content=big, headers=amz_json)
+        assert r.status_code == 413
+    assert served == ["/", "/"]
+    listed = await call(swf.client().list_domains, registrationStatus="REGISTERED")
+    assert [d["name"] for d in listed["domainInfos"]] == ["edge"]

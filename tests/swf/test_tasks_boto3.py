@@ -205,3 +205,18 @@ async def test_tokens_not_ours_are_refused(swf: Swf) -> None:
         "DecisionTaskScheduled",
         "DecisionTaskStarted",
     ]
+
+
+async def test_a_poll_knows_the_domain_in_its_own_region_only(swf: Swf) -> None:
+    """A poll checks its domain once per region and domain (domains are never deleted): an
+    unknown domain is refused every time, and knowing `d` in one region says nothing of another."""
+    c = await setup(swf)
+    other = swf.client("eu-west-1")
+    for _ in range(2):
+        await raises("UnknownResourceFault", c.poll_for_activity_task, domain="nope", taskList={"name": "w"})
+    await call(c.start_workflow_execution, domain="d", workflowId="o-1", workflowType=WF)
+    task = await call(c.poll_for_decision_task, domain="d", taskList={"name": "deciders"})
+    assert task["workflowExecution"]["workflowId"] == "o-1"
+    deciders = {"name": "deciders"}
+    await raises("UnknownResourceFault", other.poll_for_decision_task, domain="d", taskList=deciders)
+    await raises("UnknownResourceFault", other.poll_for_decision_task, domain="d", taskList=deciders)
