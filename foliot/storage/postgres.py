@@ -711,12 +711,26 @@ def _fenced(job: _Job) -> Fenced:
 
 
 # The leases still held as the batch's fences say, locked FOR SHARE in partition order.
-_HELD_FENCES = (
-    "SELECT l.partition, l.epoch, l.node_id FROM cluster_leases l"
-    " JOIN unnest($1::int[], $2::bigint[], $3::text[]) AS f(partition, epoch, node_id)"
-    " ON l.partition = f.partition AND l.epoch = f.epoch AND l.node_id = f.node_id"
-    f" WHERE l.expires_at > {NOW_MS} ORDER BY l.partition FOR SHARE OF l"
-)
+def _held_leases(first: int, columns: str = "l.partition") -> str:
+    """The batch's leases still held unexpired as its fences say (parameters `$first` to
+    `$first + 2`: partitions, epochs, node ids), locked FOR SHARE in partition order."""
+    return (
+        f"SELECT {columns} FROM cluster_leases l"
+        f" JOIN unnest(${first}::int[], ${first + 1}::bigint[], ${first + 2}::text[])"
+        " AS f(partition, epoch, node_id)"
+        " ON l.partition = f.partition AND l.epoch = f.epoch AND l.node_id = f.node_id"
+        f" WHERE l.expires_at > {NOW_MS} ORDER BY l.partition FOR SHARE OF l"
+    )
+
+
+def _fence_head(first: int) -> str:
+    """The CTEs a one-statement write starts with to be fenced: `fenced.ok` is whether all
+    `$first + 3` leases hold (`_held_leases`)."""
+    ok = f"fenced AS (SELECT count(*) = ${first + 3} AS ok FROM fence)"
+    return f"WITH fence AS ({_held_leases(first)}), {ok}, "
+
+
+_HELD_FENCES = _held_leases(1, "l.partition, l.epoch, l.node_id")
 
 
 # Which of these partitions' leases expired by now (their rows are this batch's, FOR SHARE).
@@ -1485,18 +1499,10 @@ _UPDATE_RUNS_SET = (
     " SELECT ARRAY(SELECT run_id FROM moved)"
 )
 # The same, moving nothing unless every lease of the batch holds: returns (held, runs moved).
-_FENCED_UPDATE_RUNS_SET = (
-    "WITH fence AS (SELECT l.partition FROM cluster_leases l"
-    " JOIN unnest($39::int[], $40::bigint[], $41::text[]) AS f(partition, epoch, node_id)"
-    " ON l.partition = f.partition AND l.epoch = f.epoch AND l.node_id = f.node_id"
-    f" WHERE l.expires_at > {NOW_MS} ORDER BY l.partition FOR SHARE OF l),"
-    " fenced AS (SELECT count(*) = $42 AS ok FROM fence), "
-    + _UPDATE_RUNS_SET.removeprefix("WITH ")
-    .replace(" FROM unnest($1::text[]", " FROM fenced, unnest($1::text[]", 1)
-    .replace(" WHERE r.run_id = u.run_id", " WHERE fenced.ok AND r.run_id = u.run_id", 1)
-    .replace(
-        " SELECT ARRAY(SELECT run_id FROM moved)", " SELECT ok, ARRAY(SELECT run_id FROM moved) FROM fenced"
-    )
+_FENCED_UPDATE_RUNS_SET = _fence_head(39) + _UPDATE_RUNS_SET.removeprefix("WITH ").replace(
+    " FROM unnest($1::text[]", " FROM fenced, unnest($1::text[]", 1
+).replace(" WHERE r.run_id = u.run_id", " WHERE fenced.ok AND r.run_id = u.run_id", 1).replace(
+    " SELECT ARRAY(SELECT run_id FROM moved)", " SELECT ok, ARRAY(SELECT run_id FROM moved) FROM fenced"
 )
 
 
@@ -1508,11 +1514,7 @@ def _fenced_new_runs(sql: str) -> str:
     )
     head, last = guarded.rsplit(" INSERT INTO idempotency", 1)
     return (
-        "WITH fence AS (SELECT l.partition FROM cluster_leases l"
-        " JOIN unnest($48::int[], $49::bigint[], $50::text[]) AS f(partition, epoch, node_id)"
-        " ON l.partition = f.partition AND l.epoch = f.epoch AND l.node_id = f.node_id"
-        f" WHERE l.expires_at > {NOW_MS} ORDER BY l.partition FOR SHARE OF l),"
-        " fenced AS (SELECT count(*) = $51 AS ok FROM fence), "
+        _fence_head(48)
         + head.removeprefix("WITH ")
         + ", new_idempotency AS (INSERT INTO idempotency"
         + last

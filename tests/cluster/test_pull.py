@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-import pytest
 import trio
 import trio.testing
 
@@ -94,11 +93,6 @@ async def _local(node: Node, until: float) -> list[str] | None:
         token, _ = held.offers[0]
         held.settle(token, claimed=True)
         return [token]
-
-
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
 
 
 async def test_a_waiting_poll_takes_a_task_offered_on_another_node_at_once(
