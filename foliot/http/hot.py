@@ -69,7 +69,7 @@ class Hot:
         if scope["type"] == "http" and scope["method"] == "POST" and not scope["query_string"]:
             match = _HOT.match(scope["path"])
             if match is not None and "\x00" not in scope["path"]:
-                headers = _plain_headers(scope["headers"])
+                headers = plain_headers(scope["headers"])
                 if headers is not None:
                     # A start or signal names the app; a task answer the app and the token.
                     route = self.routes[match[2] or match[4]]
@@ -89,7 +89,7 @@ class Hot:
         scope: HTTPScope,
     ) -> None:
         length = int(headers[b"content-length"])
-        body = _Body(receive, length)
+        body = Body(receive, length)
         status, answer, extra = 500, b"", dict[bytes, bytes]()
         try:
             if length > self.body_max:
@@ -115,31 +115,35 @@ class Hot:
                 raw_path = (scope.get("raw_path") or path.encode("utf-8")).decode("latin-1")
                 incoming = Incoming("POST", raw_path, list(scope["headers"]), await body.read())
                 relayed = await relay(self.engine.forwarder, elsewhere, incoming)
-                await _send(send, relayed.status, relayed.headers, relayed.body)
+                await send_answer(send, relayed.status, relayed.headers, relayed.body)
                 return
         except Disconnected:
             return  # nobody to answer
         except ApiError as error:
-            status, answer, extra = _error(error)
+            status, answer, extra = error_answer(error)
         except StorageUnavailable as error:
             log.warning("storage unavailable: %s", error)
-            status, answer, extra = _error(Unavailable("storage is unavailable; nothing was changed, retry"))
+            status, answer, extra = error_answer(
+                Unavailable("storage is unavailable; nothing was changed, retry")
+            )
         except Exception:
             log.exception("unhandled error on POST %s", path)
-            status, answer, extra = _error(Internal("internal error; see the server log"))
+            status, answer, extra = error_answer(Internal("internal error; see the server log"))
         out = [(b"content-type", b"application/json"), *extra.items()]
         if status >= 400 and not await body.settle(self.body_max, status):
             out.append((b"connection", b"close"))
-        await _send(send, status, out, answer)
+        await send_answer(send, status, out, answer)
 
 
-async def _send(send: ASGISendCallable, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+async def send_answer(
+    send: ASGISendCallable, status: int, headers: list[tuple[bytes, bytes]], body: bytes
+) -> None:
     out = [*headers, (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": out, "trailers": False})
     await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def _plain_headers(raw: Any) -> dict[bytes, bytes] | None:
+def plain_headers(raw: Any) -> dict[bytes, bytes] | None:
     """The headers these routes read (lower-case names), or None when the request is not plain:
     no single numeric Content-Length, a Transfer-Encoding or an Expect, or a header they read
     given twice (Quart would take the first one; such requests go to Quart)."""
@@ -166,12 +170,12 @@ def _dumps(body: Any) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _error(error: ApiError) -> tuple[int, bytes, dict[bytes, bytes]]:
+def error_answer(error: ApiError) -> tuple[int, bytes, dict[bytes, bytes]]:
     headers = {k.lower().encode(): v.encode() for k, v in (error.headers() or {}).items()}
     return error.status, _dumps(error.body()), headers
 
 
-class _Body:
+class Body:
     """The request body, read on demand (after admission and authentication, as in Quart)."""
 
     def __init__(self, receive: ASGIReceiveCallable, length: int) -> None:

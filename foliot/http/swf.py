@@ -53,11 +53,7 @@ from .app import (
     require_admin,
 )
 from .forward import Incoming, RawHeaders, Relayed, relay
-from .hot import Disconnected
-from .hot import _Body as Body
-from .hot import _error as api_error
-from .hot import _plain_headers as plain_headers
-from .hot import _send as send_answer
+from .hot import Body, Disconnected, error_answer, plain_headers, send_answer
 
 log = logging.getLogger("foliot.swf")
 blueprint = Blueprint("swf", __name__)
@@ -246,7 +242,7 @@ class SwfEdge:
         except Disconnected:
             return  # nobody to answer
         except ApiError as error:  # the body did not arrive in time: 408, and the connection closes
-            status, data, extra = api_error(error)
+            status, data, extra = error_answer(error)
             await send_answer(send, status, [(b"content-type", b"application/json"), *extra.items(),
                                              (b"connection", b"close")], data)  # fmt: skip
             return
