@@ -995,6 +995,7 @@ class Profile:
 
     def __init__(self, pid: int, out: Path, rate: int = 100, *, gil: bool = True) -> None:
         self.out = out
+        out.parent.mkdir(parents=True, exist_ok=True)
         self.child: Child | None = None
         spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
         if Path(spy).exists():
