@@ -114,7 +114,7 @@ class Settings:
     admission_lag_ms: int = 0
     # A thread accepts and reads connections and refuses shed starts and signals itself
     # (foliot/http/door.py); off by default for now: the event loop does (foliot/http/edge.py).
-    front_door: bool = False
+    front_door: bool = True
     log_level: str = "INFO"
     shutdown_grace_ms: int = 10_000
     # Signals a run holds while it does not wait for them: they live in its document, which is
@@ -191,7 +191,7 @@ class Settings:
             admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 100)),
             admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),
             admission_lag_ms=max(0, _int(e, "FOLIOT_ADMISSION_LAG_MS", 0)),
-            front_door=_int(e, "FOLIOT_FRONT_DOOR", 0) != 0,
+            front_door=_int(e, "FOLIOT_FRONT_DOOR", 1) != 0,
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
             shutdown_grace_ms=_int(e, "FOLIOT_SHUTDOWN_GRACE_MS", 10_000),
             signal_buffer_max=buffer_max,

@@ -51,6 +51,7 @@ from ..actors.admission import DOOR_ADMITTED
 log = logging.getLogger("foliot.http.door")
 
 ADDS_WORK = re.compile(rb"^/apps/[^/?#]+/(?:runs|signals)/?$")
+_BLANK_LINE = re.compile(rb"\n\r?\n")  # h11's end of a head
 HEAD_MAX = 65_536  # a request head longer than this is left to hypercorn (it refuses it)
 DRAIN_MAX = 65_536  # a refused body up to this size is read and dropped by the thread
 _PAUSE_BYTES = 1 << 20  # handed to the loop and not read by it yet: stop reading the socket
@@ -81,10 +82,17 @@ def parse_head(buf: bytes | bytearray) -> Head | bool | None:
     """The request head at the start of `buf`: a `Head`; None if it is not complete yet; False
     if the thread must not frame this connection (anything but a plain request with at most a
     `Content-Length` body, or a head over `HEAD_MAX`)."""
-    end = buf.find(b"\r\n\r\n", 0, HEAD_MAX + 4)
-    if end < 0:
+    # Where h11 ends the head: its first blank line, bare LFs allowed (`\n\r?\n`). The thread
+    # frames only heads written with CRLF throughout; any other is left to hypercorn.
+    blank = _BLANK_LINE.search(buf, 0, HEAD_MAX + 4)
+    if blank is None:
         return False if len(buf) > HEAD_MAX else None
+    end = blank.start() - 1  # the CR of the last header line's CRLF
+    if end < 0 or blank.group() != b"\n\r\n" or buf[end] != 13:
+        return False
     lines = bytes(buf[:end]).split(b"\r\n")
+    if any(b"\n" in line for line in lines):
+        return False
     parts = lines[0].split(b" ")
     if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0"):
         return False
@@ -104,8 +112,10 @@ def parse_head(buf: bytes | bytearray) -> Head | bool | None:
         elif name in (b"transfer-encoding", b"expect", b"upgrade"):
             return False
         elif name == b"connection":
-            connection = value.lower()
-    keep = b"close" not in connection if version == b"HTTP/1.1" else b"keep-alive" in connection
+            connection += b"," + value.lower()  # h11 reads every Connection header
+    # As h11 decides: HTTP/1.0 connections are never kept (hypercorn closes them after one
+    # answer, whatever `Connection` says).
+    keep = version == b"HTTP/1.1" and b"close" not in connection
     path = target.split(b"?", 1)[0]
     adds = method == b"POST" and ADDS_WORK.match(path) is not None
     return Head(end + 4, length or 0, adds, keep)

@@ -79,7 +79,7 @@ def test_keep_alive_follows_the_version_and_connection_header() -> None:
     assert keep(b"GET / HTTP/1.1\r\n\r\n")
     assert not keep(b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
     assert not keep(b"GET / HTTP/1.0\r\n\r\n")
-    assert keep(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")
+    assert not keep(b"GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n")  # h11 keeps no 1.0 connection
 
 
 def test_the_refusal_is_a_whole_answer() -> None:
@@ -329,3 +329,81 @@ async def test_a_request_handed_on_but_never_served_is_not_counted_as_waiting() 
         await client.stream.aclose()
     assert app.seen == []
     assert admission.forwarded == admission.answered == 1
+
+
+# --------------------------------------------------------------------------- door vs no door
+
+END = b"GET /end HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"  # ends a connection still open
+
+
+def _chunked(body: bytes) -> bytes:
+    head = b"POST /apps/shop/signals HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return head + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+
+
+# (name, what the client sends in pieces, how many answers it reads before it sends `END`
+# when the connection is still open then, or None when the server closes it after these).
+TRANSCRIPTS: list[tuple[str, list[bytes], int | None]] = [
+    ("bare LF line ends", [b"GET /a HTTP/1.1\nHost: x\n\n"], 1),
+    ("a bare LF ending the last header", [b"GET /a HTTP/1.1\r\nHost: x\n\r\n"], 1),
+    ("a bare LF inside the head", [b"GET /a HTTP/1.1\nHost: x\r\n\r\n"], 1),
+    ("LF-only signal", [b"POST /apps/shop/signals HTTP/1.1\nHost: x\nContent-Length: 3\n\nabc"], 1),
+    ("pipelined", [get("/a") + get("/b") + post("/apps/shop/signals") + get("/c")], 4),
+    ("a byte at a time", [bytes([b]) for b in post("/apps/shop/runs", b'{"w":1}') + get("/d")], 2),
+    ("HTTP/1.0", [b"GET /a HTTP/1.0\r\n\r\n"], None),
+    ("HTTP/1.0 asking to keep alive", [b"GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"], None),
+    ("HTTP/1.0 signal", [b"POST /apps/shop/signals HTTP/1.0\r\nContent-Length: 2\r\n\r\nhi"], None),
+    ("asks to close", [b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"], None),
+    (
+        "two Connection headers",
+        [b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: te\r\nConnection: close\r\n\r\n"],
+        None,
+    ),
+    ("chunked", [_chunked(b"abcd"), get("/after")], 2),
+    (
+        "two lengths",
+        [b"POST /apps/shop/signals HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi"],
+        None,
+    ),
+    ("a bad header name", [b"GET /a HTTP/1.1\r\nHost: x\r\nBad Name: y\r\n\r\n"], None),
+    ("a leading blank line", [b"\r\n" + get("/a")], None),
+    ("a folded header", [b"GET /a HTTP/1.1\r\nHost: x\r\nX-A: a\r\n b\r\n\r\n"], None),
+    ("no Host", [b"POST /apps/shop/runs HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi"], None),
+    ("a body and a request in one read", [post("/apps/shop/signals", b"x" * 70_000) + get("/e")], 2),
+]
+
+
+async def _transcript(port: int, pieces: list[bytes], first: int | None) -> list[tuple[int, bytes]]:
+    """Every answer the server sends until it closes the connection."""
+    client = await connect(port)
+    for piece in pieces:
+        await client.stream.send_all(piece)
+    answers = []
+    if first is not None:  # these answers come before anything else is sent
+        answers = [(status, body) for status, _, body in [await client.answer() for _ in range(first)]]
+        await client.stream.send_all(END)
+    while True:
+        try:
+            status, _, body = await client.answer()
+        except (EOFError, trio.BrokenResourceError):
+            break
+        answers.append((status, body))
+    await client.stream.aclose()
+    return answers
+
+
+@pytest.mark.parametrize(("pieces", "first"), [t[1:] for t in TRANSCRIPTS], ids=[t[0] for t in TRANSCRIPTS])
+async def test_a_connection_is_answered_alike_with_and_without_the_door(
+    pieces: list[bytes], first: int | None
+) -> None:
+    """h11 is the judge of HTTP/1.1: whatever bytes a client sends, the door hands them on so
+    that hypercorn answers as it would without the door (or the thread answers a refusal)."""
+    answers = {}
+    for door in (False, True):
+        app = App()
+        async with served(FakeAdmission() if door else None, app) as port:  # type: ignore[arg-type]
+            answers[door] = await _transcript(port, pieces, first)
+    assert answers[True] == answers[False]
+    assert answers[False]  # every transcript gets at least one answer
+    if first is not None:
+        assert len(answers[False]) == first + 1 and answers[False][-1] == (200, b"")  # /end
