@@ -30,6 +30,7 @@ reaches `_PAUSE_BYTES` stops being read until the loop catches up.
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 import selectors
@@ -57,6 +58,11 @@ DRAIN_MAX = 65_536  # a refused body up to this size is read and dropped by the 
 _PAUSE_BYTES = 1 << 20  # handed to the loop and not read by it yet: stop reading the socket
 _RECV = 65_536
 MAX_CONNECTIONS = 4_096
+# After an accept fails for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the
+# thread stops accepting this long (the kernel queues callers), as `trio.serve_listeners` does:
+# the listening socket stays readable, and accepting again at once would spin.
+ACCEPT_BACKOFF_S = 0.1
+_GONE_BEFORE_ACCEPTED = {errno.ECONNABORTED, errno.EPROTO, errno.EPERM}  # as trio ignores them
 # What a request handed on is: not a start or signal; one the door let in after asking the
 # admission; one it did not ask about (its body is too large to drop if refused).
 OTHER, LET_IN, UNASKED = 0, 1, 2
@@ -321,6 +327,7 @@ class Door:
         self._wake_w.setblocking(False)
         self._accepting = True
         self._listening = False
+        self._accept_again: float | None = None  # time.monotonic() after which to accept again
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: threading.Thread | None = None
         self.listener = DoorListener(self)
@@ -376,7 +383,8 @@ class Door:
             self._sel.register(self._wake_r, selectors.EVENT_READ, None)
             self._listen()
             while True:
-                for key, _ in self._sel.select():
+                wait = None if self._accept_again is None else max(0.0, self._accept_again - time.monotonic())
+                for key, _ in self._sel.select(wait):
                     if key.data is None:
                         if not self._commands_done():
                             return
@@ -384,6 +392,9 @@ class Door:
                         self._accept()
                     else:
                         self._read(key.data)
+                if self._accept_again is not None and time.monotonic() >= self._accept_again:
+                    self._accept_again = None
+                    self._listen()
         except trio.RunFinishedError:
             pass
         except Exception:
@@ -392,7 +403,12 @@ class Door:
             self._shutdown()
 
     def _listen(self) -> None:
-        if self._accepting and not self._listening and len(self.conns) < self.max_connections:
+        if (
+            self._accepting
+            and not self._listening
+            and self._accept_again is None
+            and len(self.conns) < self.max_connections
+        ):
             self._sel.register(self._listen_sock, selectors.EVENT_READ, self._listen_sock)
             self._listening = True
 
@@ -440,8 +456,13 @@ class Door:
                 sock, peer = self._listen_sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # EMFILE and the like: stop for now, the kernel queues
-                log.warning("accept failed: %s", exc)
+            except OSError as exc:
+                if exc.errno in _GONE_BEFORE_ACCEPTED:
+                    continue
+                # EMFILE and the like: stop for now, the kernel queues
+                log.warning("accept failed (accepting again in %.0f ms): %s", ACCEPT_BACKOFF_S * 1000, exc)
+                self._unlisten()
+                self._accept_again = time.monotonic() + ACCEPT_BACKOFF_S
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

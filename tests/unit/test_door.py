@@ -3,8 +3,11 @@ starts and signals itself, and hands everything else to hypercorn in the loop un
 
 from __future__ import annotations
 
+import errno
 import json
+import socket
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,7 +16,7 @@ import pytest
 import trio
 from hypercorn.config import Config
 
-from foliot.http.door import Head, parse_head, refusal_bytes
+from foliot.http.door import ACCEPT_BACKOFF_S, Door, Head, parse_head, refusal_bytes
 from foliot.http.listen import SWITCH_INTERVAL_S, serve
 
 SIGNAL = b'{"runId":"r1","name":"go"}'
@@ -407,3 +410,42 @@ async def test_a_connection_is_answered_alike_with_and_without_the_door(
     assert answers[False]  # every transcript gets at least one answer
     if first is not None:
         assert len(answers[False]) == first + 1 and answers[False][-1] == (200, b"")  # /end
+
+
+class RunningOut(socket.socket):
+    """A listening socket whose first `failures` accepts fail as if the process had no
+    descriptors left."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__(socket.AF_INET, socket.SOCK_STREAM)
+        self.failures = failures
+        self.failed_at: list[float] = []
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if len(self.failed_at) < self.failures:
+            self.failed_at.append(time.monotonic())
+            raise OSError(errno.EMFILE, "Too many open files")
+        return super().accept()
+
+
+async def test_an_accept_that_runs_out_of_descriptors_backs_off_then_serves() -> None:
+    listening = RunningOut(failures=3)
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(16)
+    door = Door(listening, lambda: None)
+    door.start()
+    try:
+        client = await trio.open_tcp_stream(*listening.getsockname())
+        # The thread tried, failed three times, then accepted: it handed the connection on.
+        stream = await door.listener.accept()
+        assert len(listening.failed_at) == 3
+        # Between failures it waited instead of spinning on the still-readable socket.
+        gaps = [b - a for a, b in zip(listening.failed_at, listening.failed_at[1:], strict=False)]
+        assert all(gap >= ACCEPT_BACKOFF_S * 0.9 for gap in gaps), gaps
+        await client.send_all(get("/x"))  # handed on once framed
+        assert await stream.receive_some(100) == get("/x")
+        await client.aclose()
+        await stream.aclose()
+    finally:
+        await door.listener.aclose()
+        door.stop()
