@@ -115,6 +115,9 @@ class Settings:
     # A thread accepts and reads connections and refuses shed starts and signals itself
     # (foliot/http/door.py); off by default for now: the event loop does (foliot/http/edge.py).
     front_door: bool = True
+    # After start-up, one full collection, then what survived is frozen out of the cyclic
+    # collector's walks (foliot/gcwatch.py); `foliot serve` only.
+    gc_freeze: bool = True
     log_level: str = "INFO"
     shutdown_grace_ms: int = 10_000
     # Signals a run holds while it does not wait for them: they live in its document, which is
@@ -192,6 +195,7 @@ class Settings:
             admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),
             admission_lag_ms=max(0, _int(e, "FOLIOT_ADMISSION_LAG_MS", 0)),
             front_door=_int(e, "FOLIOT_FRONT_DOOR", 1) != 0,
+            gc_freeze=_int(e, "FOLIOT_GC_FREEZE", 1) != 0,
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
             shutdown_grace_ms=_int(e, "FOLIOT_SHUTDOWN_GRACE_MS", 10_000),
             signal_buffer_max=buffer_max,

@@ -20,6 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
+from . import gcwatch
 from .storage.base import Store, UnitOfWork
 from .workflow.machine import Accepted, Completed, Failed, Outcome
 from .workflow.model import STATUSES
@@ -424,6 +425,7 @@ class EngineCollector:
             refused.add_metric([reason], count)
         yield refused
         yield from _writer(eng.store)
+        yield from _gc(gcwatch.watch())
         if "open" in self.swf:
             yield _gauge(
                 "foliot_swf_open_executions", "Open SWF executions, read from storage.", self.swf["open"]
@@ -459,6 +461,25 @@ def _writer(store: Any) -> Iterable[Metric]:
     yield _gauge(
         "foliot_storage_writer_blocked", "Callers blocked because the writer queue is full.", blocked
     )
+
+
+def _gc(watch: gcwatch.GcWatch) -> Iterable[Metric]:
+    # Process-wide: every engine of a process reports the same collector.
+    count = CounterMetricFamily(
+        "foliot_gc_collections", "Cyclic garbage collections by generation.", labels=["generation"]
+    )
+    total = CounterMetricFamily(
+        "foliot_gc_pause_seconds", "Time the process stood still collecting.", labels=["generation"]
+    )
+    longest = GaugeMetricFamily(
+        "foliot_gc_pause_max_seconds", "The longest collection since start.", labels=["generation"]
+    )
+    for generation in gcwatch.GENERATIONS:
+        label = [str(generation)]
+        count.add_metric(label, watch.collections[generation])
+        total.add_metric(label, watch.pause_s[generation])
+        longest.add_metric(label, watch.max_pause_s[generation])
+    yield from (count, total, longest)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

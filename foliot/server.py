@@ -14,6 +14,7 @@ import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 
+from . import gcwatch
 from .actors.engine import Engine
 from .actors.messages import Envelope
 from .cluster import hop
@@ -83,14 +84,18 @@ async def serve(
     settings: Settings,
     *,
     stop: trio.Event | None = None,
+    freeze: bool = False,
     task_status: trio.TaskStatus[Running] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until cancelled, or until `stop` is set: then drain (`foliot.shutdown`) and return."""
+    """Serve until cancelled, or until `stop` is set: then drain (`foliot.shutdown`) and return.
+    `freeze`: once ready, keep start-up's objects out of the garbage collector's walks
+    (`foliot.gcwatch`; for a process serving one node only)."""
     log_data_locations(settings)
+    gcwatch.watch()
     token = admin_token(settings)
     vault = Vault.from_data_dir(settings.data_dir, settings.secret_key)
     with single_node(settings.database_url):
-        await _serve_store(settings, token, vault, stop, task_status)
+        await _serve_store(settings, token, vault, stop, freeze, task_status)
 
 
 class KeyMismatch(SystemExit):
@@ -151,6 +156,7 @@ async def _serve_store(
     token: str,
     vault: Vault,
     stop: trio.Event | None,
+    freeze: bool,
     task_status: trio.TaskStatus[Running],
 ) -> None:
     node_id = settings.node_id or "node-" + secrets.token_hex(6)
@@ -192,6 +198,9 @@ async def _serve_store(
             if isinstance(store, PostgresStore):
                 await nursery.start(join_edge, engine, store, vault, node_id, address)
             await nursery.start(engine.serve)
+            if freeze:
+                frozen = gcwatch.freeze_startup()
+                log.info("%d objects of start-up frozen out of the garbage collector's walks", frozen)
             log.info("ready")
             task_status.started(Running(binds, engine))
         if app.drain_began is not None:
@@ -204,7 +213,7 @@ async def _serve_store(
 
 async def serve_until_signalled(settings: Settings) -> None:
     """`foliot serve`: SIGTERM or SIGINT drains, then returns (exit 0)."""
-    await until_signalled(lambda stop: serve(settings, stop=stop))
+    await until_signalled(lambda stop: serve(settings, stop=stop, freeze=settings.gc_freeze))
 
 
 def task_tree(task: trio.lowlevel.Task, depth: int = 0) -> list[str]:

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
+
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio.testing import MockClock
+
+from foliot import gcwatch
 
 from .conftest import Env, ok
 
@@ -60,3 +66,44 @@ async def test_the_exposition_parses(env: Env, autojump_clock: MockClock) -> Non
     (waiting,) = families["foliot_open_runs"].samples
     assert waiting.labels == {"status": "waiting"} and waiting.value == 3
     assert families["foliot_live_actors"].samples[0].value == 0
+
+
+async def test_garbage_collections_and_their_pauses_are_exposed(env: Env, autojump_clock: MockClock) -> None:
+    watch = gcwatch.watch()
+
+    def gen2() -> tuple[float, float, float]:
+        text = env.engine.metrics.exposition({}).decode()
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        (count,) = [
+            s.value for s in families["foliot_gc_collections"].samples if s.labels == {"generation": "2"}
+        ]
+        (total,) = [
+            s.value for s in families["foliot_gc_pause_seconds"].samples if s.labels == {"generation": "2"}
+        ]
+        (longest,) = [
+            s.value
+            for s in families["foliot_gc_pause_max_seconds"].samples
+            if s.labels == {"generation": "2"}
+        ]
+        return count, total, longest
+
+    count, total, _ = gen2()
+    gc.collect()
+    after, total_after, longest = gen2()
+    assert after == count + 1 and watch.collections[2] == after
+    assert total_after > total and 0 < longest <= total_after
+
+
+def test_start_up_objects_are_frozen_out_of_the_collector_walks() -> None:
+    # In a process of its own: a freeze lasts for the life of the process.
+    code = (
+        "import gc, foliot.server\n"
+        "from foliot.gcwatch import freeze_startup\n"
+        "before = len(gc.get_objects())\n"
+        "frozen = freeze_startup()\n"
+        "print(before, frozen, len(gc.get_objects()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    before, frozen, walked = map(int, out.split())
+    assert frozen > 10_000 and frozen >= before // 2  # the imports' objects, at least
+    assert walked < before // 10  # what a collection walks afterwards
