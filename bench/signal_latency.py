@@ -109,13 +109,16 @@ def phase(
     requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
     cpu0 = c.cpu_seconds(server.pid)
     main0 = c.thread_cpu_seconds(server.pid).get(server.pid, 0.0)
+    gc0 = gc_full(server)
     results, wall, accept_q = send_open(server, key, requests, rate, args)
     s = c.summarize(results, wall)
     time.sleep(min(5.0, args.timeout))  # let pushes of the last signals arrive
     cpu = c.cpu_seconds(server.pid) - cpu0  # the signals, their pushes and the answers to them
     main = c.thread_cpu_seconds(server.pid).get(server.pid, 0.0) - main0  # the event loop's share
     to_task, missing = c.to_task(results, handler.stats(arrivals=True)["arrivals"])
+    gc1 = gc_full(server)
     s.update(
+        gc_full=f"{gc1[0] - gc0[0]:.0f}/{1000 * (gc1[1] - gc0[1]):.0f}",
         cpu_ms=1000 * cpu / max(1, s["ok"]),
         loop_ms=1000 * main / max(1, s["ok"]),
         rate=rate,
@@ -125,6 +128,15 @@ def phase(
         accept_q=accept_q,
     )
     return s
+
+
+def gc_full(server: c.Foliot) -> tuple[float, float]:
+    """Full garbage collections of the server so far, and the seconds it stood still for them."""
+    m = server.metrics()
+    return (
+        c.metric_sum(m, "foliot_gc_collections_total", generation="2"),
+        c.metric_sum(m, "foliot_gc_pause_seconds_total", generation="2"),
+    )
 
 
 def send_open(
@@ -191,6 +203,7 @@ def row(mode: str, label: str, s: dict[str, Any]) -> list[Any]:
         s["other"],
         s["client_overrun"],
         f"{s['accept_q']:.0f}",
+        s["gc_full"],
     ]
 
 
@@ -340,7 +353,8 @@ def main() -> None:
             f"signals ({args.backend}; ms from the scheduled send; task = signal -> push at the handler; "
             "cpu = server CPU, all threads, per 2xx, its push and answer included; loop = the "
             "event loop thread's share (the rest: SQLite's writer and reader, or asyncpg's loop); "
-            "accept q = most connections waiting in the kernel's accept queue)",
+            "accept q = most connections waiting in the kernel's accept queue; gc2 = full garbage "
+            "collections during the phase / ms the process stood still for them)",
             [
                 "mode",
                 "phase",
@@ -363,6 +377,7 @@ def main() -> None:
                 "other",
                 "unsent",
                 "accept q",
+                "gc2 n/ms",
             ],
             rows,
         )
