@@ -106,11 +106,13 @@ async def inside(args: argparse.Namespace) -> tuple[list[list[Any]], list[list[A
             await trio.sleep(0.5)
             gc.collect()
             before = tracemalloc.take_snapshot()
+            tracked0 = len(gc.get_objects())
             live0 = len(running.engine.supervisor.actors)
             await starts(args.runs)
             await trio.sleep(0.5)
             gc.collect()
             after = tracemalloc.take_snapshot()
+            tracked = len(gc.get_objects()) - tracked0
             live = len(running.engine.supervisor.actors) - live0
         nursery.cancel_scope.cancel()
     n = max(1, live)
@@ -119,6 +121,8 @@ async def inside(args: argparse.Namespace) -> tuple[list[list[Any]], list[list[A
     summary = [
         ["live actors added (in process)", f"{live:,}"],
         ["traced bytes per actor (all sites)", f"{total / n / 1024:.2f} KB"],
+        # What a full garbage collection walks for each live actor (foliot/gcwatch.py).
+        ["objects tracked by the garbage collector per actor", f"{tracked / n:.1f}"],
     ]
     rows = []
     for s in sorted(stats, key=lambda s: s.size_diff, reverse=True)[: args.top]:
