@@ -113,7 +113,7 @@ class Settings:
     # 0: measured and shown in /metrics only.
     admission_lag_ms: int = 0
     # A thread accepts and reads connections and refuses shed starts and signals itself
-    # (foliot/http/door.py); off by default for now: the event loop does (foliot/http/edge.py).
+    # (foliot/http/door.py); off: the event loop does (foliot/http/edge.py).
     front_door: bool = True
     # After start-up, one full collection, then what survived is frozen out of the cyclic
     # collector's walks (foliot/gcwatch.py); `foliot serve` only.

@@ -7,9 +7,9 @@ request context, routing and hooks as well. Only the gate's refusal is taken her
 bounds are checked by `Admission.admit` in the route functions, as before); the refusal is the
 same answer, and is counted the same way (`foliot_admission_refused_total{reason="latency"}`).
 
-Behind the front door (`door.py`, `FOLIOT_FRONT_DOOR=1`) a start or signal reaches this
+Behind the front door (`door.py`, on unless `FOLIOT_FRONT_DOOR=0`) a start or signal reaches this
 wrapper only if the door let it in after asking the gate, and is not asked again
-(`DOOR_ADMITTED`); this wrapper refuses the ones that came another way (without the door, the default).
+(`DOOR_ADMITTED`); this wrapper refuses the ones that came another way (without the door).
 """
 
 from __future__ import annotations

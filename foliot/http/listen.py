@@ -14,7 +14,7 @@ hypercorn's `worker_serve` (hypercorn 0.18, plain HTTP sockets: Foliot serves no
 terminate it in front) with that listener; the connection handling (`TCPServer`), lifespan
 and shutdown are hypercorn's own.
 
-With an admission (`foliot serve` with `FOLIOT_FRONT_DOOR=1`), connections are accepted
+With an admission (`foliot serve`, unless `FOLIOT_FRONT_DOOR=0`), connections are accepted
 and read by the front door's thread instead (`foliot/http/door.py`), which refuses shed starts
 and signals without waiting for the event loop; hypercorn serves the rest as before.
 """
