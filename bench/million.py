@@ -16,6 +16,7 @@ index-backed (no full scan of runs/timers/tasks).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import subprocess
 import sys
@@ -123,6 +124,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=100.0, help="signals/s, open loop")
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--quick", action="store_true", help="20,000 runs, 10 s of signals")
+    parser.add_argument("--profile", default="", help="py-spy the server here")
     args = c.parse_args(parser, runs=20_000, seconds=10.0)
     c.header(f"{args.runs:,} parked runs on one node ({args.backend})", args)
     node = c.parked_node(args.backend, "million", args.runs)
@@ -142,7 +144,8 @@ def main() -> None:
     rows.append(["RSS at ready / 3 s later", f"{rss_ready:.0f} / {rss_idle:.0f} MB", "<= 1024 MB"])
     targets = c.random_targets(run_ids, int(args.rate * args.seconds), 3)
     requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
-    with c.RssSampler(server.pid) as sampler:
+    profile = c.Profile(server.pid, Path(args.profile) / "million-signals.txt") if args.profile else None
+    with c.RssSampler(server.pid) as sampler, profile or contextlib.nullcontext():
         results, wall = c.run_clients(
             server.url,
             c.bearer(key),
@@ -193,6 +196,9 @@ def main() -> None:
     )
     if not prune_queries():
         notes.append("no pruning statement in foliot/storage (nothing to explain)")
+    if profile is not None:
+        notes.append(f"py-spy profile of the server during the signals ({profile.out}):")
+        notes.append(profile.summary())
     for n in notes:
         print(" ", n)
     handler.child.stop()
