@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from urllib.parse import urlsplit, urlunsplit
 
@@ -212,12 +213,15 @@ class Settings:
         )
 
 
+NODE_ID_RE = re.compile(r"[A-Za-z0-9._-]{1,48}")
+
+
 def _node_id(raw: str | None) -> str | None:
     """FOLIOT_NODE_ID: 1 to 48 letters, digits, `.`, `_`, `-` (it names the node's PostgreSQL
     sessions, `application_name = foliot-<node id>`, which PostgreSQL cuts at 63 bytes)."""
     if not raw:
         return None
-    if len(raw) > 48 or not all(c.isascii() and (c.isalnum() or c in "._-") for c in raw):
+    if not NODE_ID_RE.fullmatch(raw):
         raise SystemExit(f"FOLIOT_NODE_ID must be 1-48 letters, digits, '.', '_' or '-', got {raw!r}")
     return raw
 

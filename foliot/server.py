@@ -14,7 +14,7 @@ import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from . import gcwatch
+from . import gcwatch, nodeid
 from .actors.engine import Engine
 from .actors.messages import Envelope
 from .cluster import hop
@@ -159,7 +159,28 @@ async def _serve_store(
     freeze: bool,
     task_status: trio.TaskStatus[Running],
 ) -> None:
-    node_id = settings.node_id or "node-" + secrets.token_hex(6)
+    with own_node_id(settings) as node_id:
+        await _serve_node(settings, token, vault, stop, freeze, node_id, task_status)
+
+
+def own_node_id(settings: Settings) -> contextlib.AbstractContextManager[str]:
+    """This node's name: FOLIOT_NODE_ID, or on PostgreSQL the one kept in its data directory
+    (`foliot.nodeid`: a restarted node takes its leases back at once); on SQLite, single-node,
+    a name is only a label."""
+    if settings.database_url.startswith("sqlite:"):
+        return contextlib.nullcontext(settings.node_id or nodeid.fresh())
+    return nodeid.node_id(settings.node_id, settings.data_dir)
+
+
+async def _serve_node(
+    settings: Settings,
+    token: str,
+    vault: Vault,
+    stop: trio.Event | None,
+    freeze: bool,
+    node_id: str,
+    task_status: trio.TaskStatus[Running],
+) -> None:
     session = node_session(node_id, settings.lease_ttl_ms)
     async with open_store(settings.database_url, pg_session=session) as store:
         await check_secret_key(store, vault)

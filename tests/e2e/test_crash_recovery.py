@@ -89,8 +89,8 @@ async def server(tmp_path: Path, database_url: str) -> AsyncIterator[Server]:
         # Durability under kill -9, not admission: 200 drivers at once would otherwise be shed
         # (429) on a loaded machine and their retries add load (tests/actors covers the gate).
         "FOLIOT_ADMISSION_TARGET_MS": "0",
-        # The same node restarting (on PostgreSQL it takes its partition leases back at once).
-        "FOLIOT_NODE_ID": "e2e-node",
+        # No FOLIOT_NODE_ID: on PostgreSQL the restarted node is the same node by its data
+        # directory's kept name (foliot/nodeid.py), so it takes its partition leases back at once.
     }
     srv = Server(env, tmp_path / "server.log", int(env["FOLIOT_PORT"]))
     await srv.start()
@@ -307,6 +307,27 @@ async def test_timers_and_deadlines_that_passed_while_down(server: Server, nurse
         types = [e["type"] for e in events]
         assert "sleep_finished" in types and "task_timed_out" in types
         assert answers == [1, 2]
+
+
+async def test_once_ready_after_kill_9_the_node_serves_at_once(server: Server, nursery: trio.Nursery) -> None:
+    """`/readyz` 200 after a restart means served: on PostgreSQL the restarted process is the
+    same cluster node (its name is kept in the data directory), so it does not wait a lease
+    TTL for its own partitions, answering `503 not_owner` meanwhile."""
+    handler = await start_handler(nursery, HandlerServer())
+    workflow = {"name": "parked", "steps": [{"name": "w", "type": "wait", "signal": "go"}]}
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        key = await setup_app(client, handler, workflow)
+        runs = []
+        for _ in range(20):  # spread over partitions
+            r = await retrying(client, "POST", "/apps/orders/runs", json={"workflow": "parked"}, headers=key)
+            runs.append(r.json()["runId"])
+        await server.kill()
+        await server.start()  # returns once /readyz answers 200
+        for run_id in runs:
+            r = await client.post("/apps/orders/signals", json={"runId": run_id, "name": "go"}, headers=key)
+            assert r.status_code in (200, 202), r.text
+            r = await client.get(f"/apps/orders/runs/{run_id}", headers=key)
+            assert r.status_code == 200, r.text
 
 
 @pytest.mark.postgres
