@@ -144,7 +144,10 @@ def main() -> None:
     rows.append(["RSS at ready / 3 s later", f"{rss_ready:.0f} / {rss_idle:.0f} MB", "<= 1024 MB"])
     targets = c.random_targets(run_ids, int(args.rate * args.seconds), 3)
     requests = [["POST", "/apps/bench/signals", {"runId": r, "name": "go"}, r] for r in targets]
-    profile = c.Profile(server.pid, Path(args.profile) / "million-signals.txt") if args.profile else None
+    # Every thread, waiting or not (not only the GIL holder): where a signal waits shows too.
+    profile = (
+        c.Profile(server.pid, Path(args.profile) / "million-signals.txt", gil=False) if args.profile else None
+    )
     with c.RssSampler(server.pid) as sampler, profile or contextlib.nullcontext():
         results, wall = c.run_clients(
             server.url,

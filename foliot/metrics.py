@@ -461,6 +461,13 @@ def _writer(store: Any) -> Iterable[Metric]:
     yield _gauge(
         "foliot_storage_writer_blocked", "Callers blocked because the writer queue is full.", blocked
     )
+    checkpoints = getattr(store, "wal_checkpoints", None)
+    if isinstance(checkpoints, int):
+        yield _counter(
+            "foliot_storage_wal_checkpoints",
+            "SQLite log checkpoints run by the checkpoint thread.",
+            checkpoints,
+        )
 
 
 def _gc(watch: gcwatch.GcWatch) -> Iterable[Metric]:

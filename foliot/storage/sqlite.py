@@ -28,6 +28,7 @@ import trio
 
 from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
 from ..workflow.model import Event, Run, TaskRow, run_from_dict
+from . import checkpoint
 from .base import (
     OVERDUE_SQL,
     PRUNE_EVENTS_PER_RUN,
@@ -52,6 +53,7 @@ from .base import (
     timer_rows,
 )
 from .batch import batch_rows, chunks
+from .checkpoint import BACKSTOP_PAGES, JOURNAL_SIZE_LIMIT, Checkpointer
 from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
 from .keycheck import KeyCheckSqlite
 from .swf_sqlite import SwfSqlite
@@ -114,6 +116,13 @@ class SqliteStore(SwfSqlite, KeyCheckSqlite):
         self.inline = inline
         _create_private(path)
         self._writer = _connect(path)
+        # Checkpoints run in a thread of their own (`checkpoint.py`); the writer's commits only
+        # do one past the backstop. Not for `:memory:` (no log) or an inline store (tests).
+        self._checkpointer: Checkpointer | None = None
+        if not inline and path != ":memory:":
+            self._checkpointer = Checkpointer(lambda: _connect(path), checkpoint.INTERVAL_S)
+            self._writer.execute(f"PRAGMA wal_autocheckpoint={BACKSTOP_PAGES}")
+            self._writer.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
         # A second connection lets readers go on while a batch commits (WAL); `:memory:` has
         # one database per connection, so there the writer's connection serves reads too.
         self._reader = self._writer if inline or path == ":memory:" else _connect(path)
@@ -137,6 +146,11 @@ class SqliteStore(SwfSqlite, KeyCheckSqlite):
         return self._jobs.qsize()
 
     @property
+    def wal_checkpoints(self) -> int:
+        """Checkpoints the checkpoint thread has run."""
+        return 0 if self._checkpointer is None else self._checkpointer.checkpoints
+
+    @property
     def writer_blocked(self) -> int:
         """Callers waiting for room because `_QUEUE_MAX` writes are queued."""
         return self._room.statistics().tasks_waiting
@@ -151,6 +165,8 @@ class SqliteStore(SwfSqlite, KeyCheckSqlite):
         self._token = trio.lowlevel.current_trio_token()
         self._thread = threading.Thread(target=self._write_loop, name="foliot-sqlite-writer", daemon=True)
         self._thread.start()
+        if self._checkpointer is not None:
+            self._checkpointer.start()
 
     async def stop_writer(self, grace_s: float) -> bool:
         """Let the writer finish what is queued, then stop it; False when it did not end within
@@ -161,6 +177,8 @@ class SqliteStore(SwfSqlite, KeyCheckSqlite):
         self._jobs.put(None)
         with trio.move_on_after(grace_s):
             await trio.to_thread.run_sync(thread.join, abandon_on_cancel=True)
+            if self._checkpointer is not None:  # a checkpoint under way ends first
+                await trio.to_thread.run_sync(self._checkpointer.stop, grace_s, abandon_on_cancel=True)
         return not thread.is_alive()
 
     def _write_loop(self) -> None:
@@ -184,6 +202,8 @@ class SqliteStore(SwfSqlite, KeyCheckSqlite):
                     break
                 batch.append(job)
             self._commit_batch(batch)
+            if self._checkpointer is not None:
+                self._checkpointer.committed()
             try:
                 token.run_sync_soon(self._finished, batch)
             except trio.RunFinishedError:

@@ -10,6 +10,8 @@ import pytest
 import trio
 
 from foliot.errors import StorageError
+from foliot.storage import checkpoint
+from foliot.storage.checkpoint import BACKSTOP_PAGES
 from foliot.storage.sqlite import SqliteStore, open_sqlite
 
 
@@ -88,3 +90,32 @@ async def test_closing_waits_for_the_batch_on_the_writer_thread(tmp_path: Path) 
         # Leave the store while the batch is on the writer thread; let it end a moment later.
         threading.Timer(0.05, release.set).start()
     assert outcome == [42]  # the statement ran on an open connection, then it was closed
+
+
+async def test_the_log_is_checkpointed_by_a_thread_of_its_own_not_by_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkpoint, "INTERVAL_S", 0.0)  # checkpoint at once after a commit
+    path = tmp_path / "c.db"
+    async with open_sqlite(str(path)) as store:
+        writer = store._writer
+        # The writer's own checkpoints are only a backstop, far past SQLite's 1,000 pages.
+        assert writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == BACKSTOP_PAGES
+        await store._write(lambda conn: conn.execute("CREATE TABLE t (v BLOB)"))
+        for _ in range(20):  # ~1,300 pages of log: past SQLite's default threshold
+            await store._write(lambda conn: conn.execute("INSERT INTO t VALUES (randomblob(250000))"))
+        with trio.fail_after(30):
+            while store.wal_checkpoints == 0:  # the thread runs it after the last commit
+                await trio.to_thread.run_sync(lambda: threading.Event().wait(0.01))
+        copied = store._checkpointer.copied if store._checkpointer else 0
+        assert copied > 1_000
+    # Everything committed is there after a reopen.
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 20
+    conn.close()
+
+
+async def test_an_inline_store_keeps_sqlites_own_checkpoints(tmp_path: Path) -> None:
+    async with open_sqlite(str(tmp_path / "i.db"), inline=True) as store:
+        assert store._checkpointer is None and store.wal_checkpoints == 0
+        assert store._writer.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 1000
