@@ -94,8 +94,13 @@ async def serve(
     gcwatch.watch()
     token = admin_token(settings)
     vault = Vault.from_data_dir(settings.data_dir, settings.secret_key)
-    with single_node(settings.database_url):
-        await _serve_store(settings, token, vault, stop, freeze, task_status)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(settings.switch_interval_us / 1_000_000)
+    try:
+        with single_node(settings.database_url):
+            await _serve_store(settings, token, vault, stop, freeze, task_status)
+    finally:
+        sys.setswitchinterval(switch)
 
 
 class KeyMismatch(SystemExit):
