@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+import trio
 
 from foliot.config import DEFAULT_DATABASE_URL, Settings, describe_lifetime, redact_url
+from foliot.server import serve
 from foliot.storage.factory import sqlite_path
+
+from ..conftest import make_settings
 
 
 def test_defaults() -> None:
@@ -114,3 +121,24 @@ def test_the_lease_ttl_is_read_and_kept_within_bounds() -> None:
     assert Settings.from_env({"FOLIOT_LEASE_TTL_MS": "4000"}).lease_ttl_ms == 4_000
     assert Settings.from_env({"FOLIOT_LEASE_TTL_MS": "10"}).lease_ttl_ms == 3_000
     assert Settings.from_env({"FOLIOT_LEASE_TTL_MS": "99999999"}).lease_ttl_ms == 600_000
+
+
+def test_the_switch_interval_gc_freeze_and_front_door_settings() -> None:
+    s = Settings.from_env({})
+    assert (s.switch_interval_us, s.gc_freeze, s.front_door) == (1_000, True, True)
+    s = Settings.from_env(
+        {"FOLIOT_SWITCH_INTERVAL_US": "250", "FOLIOT_GC_FREEZE": "0", "FOLIOT_FRONT_DOOR": "0"}
+    )
+    assert (s.switch_interval_us, s.gc_freeze, s.front_door) == (250, False, False)
+    assert Settings.from_env({"FOLIOT_SWITCH_INTERVAL_US": "1"}).switch_interval_us == 50
+    assert Settings.from_env({"FOLIOT_SWITCH_INTERVAL_US": "99999"}).switch_interval_us == 5_000
+
+
+async def test_serving_shortens_the_thread_switch_interval_and_restores_it(tmp_path: Path) -> None:
+    before = sys.getswitchinterval()
+    settings = make_settings(tmp_path, switch_interval_us=300)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve, settings)
+        assert sys.getswitchinterval() == pytest.approx(0.0003)
+        nursery.cancel_scope.cancel()
+    assert sys.getswitchinterval() == before
