@@ -122,7 +122,7 @@ class Settings:
     # The interpreter's thread switch interval while serving (CPython's default is 5 ms): how
     # long a thread that gave up the GIL for I/O (the SQLite writer after each statement,
     # asyncpg's loop thread, the front door) may wait to get it back while the event loop runs.
-    switch_interval_us: int = 1_000
+    switch_interval_us: int = 100
     log_level: str = "INFO"
     shutdown_grace_ms: int = 10_000
     # Signals a run holds while it does not wait for them: they live in its document, which is
@@ -201,7 +201,7 @@ class Settings:
             admission_lag_ms=max(0, _int(e, "FOLIOT_ADMISSION_LAG_MS", 0)),
             front_door=_int(e, "FOLIOT_FRONT_DOOR", 1) != 0,
             gc_freeze=_int(e, "FOLIOT_GC_FREEZE", 1) != 0,
-            switch_interval_us=min(5_000, max(50, _int(e, "FOLIOT_SWITCH_INTERVAL_US", 1_000))),
+            switch_interval_us=min(5_000, max(50, _int(e, "FOLIOT_SWITCH_INTERVAL_US", 100))),
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),
             shutdown_grace_ms=_int(e, "FOLIOT_SHUTDOWN_GRACE_MS", 10_000),
             signal_buffer_max=buffer_max,

@@ -125,7 +125,7 @@ def test_the_lease_ttl_is_read_and_kept_within_bounds() -> None:
 
 def test_the_switch_interval_gc_freeze_and_front_door_settings() -> None:
     s = Settings.from_env({})
-    assert (s.switch_interval_us, s.gc_freeze, s.front_door) == (1_000, True, True)
+    assert (s.switch_interval_us, s.gc_freeze, s.front_door) == (100, True, True)
     s = Settings.from_env(
         {"FOLIOT_SWITCH_INTERVAL_US": "250", "FOLIOT_GC_FREEZE": "0", "FOLIOT_FRONT_DOOR": "0"}
     )
