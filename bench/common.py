@@ -314,6 +314,11 @@ class Foliot:
             "FOLIOT_LOG_LEVEL": "WARNING",
             **{k: str(v) for k, v in env.items()},
         }
+        if db_url.startswith("postgres") and "FOLIOT_NODE_ID" not in env:
+            # A stable node id, as docs/operations.md tells operators: a node restarted under its
+            # id takes its leases back at once; under a new (generated) id it waits out the lease
+            # TTL, answering 503 `not_owner` meanwhile, which restart.py would measure instead.
+            self.env["FOLIOT_NODE_ID"] = f"bench-{self.port}"
         self.child: Child | None = None
         self.log = workdir / "server.log"
         self.metrics_error = ""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +26,25 @@ from bench import common as c
 
 
 def signal_to_task(
-    client: c.httpx.Client, handler: c.Handler, run_id: str, limit_s: float
+    client: c.httpx.Client, handler: c.Handler, run_id: str, limit_s: float, codes: Counter[str] | None = None
 ) -> tuple[float, float]:
-    """(answer seconds, push seconds) for one signal; NaN push when none arrived in time."""
+    """(answer seconds, push seconds) for one signal; NaN push when none arrived in time.
+
+    Counts the answer's status in `codes` (with the error code of a refusal), so a signal that
+    was not accepted shows why instead of reading as a missing push."""
     t0 = time.time()
     r = client.post("/apps/bench/signals", json={"runId": run_id, "name": "go"})
     answered = time.time() - t0
     if r.status_code != 202:
+        try:
+            why = str(r.json().get("error", {}).get("code", ""))
+        except ValueError:
+            why = r.text[:80]
+        if codes is not None:
+            codes[f"{r.status_code} {why}".strip()] += 1
         return answered, float("nan")
+    if codes is not None:
+        codes["202"] += 1
     while time.time() - t0 < limit_s:
         arrivals = handler.stats(arrivals=True)["arrivals"].get(run_id)
         if arrivals:
@@ -61,13 +73,14 @@ def main() -> None:
     rss = server.rss()
     targets = c.random_targets(run_ids, args.sequential + 1, 5)
     with c.httpx.Client(base_url=server.url, headers=c.bearer(key), timeout=30) as client:
-        first_answer, first_task = signal_to_task(client, handler, targets[0], 30)
+        codes: Counter[str] = Counter()
+        first_answer, first_task = signal_to_task(client, handler, targets[0], 30, codes)
         answers, tasks = [], []
         t_end = time.time() + max(60.0, args.sequential * 2.0)
         for run_id in targets[1:]:
             if time.time() > t_end:
                 break
-            a, t = signal_to_task(client, handler, run_id, 10)
+            a, t = signal_to_task(client, handler, run_id, 10, codes)
             answers.append(a)
             tasks.append(t)
     server.stop()
@@ -91,6 +104,7 @@ def main() -> None:
             f" ({len(tasks) - len(pushed)} without push)",
             "",
         ],
+        ["signal answers by status", " ".join(f"{k}:{v}" for k, v in sorted(codes.items())), "202"],
     ]
     print(
         c.table(f"restart with {args.runs:,} parked ({args.backend})", ["measure", "value", "target"], rows)
