@@ -35,6 +35,8 @@ from .storage.node_lock import sqlite_node_lock
 from .storage.postgres import PostgresStore
 
 log = logging.getLogger("foliot")
+KEEP_ALIVE_TIMEOUT_S: float = 75
+"""How long hypercorn keeps an idle connection open between requests."""
 
 
 def admin_token(settings: Settings) -> str:
@@ -167,7 +169,7 @@ async def _serve_store(
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT
         config.errorlog = logging.getLogger("hypercorn.error")
-        config.keep_alive_timeout = 75
+        config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_S
         # Above capacity, callers open connections faster than one per scheduler pass: let them
         # wait in the kernel's accept queue (taken in bursts, foliot/http/listen.py), not in SYN
         # retries of one, then three seconds.

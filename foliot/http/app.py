@@ -40,6 +40,7 @@ from ..errors import (
 )
 from ..workflow.jsonconv import ValidationError, is_name, structure
 from ..workflow.payload import MAX_DEPTH, DepthError, loads
+from .conn import FinishingHTTPConnection
 from .forward import quart_incoming, quart_response, relay
 
 T = TypeVar("T")
@@ -337,6 +338,7 @@ def check_name(value: str, field: str) -> None:
 
 def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
     app = QuartTrio("foliot")
+    app.asgi_http_class = FinishingHTTPConnection  # closes what it says it closes (conn.py)
     app.config["MAX_CONTENT_LENGTH"] = settings_.body_max_bytes
     app.config["BODY_TIMEOUT"] = BODY_TIMEOUT_S
     app.config["JSON_SORT_KEYS"] = False

@@ -1,0 +1,96 @@
+"""The server ends connections it said it would end, and idle ones after the keep-alive timeout,
+whichever layer answered (the hot-path wrapper or Quart's routes).
+
+Quart-trio cancels its request task as soon as hypercorn reports the disconnect that hypercorn
+itself sends while handling the answer's last message: the connection was then never closed,
+neither after `Connection: close` / HTTP/1.0 nor when idle (a hostile client kept any number of
+sockets open by sending one request on each).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from foliot import server
+
+from ..conftest import Api
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """Connection handling does not depend on the store: SQLite only."""
+    return f"sqlite:///{tmp_path / 'foliot.db'}"
+
+
+# Paths answered by Quart's routes, the hot path, an error hook and the console.
+GETS = ["/healthz", "/apps/orders", "/apps/orders/runs?limit=1", "/nope", "/console/login"]
+
+
+async def _exchange(api: Api, request: bytes, wait_s: float = 10) -> bytes:
+    """Send `request` on a fresh connection; everything the server sends until it closes."""
+    host, port = api.running.url.removeprefix("http://").rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    received = b""
+    with trio.fail_after(wait_s):
+        await stream.send_all(request)
+        while chunk := await stream.receive_some(65536):
+            received += chunk
+    await stream.aclose()
+    return received
+
+
+def _get(path: str, key: str, *extra: str, version: str = "1.1") -> bytes:
+    lines = [f"GET {path} HTTP/{version}", "Host: foliot", f"Authorization: Bearer {key}", *extra]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+@pytest.mark.parametrize("path", GETS)
+async def test_connection_close_is_honoured(api: Api, path: str) -> None:
+    answer = await _exchange(api, _get(path, api.key, "Connection: close"))
+    assert answer.startswith(b"HTTP/1.1 "), answer[:100]
+    assert b"\r\nconnection: close\r\n" in answer.lower()
+
+
+async def test_connection_close_is_honoured_on_the_hot_path(api: Api) -> None:
+    body = b'{"runId":"run_nope","name":"go"}'
+    head = f"POST /apps/orders/signals HTTP/1.1\r\nHost: foliot\r\nAuthorization: Bearer {api.key}\r\n"
+    head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    answer = await _exchange(api, head.encode() + body)
+    assert answer.startswith(b"HTTP/1.1 404 "), answer[:200]
+
+
+@pytest.mark.parametrize("path", GETS)
+async def test_an_http_1_0_request_is_answered_and_closed(api: Api, path: str) -> None:
+    answer = await _exchange(api, _get(path, api.key, version="1.0"))
+    assert answer.startswith(b"HTTP/1.1 "), answer[:100]
+
+
+async def test_a_refused_post_that_closes_the_connection_closes_it(api: Api) -> None:
+    """An error answered before a large body was read says `Connection: close` (the body is not
+    read): the server must then really close."""
+    request = (
+        b"POST /apps/orders/workflows HTTP/1.1\r\nHost: foliot\r\n"
+        + f"Authorization: Bearer {api.key}\r\n".encode()
+        + b"Content-Type: text/plain\r\nContent-Length: 900000\r\n\r\n"
+    )
+    answer = await _exchange(api, request)
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b"\r\nconnection: close\r\n" in answer.lower()
+
+
+class TestIdle:
+    @pytest.fixture
+    def settings_overrides(self, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+        """Runs before the server starts (the `api` fixture needs it): a short keep-alive."""
+        monkeypatch.setattr(server, "KEEP_ALIVE_TIMEOUT_S", 0.2)
+        return {}
+
+    @pytest.mark.parametrize("path", GETS)
+    async def test_an_idle_kept_alive_connection_is_closed(self, api: Api, path: str) -> None:
+        answer = await _exchange(api, _get(path, api.key))
+        assert answer.startswith(b"HTTP/1.1 "), answer[:100]
+        assert b"connection: close" not in answer.lower()
