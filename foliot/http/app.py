@@ -305,9 +305,13 @@ def query_int(name: str, default: int, low: int, high: int) -> int:
 
 
 def check_query(allowed: set[str]) -> None:
+    """Every parameter is one the route takes, given once: `status=a&status=b` is refused
+    rather than read as `a` (no list parameters; a silent first-wins would hide the mistake)."""
     for key in request.args:
         if key not in allowed:
             raise InvalidRequest("unknown query parameter", field=key)
+        if len(request.args.getlist(key)) > 1:
+            raise InvalidRequest("query parameter given more than once", field=key)
 
 
 _READS_QUERY: set[Callable[..., Any]] = set()
