@@ -117,6 +117,7 @@ async def mint_key(app_name: str) -> Response:
 @blueprint.delete("/apps/<app_name>/api-keys/<key_id>")
 async def revoke_key(app_name: str, key_id: str) -> Response:
     await require_admin()
+    await body(EmptyBody, empty_ok=True)
     await _existing(app_name)
     eng = engine()
     revoked = await eng.store.revoke_api_key(app_name, key_id, eng.clock.now())

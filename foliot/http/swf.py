@@ -257,6 +257,7 @@ class SwfEdge:
 async def mint_credential() -> Response:
     await require_admin()
     check_query(set())
+    await body(EmptyBody, empty_ok=True)
     record, secret = await keys().mint()
     return json_response(
         {"accessKeyId": record.access_key_id, "secretAccessKey": secret, "createdAt": ts(record.created_at)},
@@ -283,6 +284,7 @@ async def list_credentials() -> Response:
 @blueprint.delete("/admin/swf/credentials/<access_key_id>")
 async def revoke_credential(access_key_id: str) -> Response:
     await require_admin()
+    await body(EmptyBody, empty_ok=True)
     book = keys()
     if access_key_id in book.presets:
         raise ApiConflict(
@@ -378,6 +380,7 @@ async def get_lambda(region: str, name: str) -> Response:
 async def delete_lambda(region: str, name: str) -> Response:
     await require_admin()
     check_query(set())
+    await body(EmptyBody, empty_ok=True)
     if not await engine().store.swf_delete_lambda(_region(region), _function_name(name)):
         raise NotFound(f"no Lambda function {name!r} in {region}")
     return json_response({"region": region, "name": name, "deleted": True})
