@@ -106,9 +106,7 @@ def reply_response(reply: machine.Reply, run: Run | None) -> Response:
 
 
 def rejected_error(reply: machine.Rejected) -> ApiError:
-    error = ApiError(reply.message, code=reply.code)
-    error.status = reply.status
-    return error
+    return ApiError.answer(reply.status, reply.code, reply.message, reply.field)
 
 
 async def owned_run(app_name: str, run_id: str) -> Run:

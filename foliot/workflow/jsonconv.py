@@ -141,7 +141,7 @@ def _first_error(exc: Exception) -> ValidationError:
     path = path.removeprefix("$").removeprefix(".")
     # cattrs says "invalid value for type, expected int | None"; keep our own hook's words.
     cause = _leaf_cause(exc)
-    if cause is not None and str(cause).startswith("expected"):
+    if cause is not None and str(cause).startswith(("expected", "must not contain")):  # our hooks
         message = str(cause)
     elif message.startswith("extra fields found"):
         extra = message[message.find("(") + 1 : message.rfind(")")]

@@ -565,3 +565,25 @@ async def test_a_revoked_key_is_refused_at_once(api: Api) -> None:
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
     again = await api.client.delete(f"/apps/{api.app}/api-keys/{key_id}", headers=api.admin())
     assert again.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("action", "payload", "status", "code", "field"),
+    [
+        ("rewind", {"toStep": "nope"}, 400, "invalid_request", "toStep"),
+        ("skip", {"output": "x" * 262_144}, 413, "payload_too_large", "output"),
+    ],
+)
+async def test_an_intervention_refused_by_the_run_names_the_field(
+    seeded: Api, action: str, payload: dict[str, Any], status: int, code: str, field: str
+) -> None:
+    """Refusals decided by the run's machine carry `field` like the ones decided at the door."""
+    api = seeded
+    run_id = (await api.call("GET", "/apps/orders/runs")).json()["runs"][0]["runId"]
+    before = await snapshot(api)
+    r = await api.call("POST", f"/apps/orders/runs/{run_id}/{action}", payload)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code
+    assert r.json()["error"].get("field") == field, r.text
+    assert r.json()["error"]["message"].startswith(f"{field}")
+    assert await snapshot(api) == before

@@ -203,6 +203,23 @@ def test_body_integers_fit_in_64_bits() -> None:
     assert caught.value.field == "version"
 
 
+def test_a_string_field_holding_nul_says_so() -> None:
+    """The strict converter's own reason reaches the message, for required and optional fields
+    (cattrs' generic "invalid value for type, expected str | None" told the client nothing)."""
+    import attrs
+
+    @attrs.frozen
+    class Body:
+        name: str
+        key: str | None = None
+
+    for raw, field in [({"name": "a\x00"}, "name"), ({"name": "a", "key": "\x00"}, "key")]:
+        with pytest.raises(ValidationError) as caught:
+            structure(raw, Body)
+        assert caught.value.field == field
+        assert "NUL" in caught.value.message, caught.value.message
+
+
 def test_names_refuse_a_trailing_newline() -> None:
     assert is_name("orders") and not is_name("orders\n")
 
