@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import attrs
 from quart import Quart, Response, current_app, g, has_request_context, request
+from quart.globals import request_ctx
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
@@ -350,6 +351,16 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
     # answer either with an HTML redirect.
     app.url_map.strict_slashes = False
     app.url_map.merge_slashes = False
+
+    async def _options() -> Response:
+        """OPTIONS on a route: 204 with `Allow`, no body (Quart's default is an empty text/html)."""
+        adapter = request_ctx.url_adapter
+        methods = adapter.allowed_methods() if adapter is not None else []
+        response = Response("", status=204, headers={"Allow": ", ".join(sorted(methods))})
+        del response.headers["Content-Type"]
+        return response
+
+    app.make_default_options_response = _options  # type: ignore[method-assign]
 
     @app.before_request
     async def _context() -> Response | None:

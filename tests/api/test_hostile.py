@@ -396,6 +396,20 @@ async def test_unknown_routes_and_methods_answer_json(api: Api) -> None:
 
 
 @pytest.mark.parametrize(
+    ("path", "methods"),
+    [("/apps/orders", {"GET", "HEAD", "PUT", "OPTIONS"}), ("/apps/orders/signals", {"POST", "OPTIONS"})],
+)
+async def test_options_lists_the_methods_and_answers_no_html(api: Api, path: str, methods: set[str]) -> None:
+    """OPTIONS answers 204 with `Allow` and no body: never an empty `text/html` page."""
+    r = await api.call("OPTIONS", path)
+    assert r.status_code == 204, r.text
+    assert {m.strip() for m in r.headers["allow"].split(",")} == methods
+    assert r.content == b"" and "content-type" not in r.headers
+    r = await api.call("OPTIONS", "/nope")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+
+
+@pytest.mark.parametrize(
     "path", ["/apps//orders", "//apps/orders", "/apps/orders//runs", "//healthz", "/apps/orders/runs//"]
 )
 async def test_double_slashes_never_redirect(api: Api, path: str) -> None:
