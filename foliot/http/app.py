@@ -383,6 +383,13 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
             return error_response(
                 UnsupportedMediaType("request bodies are JSON: send Content-Type: application/json")
             )
+        if len(request.headers.getlist("Authorization")) > 1:
+            # A singleton field (RFC 9110): which of two keys called is for nobody to guess.
+            return error_response(Unauthorized("send one Authorization header, not several"))
+        if len(request.headers.getlist("Idempotency-Key")) > 1:
+            return error_response(
+                InvalidRequest("send one Idempotency-Key header, not several", field="Idempotency-Key")
+            )
         if "\x00" in request.path or any("\x00" in k or "\x00" in v for k, v in request.args.items(True)):
             return error_response(InvalidRequest("NUL characters are not allowed in paths or queries"))
         return None

@@ -466,6 +466,38 @@ async def test_routes_that_read_a_query_still_take_theirs(waiting: tuple[Api, st
         assert r.status_code == 200, r.text
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/apps/orders/runs", '{"workflow":"small"}'),  # a hot-path call
+        ("POST", "/apps/orders/signals", '{"workflow":"small","businessKey":"bk-1","name":"go"}'),
+        ("GET", "/apps/orders", None),
+    ],
+)
+@pytest.mark.parametrize(
+    ("header", "status", "code"),
+    [("authorization", 401, "unauthorized"), ("idempotency-key", 400, "invalid_request")],
+)
+async def test_a_header_foliot_reads_given_twice_is_refused(
+    waiting: tuple[Api, str], method: str, path: str, body: str | None, header: str, status: int, code: str
+) -> None:
+    """Two `Authorization` (or `Idempotency-Key`) headers are refused, not read as the first:
+    a proxy or client reading the other one would disagree about who called, or which call
+    this is. Both values here are valid, and equal: the rule is "once"."""
+    api, _ = waiting
+    value = api.auth()["Authorization"] if header == "authorization" else "key-1"
+    headers = [("content-type", "application/json"), *api.auth().items(), (header, value)]
+    if header == "idempotency-key":
+        headers.append((header, value))
+    before = await snapshot(api)
+    with trio.fail_after(10):
+        r = await api.client.request(method, path, content=body, headers=headers)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code
+    assert header in r.json()["error"]["message"].lower()
+    assert await snapshot(api) == before
+
+
 async def test_nul_in_a_path_or_query_is_400(waiting: tuple[Api, str]) -> None:
     api, _ = waiting
     await refused(api, "GET", "/apps/orders/runs/run%00x", None, 400, "invalid_request")
