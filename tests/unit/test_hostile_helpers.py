@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -218,6 +219,28 @@ def test_a_string_field_holding_nul_says_so() -> None:
             structure(raw, Body)
         assert caught.value.field == field
         assert "NUL" in caught.value.message, caught.value.message
+
+
+def test_null_for_a_member_with_a_default_means_the_default() -> None:
+    """`"waitSeconds": null` is the default, as `"version": null` already was: clients that
+    serialise unset members as null get the same answer as those that leave them out."""
+    import attrs
+
+    @attrs.frozen
+    class Body:
+        queue: str
+        wait_seconds: float = 30
+        max_tasks: int = 1
+        worker_id: str | None = "w"
+        extra: Any = 5
+
+    got = structure(
+        {"queue": "q", "waitSeconds": None, "maxTasks": None, "workerId": None, "extra": None}, Body
+    )
+    assert got == Body("q", 30, 1, None, None)  # a member that takes null keeps it
+    with pytest.raises(ValidationError) as caught:
+        structure({"queue": None}, Body)  # no default: null is still a wrong type
+    assert caught.value.field == "queue"
 
 
 def test_names_refuse_a_trailing_newline() -> None:
