@@ -21,6 +21,7 @@ from .cluster.pull import Bus, Pull
 from .cluster.tell import RemoteTell
 from .config import Settings, describe_lifetime, redact_url
 from .credentials import Vault, file_secret
+from .http import conn
 from .http.app import create_app
 from .http.edge import Shed
 from .http.forward import Forwarder
@@ -163,6 +164,7 @@ async def _serve_store(
         if isinstance(store, PostgresStore):
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
         quart_app = create_app(engine, settings, token)
+        conn.install()  # HTTP-level refusals in the API's error shape (foliot/http/conn.py)
         swf_edge = SwfEdge(quart_app, engine, quart_app.config)
         app = InFlight(Shed(Hot(swf_edge, engine, token), engine.admission))
         config = HypercornConfig()

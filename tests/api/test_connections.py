@@ -9,6 +9,7 @@ sockets open by sending one request on each).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,29 @@ class TestIdle:
         answer = await _exchange(api, _get(path, api.key))
         assert answer.startswith(b"HTTP/1.1 "), answer[:100]
         assert b"connection: close" not in answer.lower()
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status", "code"),
+    [
+        (b"GARBAGE\r\n\r\n", 400, "invalid_request"),
+        (b"GET /healthz HTTP/1.1\r\n\r\n", 400, "invalid_request"),  # no Host
+        (b"GET /healthz HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n", 400, "invalid_request"),
+        (
+            b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Long: " + b"a" * 200_000 + b"\r\n\r\n",
+            431,
+            "headers_too_large",
+        ),
+    ],
+)
+async def test_a_request_that_is_not_http_gets_a_json_error(
+    api: Api, request_bytes: bytes, status: int, code: str
+) -> None:
+    """Refused by the HTTP layer before any route: still the API's error shape, then closed."""
+    answer = await _exchange(api, request_bytes)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), answer[:200]
+    assert b"content-type: application/json" in head.lower()
+    error = json.loads(body)
+    assert set(error) == {"error"} and error["error"]["code"] == code
+    assert isinstance(error["error"]["message"], str) and error["error"]["message"]
