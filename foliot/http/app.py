@@ -383,6 +383,13 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
             return error_response(
                 UnsupportedMediaType("request bodies are JSON: send Content-Type: application/json")
             )
+        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        if has_body and encoding not in ("", "identity"):
+            return error_response(
+                UnsupportedMediaType(
+                    f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
+                )
+            )
         if len(request.headers.getlist("Authorization")) > 1:
             # A singleton field (RFC 9110): which of two keys called is for nobody to guess.
             return error_response(Unauthorized("send one Authorization header, not several"))

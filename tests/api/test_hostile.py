@@ -385,6 +385,35 @@ async def test_json_content_types_and_none_are_accepted(
     assert r.status_code == 201, r.text
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "br", "deflate, gzip"])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/apps/orders/runs", '{"workflow":"small"}'),  # a hot-path call
+        ("/apps/orders/signals", '{"workflow":"small","businessKey":"bk-1","name":"go"}'),
+        ("/apps/orders/workflows", json.dumps(HANDLED)),
+    ],
+)
+async def test_a_content_encoding_foliot_does_not_decode_is_415(
+    waiting: tuple[Api, str], encoding: str, path: str, body: str
+) -> None:
+    """The body is sent plain (a valid document): declared as compressed, it is refused (RFC
+    9110 15.5.16), not read as if the header were not there, nor parsed as garbage."""
+    api, _ = waiting
+    error = await refused(
+        api, "POST", path, body, 415, "unsupported_media_type", **{"content-encoding": encoding}
+    )
+    assert "Content-Encoding" in error["error"]["message"]
+
+
+async def test_identity_content_encoding_is_plain(waiting: tuple[Api, str]) -> None:
+    api, _ = waiting
+    r = await send(
+        api, "POST", "/apps/orders/runs", '{"workflow":"small"}', **{"content-encoding": "identity"}
+    )
+    assert r.status_code == 201, r.text
+
+
 async def test_unknown_routes_and_methods_answer_json(api: Api) -> None:
     r = await api.call("GET", "/nope")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
