@@ -383,6 +383,11 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
             return error_response(
                 UnsupportedMediaType("request bodies are JSON: send Content-Type: application/json")
             )
+        if "Transfer-Encoding" in request.headers and "Content-Length" in request.headers:
+            # Two framings: how requests are smuggled past a proxy (RFC 9112 6.1). Refused, closed.
+            refused = error_response(InvalidRequest("send Content-Length or Transfer-Encoding, not both"))
+            refused.headers["Connection"] = "close"
+            return refused
         encoding = request.headers.get("Content-Encoding", "").strip().lower()
         if has_body and encoding not in ("", "identity"):
             return error_response(

@@ -46,6 +46,7 @@ class FinishingHTTPConnection(TrioASGIHTTPConnection):
 
 _PROTOCOL_ERRORS = {
     431: ("headers_too_large", "the request line and headers are over 16 KiB"),
+    501: ("not_implemented", "this Transfer-Encoding is not supported: send chunked or a Content-Length"),
     505: ("http_version_not_supported", "speak HTTP/1.1 (or 1.0)"),
 }
 

@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from foliot import server
+from foliot.storage.base import RunFilter
 
 from ..conftest import Api
 
@@ -104,6 +105,11 @@ class TestIdle:
         (b"GET /healthz HTTP/1.1\r\n\r\n", 400, "invalid_request"),  # no Host
         (b"GET /healthz HTTP/1.1\r\nHost: a\r\nBad Header: x\r\n\r\n", 400, "invalid_request"),
         (
+            b"POST /apps/orders/runs HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            501,
+            "not_implemented",
+        ),
+        (
             b"GET /healthz HTTP/1.1\r\nHost: a\r\nX-Long: " + b"a" * 200_000 + b"\r\n\r\n",
             431,
             "headers_too_large",
@@ -121,3 +127,23 @@ async def test_a_request_that_is_not_http_gets_a_json_error(
     error = json.loads(body)
     assert set(error) == {"error"} and error["error"]["code"] == code
     assert isinstance(error["error"]["message"], str) and error["error"]["message"]
+
+
+async def test_content_length_and_transfer_encoding_together_are_refused_and_closed(api: Api) -> None:
+    """Both framings at once is how requests are smuggled past a proxy (RFC 9112 6.1): refused,
+    the connection closed, nothing started."""
+    body = b'{"workflow":"w"}'
+    request = (
+        b"POST /apps/orders/runs HTTP/1.1\r\nHost: foliot\r\n"
+        + f"Authorization: Bearer {api.key}\r\n".encode()
+        + b"Content-Type: application/json\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + f"{len(body):x}\r\n".encode()
+        + body
+        + b"\r\n0\r\n\r\n"
+    )
+    answer = await _exchange(api, request)
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 "), answer[:300]
+    assert b"connection: close" in head.lower()
+    assert json.loads(rest)["error"]["code"] == "invalid_request"
+    assert await api.engine.store.list_runs(RunFilter(api.app), 10, None) == []
