@@ -571,6 +571,7 @@ async def test_a_revoked_key_is_refused_at_once(api: Api) -> None:
     ("action", "payload", "status", "code", "field"),
     [
         ("rewind", {"toStep": "nope"}, 400, "invalid_request", "toStep"),
+        ("state", {"reason": "r", "unset": ["w", "$x"]}, 400, "invalid_request", "unset[1]"),
         ("skip", {"output": "x" * 262_144}, 413, "payload_too_large", "output"),
     ],
 )
@@ -581,7 +582,8 @@ async def test_an_intervention_refused_by_the_run_names_the_field(
     api = seeded
     run_id = (await api.call("GET", "/apps/orders/runs")).json()["runs"][0]["runId"]
     before = await snapshot(api)
-    r = await api.call("POST", f"/apps/orders/runs/{run_id}/{action}", payload)
+    method = "PATCH" if action == "state" else "POST"
+    r = await api.call(method, f"/apps/orders/runs/{run_id}/{action}", payload)
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code
     assert r.json()["error"].get("field") == field, r.text
