@@ -5,6 +5,7 @@ bodies and odd routes. Each refusal is a JSON 4xx that stores nothing, and the s
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -722,3 +723,15 @@ async def test_nul_in_a_named_string_field_is_400(
     """Such fields get columns of their own; PostgreSQL text cannot hold U+0000."""
     api, _ = waiting
     await refused(api, "POST", path, json.dumps(body), 400, "invalid_request", field)
+
+
+@pytest.mark.parametrize("text", ['[1,"run_\\ud800"]', '[1,"run_\\u0000"]'])
+async def test_a_tampered_runs_cursor_holding_unstorable_text_is_400(
+    waiting: tuple[Api, str], text: str
+) -> None:
+    """It reached the store's query: SQLite raised (a 500), PostgreSQL cannot bind NUL."""
+    api, _ = waiting
+    cursor = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    await refused(api, "GET", f"/apps/orders/runs?cursor={cursor}", None, 400, "invalid_request", "cursor")
+    body = json.dumps({"workflow": "small", "cursor": cursor})
+    await refused(api, "POST", "/apps/orders/runs/pause", body, 400, "invalid_request", "cursor")

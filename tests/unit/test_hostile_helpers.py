@@ -11,6 +11,7 @@ import pytest
 
 from foliot import signing
 from foliot.digits import INT64_MAX, ascii_int
+from foliot.storage.base import decode_cursor, encode_cursor
 from foliot.workflow import machine
 from foliot.workflow.definition import HandlerPathError, check_handler_path, push_url
 from foliot.workflow.duration import (
@@ -241,6 +242,17 @@ def test_null_for_a_member_with_a_default_means_the_default() -> None:
     with pytest.raises(ValidationError) as caught:
         structure({"queue": None}, Body)  # no default: null is still a wrong type
     assert caught.value.field == "queue"
+
+
+@pytest.mark.parametrize("text", ['[1,"run_\\ud800"]', '[1,"run_\\u0000"]', '["\\udfff",2]'])
+def test_a_cursor_holding_text_no_store_keeps_is_no_cursor(text: str) -> None:
+    """Cursors are made from stored values; one holding a lone surrogate (SQLite raised a 500
+    on it) or NUL (PostgreSQL text cannot hold it) was never returned by Foliot."""
+    import base64
+
+    tampered = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    assert decode_cursor(tampered, 2) is None
+    assert decode_cursor(encode_cursor(1, "run_\u00e9\U0001f600"), 2) == [1, "run_\u00e9\U0001f600"]
 
 
 def test_names_refuse_a_trailing_newline() -> None:
