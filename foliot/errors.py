@@ -36,6 +36,13 @@ class ApiError(FoliotError):
             self.code = code
         self.extra = extra
 
+    @classmethod
+    def answer(cls, status: int, code: str, message: str, field: str | None = None) -> ApiError:
+        """An error with any status and code (a run's machine refusing a message)."""
+        error = cls(message, code=code, **({"field": field} if field is not None else {}))
+        error.status = status
+        return error
+
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.extra}}
 

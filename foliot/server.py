@@ -22,6 +22,7 @@ from .cluster.pull import Bus, Pull
 from .cluster.tell import RemoteTell
 from .config import Settings, describe_lifetime, redact_url
 from .credentials import Vault, file_secret
+from .http import conn
 from .http.app import create_app
 from .http.edge import Shed
 from .http.forward import Forwarder
@@ -36,6 +37,8 @@ from .storage.node_lock import sqlite_node_lock
 from .storage.postgres import PostgresStore
 
 log = logging.getLogger("foliot")
+KEEP_ALIVE_TIMEOUT_S: float = 75
+"""How long hypercorn keeps an idle connection open between requests."""
 
 
 def admin_token(settings: Settings) -> str:
@@ -193,13 +196,14 @@ async def _serve_node(
         if isinstance(store, PostgresStore):
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
         quart_app = create_app(engine, settings, token)
+        conn.install()  # HTTP-level refusals in the API's error shape (foliot/http/conn.py)
         swf_edge = SwfEdge(quart_app, engine, quart_app.config)
         app = InFlight(Shed(Hot(swf_edge, engine, token), engine.admission))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT
         config.errorlog = logging.getLogger("hypercorn.error")
-        config.keep_alive_timeout = 75
+        config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_S
         # Above capacity, callers open connections faster than one per scheduler pass: let them
         # wait in the kernel's accept queue (taken in bursts, foliot/http/listen.py), not in SYN
         # retries of one, then three seconds.

@@ -401,11 +401,13 @@ class Dispatcher:
                 answer = await post(self._client, url, body, headers, self._max_body)
             except PushError as exc:
                 return connection_failure(str(exc)[:500])
-            if answer.body is None:
+            if answer.body is None and 200 <= answer.status < 300 and answer.status != 202:
                 return Failed(
                     "output_too_large",
                     f"the output of step {step!r} is over {self._max_body} bytes",
                     False,
                 )
-            return classify_response(answer.status, answer.body, answer.next_step)
+            # A failure (or a 202) whose body is too large to read is classified by its status
+            # alone: its body is no output, and a big error page must not stop the retries.
+            return classify_response(answer.status, answer.body or b"", answer.next_step)
         return None

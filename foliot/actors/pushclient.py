@@ -201,8 +201,9 @@ class PushClient:
                 elif isinstance(event, h11.Response):
                     status = event.status_code
                     for name, value in event.headers:
-                        if name == b"foliot-next":
-                            next_step = value.decode("latin-1")
+                        if name == b"foliot-next":  # repeated lines combine (RFC 9110 5.3)
+                            text = value.decode("latin-1")
+                            next_step = text if next_step is None else f"{next_step}, {text}"
                         elif name == b"x-amz-function-error":
                             function_error = value.decode("latin-1")
                 elif isinstance(event, h11.Data):

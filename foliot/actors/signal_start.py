@@ -45,9 +45,7 @@ class SignalStart:
 
 
 def _error(reply: machine.Rejected) -> ApiError:
-    error = ApiError(reply.message, code=reply.code)
-    error.status = reply.status
-    return error
+    return ApiError.answer(reply.status, reply.code, reply.message, reply.field)
 
 
 async def signal_with_start(engine: Engine, req: SignalStart, ticket: Ticket | None = None) -> dict[str, Any]:

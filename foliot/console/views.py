@@ -28,7 +28,7 @@ from ..cluster.placement import check_local
 from ..diagnosis import diagnose, human
 from ..errors import ApiError, Forbidden, InvalidRequest, NotFound, Unauthorized
 from ..http import bulk as bulk_api
-from ..http.app import engine, operator_caller
+from ..http.app import check_query, engine, operator_caller
 from ..http.diagnosis import observe
 from ..http.runs import MAX_REASON, check_payload, rejected_error
 from ..storage.base import decode_cursor, encode_cursor
@@ -165,18 +165,12 @@ def _form_fields(form: MultiDict[str, str], allowed: set[str]) -> None:
             raise InvalidRequest("unknown form field", field=key)
 
 
-def _args(allowed: set[str]) -> None:
-    for key in request.args:
-        if key not in allowed:
-            raise InvalidRequest("unknown query parameter", field=key)
-
-
 # ---------------------------------------------------------------------- sign-in
 
 
 @blueprint.get("/login")
 async def login_page() -> Response:
-    _args({"next"})
+    check_query({"next"})
     nonce = secrets.token_urlsafe(18)
     cookie = make_cookie(_key(), nonce, engine().clock.now() + LOGIN_MS, purpose="login")
     response = await render(
@@ -247,7 +241,7 @@ def _set_cookie(response: Response, name: str, value: str, max_age_ms: int) -> N
 @blueprint.get("/")
 @page()
 async def overview() -> Response:
-    _args(set())
+    check_query(set())
     eng = engine()
     counts = await eng.store.run_counts()
     apps = sorted({app for app, _ in counts})
@@ -317,7 +311,7 @@ def keyed_markups(svgs: dict[str, dict[str, str]]) -> dict[str, Markups]:
 @page()
 async def trends_json() -> Response:
     """The sampled series as JSON (same sign-in as every console page)."""
-    _args(set())
+    check_query(set())
     response = Response(
         json.dumps(engine().trends.as_json(), separators=(",", ":")),
         content_type="application/json",
@@ -407,7 +401,7 @@ RUN_ARGS: Final = {
 @blueprint.get("/runs")
 @page()
 async def runs() -> Response:
-    _args(RUN_ARGS)
+    check_query(RUN_ARGS)
     eng = engine()
     apps = sorted({app for app, _ in await eng.store.run_counts()})
     if not request.args.get("app"):
@@ -511,7 +505,7 @@ async def _run_page(
 @blueprint.get("/apps/<app>/runs/<run_id>")
 @page()
 async def run_detail(app: str, run_id: str) -> Response:
-    _args({"after", "done"})
+    check_query({"after", "done"})
     done = request.args.get("done")
     message = f"{done}: done" if done in ACTIONS else None
     return await _run_page(app, run_id, message=message)
@@ -614,7 +608,7 @@ async def intervene(app: str, run_id: str, action: str) -> Response:
 @blueprint.get("/actors")
 @page()
 async def actors() -> Response:
-    _args({"sort"})
+    check_query({"sort"})
     sort = request.args.get("sort", "mailbox")
     if sort not in ("mailbox", "age"):
         raise InvalidRequest("sort by mailbox or age", field="sort")
@@ -629,7 +623,7 @@ async def actors() -> Response:
 @blueprint.get("/timers")
 @page()
 async def timers() -> Response:
-    _args({"cursor"})
+    check_query({"cursor"})
     eng = engine()
     after = None
     raw = request.args.get("cursor")
@@ -665,7 +659,7 @@ async def timers() -> Response:
 @blueprint.get("/queues")
 @page()
 async def queues() -> Response:
-    _args(set())
+    check_query(set())
     eng = engine()
     out = []
     for app, queue in eng.queues.known_queues()[:200]:
@@ -701,7 +695,7 @@ async def queues() -> Response:
 @blueprint.get("/workflows")
 @page()
 async def workflows() -> Response:
-    _args({"app", "cursor"})
+    check_query({"app", "cursor"})
     eng = engine()
     apps = sorted({app for app, _ in await eng.store.run_counts()})
     app = request.args.get("app") or (apps[0] if apps else "")
@@ -730,7 +724,7 @@ def diff_lines(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]
 @blueprint.get("/apps/<app>/workflows/<name>")
 @page()
 async def workflow(app: str, name: str) -> Response:
-    _args({"version", "against"})
+    check_query({"version", "against"})
     if not is_name(app) or not is_name(name):
         raise NotFound("no such workflow")
     eng = engine()
@@ -774,7 +768,7 @@ async def workflow(app: str, name: str) -> Response:
 @blueprint.get("/tokens")
 @page(role="admin")
 async def tokens() -> Response:
-    _args(set())
+    check_query(set())
     return await render("tokens.html", tokens=await engine().store.list_operator_tokens(), created=None)
 
 

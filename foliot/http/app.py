@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import attrs
 from quart import Quart, Response, current_app, g, has_request_context, request
+from quart.globals import request_ctx
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
@@ -40,6 +41,7 @@ from ..errors import (
 )
 from ..workflow.jsonconv import ValidationError, is_name, structure
 from ..workflow.payload import MAX_DEPTH, DepthError, loads
+from .conn import FinishingHTTPConnection
 from .forward import quart_incoming, quart_response, relay
 
 T = TypeVar("T")
@@ -304,9 +306,13 @@ def query_int(name: str, default: int, low: int, high: int) -> int:
 
 
 def check_query(allowed: set[str]) -> None:
+    """Every parameter is one the route takes, given once: `status=a&status=b` is refused
+    rather than read as `a` (no list parameters; a silent first-wins would hide the mistake)."""
     for key in request.args:
         if key not in allowed:
             raise InvalidRequest("unknown query parameter", field=key)
+        if len(request.args.getlist(key)) > 1:
+            raise InvalidRequest("query parameter given more than once", field=key)
 
 
 _READS_QUERY: set[Callable[..., Any]] = set()
@@ -337,6 +343,7 @@ def check_name(value: str, field: str) -> None:
 
 def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
     app = QuartTrio("foliot")
+    app.asgi_http_class = FinishingHTTPConnection  # closes what it says it closes (conn.py)
     app.config["MAX_CONTENT_LENGTH"] = settings_.body_max_bytes
     app.config["BODY_TIMEOUT"] = BODY_TIMEOUT_S
     app.config["JSON_SORT_KEYS"] = False
@@ -344,6 +351,16 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
     # answer either with an HTML redirect.
     app.url_map.strict_slashes = False
     app.url_map.merge_slashes = False
+
+    async def _options() -> Response:
+        """OPTIONS on a route: 204 with `Allow`, no body (Quart's default is an empty text/html)."""
+        adapter = request_ctx.url_adapter
+        methods = adapter.allowed_methods() if adapter is not None else []
+        response = Response("", status=204, headers={"Allow": ", ".join(sorted(methods))})
+        del response.headers["Content-Type"]
+        return response
+
+    app.make_default_options_response = _options  # type: ignore[method-assign]
 
     @app.before_request
     async def _context() -> Response | None:
@@ -365,6 +382,25 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
         if has_body and content_type is not None and not is_json_media_type(content_type) and not form_ok:
             return error_response(
                 UnsupportedMediaType("request bodies are JSON: send Content-Type: application/json")
+            )
+        if "Transfer-Encoding" in request.headers and "Content-Length" in request.headers:
+            # Two framings: how requests are smuggled past a proxy (RFC 9112 6.1). Refused, closed.
+            refused = error_response(InvalidRequest("send Content-Length or Transfer-Encoding, not both"))
+            refused.headers["Connection"] = "close"
+            return refused
+        encoding = request.headers.get("Content-Encoding", "").strip().lower()
+        if has_body and encoding not in ("", "identity"):
+            return error_response(
+                UnsupportedMediaType(
+                    f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"
+                )
+            )
+        if len(request.headers.getlist("Authorization")) > 1:
+            # A singleton field (RFC 9110): which of two keys called is for nobody to guess.
+            return error_response(Unauthorized("send one Authorization header, not several"))
+        if len(request.headers.getlist("Idempotency-Key")) > 1:
+            return error_response(
+                InvalidRequest("send one Idempotency-Key header, not several", field="Idempotency-Key")
             )
         if "\x00" in request.path or any("\x00" in k or "\x00" in v for k, v in request.args.items(True)):
             return error_response(InvalidRequest("NUL characters are not allowed in paths or queries"))

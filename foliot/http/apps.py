@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import attrs
 from quart import Blueprint, Response
 
@@ -12,6 +10,7 @@ from ..errors import InvalidRequest, NotFound
 from ..storage.base import ApiKeyRecord, AppRecord, SecretRecord
 from ..workflow.duration import format_timestamp as ts
 from .app import EmptyBody, body, check_name, engine, json_response, require_admin, require_app
+from .urls import UrlError, check_http_url
 
 blueprint = Blueprint("apps", __name__)
 
@@ -30,12 +29,10 @@ class RotateBody:
 
 
 def _check_url(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
-        raise InvalidRequest("must be an http(s) URL with a host and no query", field="handlerBaseUrl")
-    if len(url) > 2048:
-        raise InvalidRequest("is longer than 2048 characters", field="handlerBaseUrl")
-    return url.rstrip("/")
+    try:
+        return check_http_url(url, query=False).rstrip("/")
+    except UrlError as exc:
+        raise InvalidRequest(str(exc), field="handlerBaseUrl") from None
 
 
 def _app_view(app: AppRecord, keys: list[ApiKeyRecord], secrets: list[SecretRecord]) -> dict[str, object]:
@@ -120,6 +117,7 @@ async def mint_key(app_name: str) -> Response:
 @blueprint.delete("/apps/<app_name>/api-keys/<key_id>")
 async def revoke_key(app_name: str, key_id: str) -> Response:
     await require_admin()
+    await body(EmptyBody, empty_ok=True)
     await _existing(app_name)
     eng = engine()
     revoked = await eng.store.revoke_api_key(app_name, key_id, eng.clock.now())

@@ -145,12 +145,12 @@ async def send_answer(
 
 def plain_headers(raw: Any) -> dict[bytes, bytes] | None:
     """The headers these routes read (lower-case names), or None when the request is not plain:
-    no single numeric Content-Length, a Transfer-Encoding or an Expect, or a header they read
+    no single numeric Content-Length, a Transfer-Encoding, Content-Encoding or Expect, or a header they read
     given twice (Quart would take the first one; such requests go to Quart)."""
     out: dict[bytes, bytes] = {}
     for name, value in raw:
         name = name.lower()
-        if name in (b"transfer-encoding", b"expect"):
+        if name in (b"transfer-encoding", b"expect", b"content-encoding"):
             return None
         if name in (b"content-length", b"content-type", b"authorization", b"idempotency-key"):
             if name in out:

@@ -33,7 +33,11 @@ SCHEMAS: dict[str, Any] = {
         {
             "error": {
                 "type": "object",
-                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                "properties": {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "field": {"type": "string", "description": "the member, parameter or header at fault"},
+                },
             }
         },
         ("error",),

@@ -10,7 +10,7 @@ from .. import credentials
 from ..errors import InvalidRequest, NotFound
 from ..storage.console import ROLES, OperatorTokenRecord
 from ..workflow.duration import format_timestamp as ts
-from .app import body, check_name, check_query, engine, json_response, require_admin
+from .app import EmptyBody, body, check_name, check_query, engine, json_response, require_admin
 
 blueprint = Blueprint("operators", __name__)
 
@@ -54,6 +54,7 @@ async def list_tokens() -> Response:
 @blueprint.delete("/admin/operator-tokens/<token_id>")
 async def revoke_token(token_id: str) -> Response:
     await require_admin()
+    await body(EmptyBody, empty_ok=True)
     if len(token_id) > 64 or not await engine().store.revoke_operator_token(token_id, engine().clock.now()):
         raise NotFound(f"operator token {token_id!r} not found (or already revoked)")
     return json_response({"tokenId": token_id, "revoked": True})

@@ -106,9 +106,7 @@ def reply_response(reply: machine.Reply, run: Run | None) -> Response:
 
 
 def rejected_error(reply: machine.Rejected) -> ApiError:
-    error = ApiError(reply.message, code=reply.code)
-    error.status = reply.status
-    return error
+    return ApiError.answer(reply.status, reply.code, reply.message, reply.field)
 
 
 async def owned_run(app_name: str, run_id: str) -> Run:
@@ -295,11 +293,12 @@ async def edit_state(app_name: str, run_id: str) -> Response:
     removals = spec.unset or ()
     if not changes and not removals:
         raise InvalidRequest("give set or unset", field="set")
-    for key in (*changes, *removals):
+    for key in changes:
         if not is_name(key):
-            raise InvalidRequest(
-                "state keys are step names", field=f"set.{key}" if key in changes else "unset"
-            )
+            raise InvalidRequest("state keys are step names", field=f"set.{key[:200]}")
+    for index, key in enumerate(removals):
+        if not is_name(key):
+            raise InvalidRequest("state keys are step names", field=f"unset[{index}]")
     overlap = set(changes) & set(removals)
     if overlap:
         raise InvalidRequest(f"{sorted(overlap)[0]!r} is both set and unset", field="unset")

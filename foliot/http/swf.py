@@ -15,7 +15,6 @@ import logging
 import re
 import uuid
 from typing import Any
-from urllib.parse import urlsplit
 
 import attrs
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
@@ -54,6 +53,7 @@ from .app import (
 )
 from .forward import Incoming, RawHeaders, Relayed, relay
 from .hot import Body, Disconnected, error_answer, plain_headers, send_answer
+from .urls import UrlError, check_http_url
 
 log = logging.getLogger("foliot.swf")
 blueprint = Blueprint("swf", __name__)
@@ -257,6 +257,7 @@ class SwfEdge:
 async def mint_credential() -> Response:
     await require_admin()
     check_query(set())
+    await body(EmptyBody, empty_ok=True)
     record, secret = await keys().mint()
     return json_response(
         {"accessKeyId": record.access_key_id, "secretAccessKey": secret, "createdAt": ts(record.created_at)},
@@ -283,6 +284,7 @@ async def list_credentials() -> Response:
 @blueprint.delete("/admin/swf/credentials/<access_key_id>")
 async def revoke_credential(access_key_id: str) -> Response:
     await require_admin()
+    await body(EmptyBody, empty_ok=True)
     book = keys()
     if access_key_id in book.presets:
         raise ApiConflict(
@@ -317,14 +319,10 @@ def _function_name(name: str) -> str:
 
 
 def _function_url(url: str) -> str:
-    parts = urlsplit(url)
-    if len(url) > 2048:
-        raise InvalidRequest("is longer than 2048 characters", field="url")
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise InvalidRequest("must not hold whitespace or control characters", field="url")
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.fragment:
-        raise InvalidRequest("must be an http(s) URL with a host and no fragment", field="url")
-    return url
+    try:
+        return check_http_url(url, query=True)
+    except UrlError as exc:
+        raise InvalidRequest(str(exc), field="url") from None
 
 
 def _function_view(fn: SwfLambdaFunction) -> dict[str, Any]:
@@ -382,6 +380,7 @@ async def get_lambda(region: str, name: str) -> Response:
 async def delete_lambda(region: str, name: str) -> Response:
     await require_admin()
     check_query(set())
+    await body(EmptyBody, empty_ok=True)
     if not await engine().store.swf_delete_lambda(_region(region), _function_name(name)):
         raise NotFound(f"no Lambda function {name!r} in {region}")
     return json_response({"region": region, "name": name, "deleted": True})

@@ -142,7 +142,19 @@ def decode_cursor(cursor: str, arity: int) -> list[Any] | None:
         return None
     if not isinstance(parts, list) or len(parts) != arity:
         return None
+    if not all(_storable(p) for p in parts if isinstance(p, str)):
+        return None  # made from stored values, a cursor never holds NUL or a lone surrogate
     return parts
+
+
+def _storable(text: str) -> bool:
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, Protocol):

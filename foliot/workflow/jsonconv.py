@@ -7,7 +7,9 @@ names the camelCase path of the offending field.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -115,16 +117,31 @@ def _make_converter() -> cattrs.Converter:
             _cattrs_forbid_extra_keys=True,
             **overrides,  # type: ignore[arg-type]
         )
+        # Members with a default that do not take null themselves: null means "the default",
+        # as leaving the member out does (clients that serialise unset members as null).
+        with contextlib.suppress(NameError):  # unresolvable annotations: those members left alone
+            attrs.resolve_types(cls)
+        defaulted = frozenset(
+            camel(a.name)
+            for a in attrs.fields(cls)
+            if a.default is not attrs.NOTHING and not isinstance(a.type, str) and not _admits_none(a.type)
+        )
 
         def hook(value: Any, t: Any) -> Any:
             if not isinstance(value, dict):
                 raise TypeError("expected an object")
+            if defaulted and any(value.get(k, 0) is None for k in defaulted):
+                value = {k: v for k, v in value.items() if v is not None or k not in defaulted}
             return inner(value, t)
 
         return hook
 
     conv.register_structure_hook_factory(attrs.has, attrs_factory)
     return conv
+
+
+def _admits_none(kind: Any) -> bool:
+    return kind is Any or kind is None or type(None) in typing.get_args(kind)
 
 
 converter = _make_converter()
@@ -141,7 +158,7 @@ def _first_error(exc: Exception) -> ValidationError:
     path = path.removeprefix("$").removeprefix(".")
     # cattrs says "invalid value for type, expected int | None"; keep our own hook's words.
     cause = _leaf_cause(exc)
-    if cause is not None and str(cause).startswith("expected"):
+    if cause is not None and str(cause).startswith(("expected", "must not contain")):  # our hooks
         message = str(cause)
     elif message.startswith("extra fields found"):
         extra = message[message.find("(") + 1 : message.rfind(")")]

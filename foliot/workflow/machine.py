@@ -215,6 +215,7 @@ class Rejected:
     status: int
     code: str
     message: str
+    field: str | None = None  # the request field at fault, for a 400/413 (the message starts with it)
 
 
 Reply = Ok | Rejected
@@ -777,7 +778,7 @@ def _on_signal(tx: _Tx, msg: SignalIn) -> Reply | None:
     run = tx.run
     if msg.signal_id is not None and "\x00" in msg.signal_id:
         # Stored as text under a unique key; PostgreSQL text cannot hold U+0000.
-        return Rejected(400, "invalid_request", "signalId: must not contain U+0000")
+        return Rejected(400, "invalid_request", "signalId: must not contain U+0000", "signalId")
     if msg.signal_id is not None and any(b.signal_id == msg.signal_id for b in run.buffer):
         return Ok("duplicate")  # still buffered; ids already consumed are caught by the store
     if run.status in TERMINAL_STATUSES:
@@ -824,7 +825,7 @@ def _buffer_refusal(run: Run, msg: SignalIn, ctx: Context) -> Rejected | None:
     try:
         size = payload_size(msg.payload) + sum(payload_size(b.payload) for b in run.buffer)
     except PayloadError as exc:
-        return Rejected(400, "invalid_request", f"payload: {exc}")
+        return Rejected(400, "invalid_request", f"payload: {exc}", "payload")
     if size > ctx.signal_buffer_max_bytes:
         return Rejected(
             413,
@@ -911,6 +912,7 @@ def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
             400,
             "invalid_request",
             f"toStep: {msg.to_step!r} is no step of version {msg.version or run.version}",
+            "toStep",
         )
     tx.close_task("superseded")
     changes: dict[str, Any] = {
@@ -963,9 +965,11 @@ def _check_size(value: Any, limit: int, field: str) -> Rejected | None:
     try:
         size = payload_size(value)
     except PayloadError as exc:
-        return Rejected(400, "invalid_request", f"{field}: {exc}")
+        return Rejected(400, "invalid_request", f"{field}: {exc}", field)
     if size > limit:
-        return Rejected(413, "payload_too_large", f"{field} is {size} bytes, over the {limit}-byte limit")
+        return Rejected(
+            413, "payload_too_large", f"{field} is {size} bytes, over the {limit}-byte limit", field
+        )
     return None
 
 

@@ -90,6 +90,23 @@ async def test_one_post_sends_the_exact_request_and_reads_the_answer(serve: Serv
     await client.aclose()
 
 
+async def test_a_repeated_foliot_next_is_read_as_one_combined_value(serve: Serve) -> None:
+    """Two `foliot-next` lines are one field, `a, b` (RFC 9110 5.3), as httpx reads them: no
+    step has that name, so the step fails `invalid_next` instead of the last line winning."""
+
+    def answer(request: h11.Request, body: bytes) -> tuple[bytes, bool]:
+        return (
+            b"HTTP/1.1 200 OK\r\nfoliot-next: $end\r\nfoliot-next: ship\r\ncontent-length: 1\r\n\r\n1",
+            False,
+        )
+
+    server = await serve(answer)
+    client = PushClient()
+    got = await client.post(f"http://127.0.0.1:{server.port}/h", b"{}", {}, 1000)
+    assert got.next_step == "$end, ship"
+    await client.aclose()
+
+
 async def test_connections_are_kept_alive_and_reused(serve: Serve) -> None:
     server = await serve(ok)
     client = PushClient()

@@ -26,6 +26,8 @@ async def snapshot(api: Api) -> dict[str, Any]:
         "workflows": await store.list_workflows(api.app, 1000),
         "runs": runs,
         "events": [await store.list_events(r.run_id, 0, 1000) for r in runs],
+        "operator_tokens": await store.list_operator_tokens(),
+        "swf_credentials": await store.list_swf_credentials(),
     }
 
 
@@ -82,6 +84,56 @@ CASES: list[tuple[str, str, str, Any, str, int, str, str | None]] = [
         "handlerBaseUrl",
     ),
     ("app-missing", "PUT", "/apps/new", {}, "admin", 400, "invalid_request", "handlerBaseUrl"),
+    (
+        "app-url-port",
+        "PUT",
+        "/apps/new",
+        {"handlerBaseUrl": "http://handler:abc"},
+        "admin",
+        400,
+        "invalid_request",
+        "handlerBaseUrl",
+    ),
+    (
+        "app-url-port-range",
+        "PUT",
+        "/apps/orders",
+        {"handlerBaseUrl": "http://handler:99999"},
+        "admin",
+        400,
+        "invalid_request",
+        "handlerBaseUrl",
+    ),
+    (
+        "app-url-credentials",
+        "PUT",
+        "/apps/orders",
+        {"handlerBaseUrl": "http://user:secret@handler"},
+        "admin",
+        400,
+        "invalid_request",
+        "handlerBaseUrl",
+    ),
+    (
+        "app-url-host",
+        "PUT",
+        "/apps/new",
+        {"handlerBaseUrl": "http://ha ndler"},
+        "admin",
+        400,
+        "invalid_request",
+        "handlerBaseUrl",
+    ),
+    (
+        "app-url-path",
+        "PUT",
+        "/apps/orders",
+        {"handlerBaseUrl": "http://handler/é"},
+        "admin",
+        400,
+        "invalid_request",
+        "handlerBaseUrl",
+    ),
     ("app-by-app-key", "PUT", "/apps/new", {"handlerBaseUrl": "http://x"}, "app", 403, "forbidden", None),
     ("app-no-auth", "PUT", "/apps/new", {"handlerBaseUrl": "http://x"}, "none", 401, "unauthorized", None),
     (
@@ -345,6 +397,92 @@ CASES: list[tuple[str, str, str, Any, str, int, str, str | None]] = [
         "invalid_request",
         "colour",
     ),
+    # A parameter given twice is refused, not read as its first value (`status=a&status=b`
+    # would otherwise silently list only `a`), even when both values agree.
+    (
+        "list-status-twice",
+        "GET",
+        "/apps/orders/runs?status=running&status=waiting",
+        None,
+        "app",
+        400,
+        "invalid_request",
+        "status",
+    ),
+    (
+        "list-limit-twice",
+        "GET",
+        "/apps/orders/runs?limit=5&limit=5",
+        None,
+        "app",
+        400,
+        "invalid_request",
+        "limit",
+    ),
+    (
+        "workflows-limit-twice",
+        "GET",
+        "/apps/orders/workflows?limit=1&limit=2",
+        None,
+        "app",
+        400,
+        "invalid_request",
+        "limit",
+    ),
+    (
+        "overdue-twice",
+        "GET",
+        "/admin/runs/overdue?olderThan=1h&olderThan=2d",
+        None,
+        "admin",
+        400,
+        "invalid_request",
+        "olderThan",
+    ),
+    # Calls that take no body (or `{}`) refuse anything else, and mint or revoke nothing.
+    ("swf-key-extra", "POST", "/admin/swf/credentials", {"x": 1}, "admin", 400, "invalid_request", "x"),
+    ("swf-key-list", "POST", "/admin/swf/credentials", [], "admin", 400, "invalid_request", None),
+    ("swf-key-malformed", "POST", "/admin/swf/credentials", "{", "admin", 400, "invalid_request", None),
+    (
+        "revoke-key-extra",
+        "DELETE",
+        "/apps/orders/api-keys/key_x",
+        {"reason": "x"},
+        "admin",
+        400,
+        "invalid_request",
+        "reason",
+    ),
+    (
+        "revoke-token-extra",
+        "DELETE",
+        "/admin/operator-tokens/op_x",
+        {"reason": "x"},
+        "admin",
+        400,
+        "invalid_request",
+        "reason",
+    ),
+    (
+        "revoke-swf-key-extra",
+        "DELETE",
+        "/admin/swf/credentials/FKIAX",
+        {"reason": "x"},
+        "admin",
+        400,
+        "invalid_request",
+        "reason",
+    ),
+    (
+        "delete-lambda-extra",
+        "DELETE",
+        "/admin/lambda/us-east-1/fn",
+        {"reason": "x"},
+        "admin",
+        400,
+        "invalid_request",
+        "reason",
+    ),
     ("run-not-found", "GET", "/apps/orders/runs/run_nope", None, "app", 404, "not_found", None),
     ("route-not-found", "GET", "/nope", None, "app", 404, "not_found", None),
 ]
@@ -427,3 +565,27 @@ async def test_a_revoked_key_is_refused_at_once(api: Api) -> None:
     assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
     again = await api.client.delete(f"/apps/{api.app}/api-keys/{key_id}", headers=api.admin())
     assert again.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("action", "payload", "status", "code", "field"),
+    [
+        ("rewind", {"toStep": "nope"}, 400, "invalid_request", "toStep"),
+        ("state", {"reason": "r", "unset": ["w", "$x"]}, 400, "invalid_request", "unset[1]"),
+        ("skip", {"output": "x" * 262_144}, 413, "payload_too_large", "output"),
+    ],
+)
+async def test_an_intervention_refused_by_the_run_names_the_field(
+    seeded: Api, action: str, payload: dict[str, Any], status: int, code: str, field: str
+) -> None:
+    """Refusals decided by the run's machine carry `field` like the ones decided at the door."""
+    api = seeded
+    run_id = (await api.call("GET", "/apps/orders/runs")).json()["runs"][0]["runId"]
+    before = await snapshot(api)
+    method = "PATCH" if action == "state" else "POST"
+    r = await api.call(method, f"/apps/orders/runs/{run_id}/{action}", payload)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code
+    assert r.json()["error"].get("field") == field, r.text
+    assert r.json()["error"]["message"].startswith(f"{field}")
+    assert await snapshot(api) == before

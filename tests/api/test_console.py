@@ -225,6 +225,22 @@ async def test_pagination_walks_every_run_once(api: Api) -> None:
     assert pages == 3 and len(seen) == 120 and set(seen) == started
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("?app=orders&status=failed&status=running", "status"),
+        ("?app=orders&app=other", "app"),
+        ("?color=red", "color"),
+    ],
+)
+async def test_a_query_parameter_unknown_or_given_twice_is_400(api: Api, query: str, field: str) -> None:
+    async with browser(api) as c:
+        await login(api, ADMIN, c)
+        r = await c.get("/console/runs" + query)
+    assert r.status_code == 400, r.text
+    assert field in r.text
+
+
 async def test_csrf_and_roles_guard_every_intervention(api: Api) -> None:
     await api.register(WAITER)
     run = (await api.start("w"))["runId"]

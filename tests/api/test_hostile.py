@@ -5,6 +5,7 @@ bodies and odd routes. Each refusal is a JSON 4xx that stores nothing, and the s
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -385,6 +386,35 @@ async def test_json_content_types_and_none_are_accepted(
     assert r.status_code == 201, r.text
 
 
+@pytest.mark.parametrize("encoding", ["gzip", "br", "deflate, gzip"])
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/apps/orders/runs", '{"workflow":"small"}'),  # a hot-path call
+        ("/apps/orders/signals", '{"workflow":"small","businessKey":"bk-1","name":"go"}'),
+        ("/apps/orders/workflows", json.dumps(HANDLED)),
+    ],
+)
+async def test_a_content_encoding_foliot_does_not_decode_is_415(
+    waiting: tuple[Api, str], encoding: str, path: str, body: str
+) -> None:
+    """The body is sent plain (a valid document): declared as compressed, it is refused (RFC
+    9110 15.5.16), not read as if the header were not there, nor parsed as garbage."""
+    api, _ = waiting
+    error = await refused(
+        api, "POST", path, body, 415, "unsupported_media_type", **{"content-encoding": encoding}
+    )
+    assert "Content-Encoding" in error["error"]["message"]
+
+
+async def test_identity_content_encoding_is_plain(waiting: tuple[Api, str]) -> None:
+    api, _ = waiting
+    r = await send(
+        api, "POST", "/apps/orders/runs", '{"workflow":"small"}', **{"content-encoding": "identity"}
+    )
+    assert r.status_code == 201, r.text
+
+
 async def test_unknown_routes_and_methods_answer_json(api: Api) -> None:
     r = await api.call("GET", "/nope")
     assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
@@ -393,6 +423,20 @@ async def test_unknown_routes_and_methods_answer_json(api: Api) -> None:
     assert {m.strip() for m in r.headers["allow"].split(",")} >= {"GET", "POST"}
     r = await api.call("PUT", "/healthz")
     assert r.status_code == 405 and "GET" in r.headers["allow"]
+
+
+@pytest.mark.parametrize(
+    ("path", "methods"),
+    [("/apps/orders", {"GET", "HEAD", "PUT", "OPTIONS"}), ("/apps/orders/signals", {"POST", "OPTIONS"})],
+)
+async def test_options_lists_the_methods_and_answers_no_html(api: Api, path: str, methods: set[str]) -> None:
+    """OPTIONS answers 204 with `Allow` and no body: never an empty `text/html` page."""
+    r = await api.call("OPTIONS", path)
+    assert r.status_code == 204, r.text
+    assert {m.strip() for m in r.headers["allow"].split(",")} == methods
+    assert r.content == b"" and "content-type" not in r.headers
+    r = await api.call("OPTIONS", "/nope")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
 
 
 @pytest.mark.parametrize(
@@ -450,6 +494,38 @@ async def test_routes_that_read_a_query_still_take_theirs(waiting: tuple[Api, st
     ):
         r = await api.call("GET", path)
         assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("POST", "/apps/orders/runs", '{"workflow":"small"}'),  # a hot-path call
+        ("POST", "/apps/orders/signals", '{"workflow":"small","businessKey":"bk-1","name":"go"}'),
+        ("GET", "/apps/orders", None),
+    ],
+)
+@pytest.mark.parametrize(
+    ("header", "status", "code"),
+    [("authorization", 401, "unauthorized"), ("idempotency-key", 400, "invalid_request")],
+)
+async def test_a_header_foliot_reads_given_twice_is_refused(
+    waiting: tuple[Api, str], method: str, path: str, body: str | None, header: str, status: int, code: str
+) -> None:
+    """Two `Authorization` (or `Idempotency-Key`) headers are refused, not read as the first:
+    a proxy or client reading the other one would disagree about who called, or which call
+    this is. Both values here are valid, and equal: the rule is "once"."""
+    api, _ = waiting
+    value = api.auth()["Authorization"] if header == "authorization" else "key-1"
+    headers = [("content-type", "application/json"), *api.auth().items(), (header, value)]
+    if header == "idempotency-key":
+        headers.append((header, value))
+    before = await snapshot(api)
+    with trio.fail_after(10):
+        r = await api.client.request(method, path, content=body, headers=headers)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code
+    assert header in r.json()["error"]["message"].lower()
+    assert await snapshot(api) == before
 
 
 async def test_nul_in_a_path_or_query_is_400(waiting: tuple[Api, str]) -> None:
@@ -647,3 +723,15 @@ async def test_nul_in_a_named_string_field_is_400(
     """Such fields get columns of their own; PostgreSQL text cannot hold U+0000."""
     api, _ = waiting
     await refused(api, "POST", path, json.dumps(body), 400, "invalid_request", field)
+
+
+@pytest.mark.parametrize("text", ['[1,"run_\\ud800"]', '[1,"run_\\u0000"]'])
+async def test_a_tampered_runs_cursor_holding_unstorable_text_is_400(
+    waiting: tuple[Api, str], text: str
+) -> None:
+    """It reached the store's query: SQLite raised (a 500), PostgreSQL cannot bind NUL."""
+    api, _ = waiting
+    cursor = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    await refused(api, "GET", f"/apps/orders/runs?cursor={cursor}", None, 400, "invalid_request", "cursor")
+    body = json.dumps({"workflow": "small", "cursor": cursor})
+    await refused(api, "POST", "/apps/orders/runs/pause", body, 400, "invalid_request", "cursor")

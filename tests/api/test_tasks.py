@@ -84,6 +84,32 @@ async def test_output_over_the_limit_goes_to_on_failure(api: Api) -> None:
     assert done["error"]["class"] == "failed_by_definition"
 
 
+async def test_a_failure_answer_too_large_to_read_fails_by_its_status(api: Api) -> None:
+    """A 503 whose body is past what Foliot reads (a framework's HTML debug page) is a 503:
+    retried, class `http_503`, not an `output_too_large` that would stop the retries."""
+    page = b"<html>" + b"x" * (api.engine.settings.body_max_bytes + 1) + b"</html>"
+    api.handler.route("a", lambda b, h: (503, {"content-type": "text/html"}, page))
+    await api.register(
+        {
+            "name": "big503",
+            "steps": [{"name": "a", "type": "task", "retry": {"maxAttempts": 2, "initialInterval": "1ms"}}],
+        }
+    )
+    run = await api.start("big503")
+    done = await api.until(run["runId"], "failed")
+    assert done["error"]["class"] == "http_503", done["error"]
+    assert len(api.handler.received) == 2  # retried
+
+
+async def test_a_202_with_a_body_too_large_to_read_is_accepted(api: Api) -> None:
+    big = b"x" * (api.engine.settings.body_max_bytes + 1)
+    api.handler.route("a", lambda b, h: (202, {}, big))
+    await api.register(NO_COMP)
+    run = await api.start("nocomp")
+    await api.engine.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
+    assert (await api.run(run["runId"]))["status"] == "running"
+
+
 async def accepted_task(api: Api, workflow: dict[str, Any]) -> tuple[dict[str, Any], str]:
     """Start a run whose first task the handler answers with 202; return it and the task token."""
     api.handler.route("a", lambda b, h: (202, {}, b""))

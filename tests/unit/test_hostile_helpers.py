@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
 from foliot import signing
 from foliot.digits import INT64_MAX, ascii_int
+from foliot.storage.base import decode_cursor, encode_cursor
 from foliot.workflow import machine
 from foliot.workflow.definition import HandlerPathError, check_handler_path, push_url
 from foliot.workflow.duration import (
@@ -201,6 +203,56 @@ def test_body_integers_fit_in_64_bits() -> None:
     with pytest.raises(ValidationError) as caught:
         structure({"version": 10**30}, Body)
     assert caught.value.field == "version"
+
+
+def test_a_string_field_holding_nul_says_so() -> None:
+    """The strict converter's own reason reaches the message, for required and optional fields
+    (cattrs' generic "invalid value for type, expected str | None" told the client nothing)."""
+    import attrs
+
+    @attrs.frozen
+    class Body:
+        name: str
+        key: str | None = None
+
+    for raw, field in [({"name": "a\x00"}, "name"), ({"name": "a", "key": "\x00"}, "key")]:
+        with pytest.raises(ValidationError) as caught:
+            structure(raw, Body)
+        assert caught.value.field == field
+        assert "NUL" in caught.value.message, caught.value.message
+
+
+def test_null_for_a_member_with_a_default_means_the_default() -> None:
+    """`"waitSeconds": null` is the default, as `"version": null` already was: clients that
+    serialise unset members as null get the same answer as those that leave them out."""
+    import attrs
+
+    @attrs.frozen
+    class Body:
+        queue: str
+        wait_seconds: float = 30
+        max_tasks: int = 1
+        worker_id: str | None = "w"
+        extra: Any = 5
+
+    got = structure(
+        {"queue": "q", "waitSeconds": None, "maxTasks": None, "workerId": None, "extra": None}, Body
+    )
+    assert got == Body("q", 30, 1, None, None)  # a member that takes null keeps it
+    with pytest.raises(ValidationError) as caught:
+        structure({"queue": None}, Body)  # no default: null is still a wrong type
+    assert caught.value.field == "queue"
+
+
+@pytest.mark.parametrize("text", ['[1,"run_\\ud800"]', '[1,"run_\\u0000"]', '["\\udfff",2]'])
+def test_a_cursor_holding_text_no_store_keeps_is_no_cursor(text: str) -> None:
+    """Cursors are made from stored values; one holding a lone surrogate (SQLite raised a 500
+    on it) or NUL (PostgreSQL text cannot hold it) was never returned by Foliot."""
+    import base64
+
+    tampered = base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    assert decode_cursor(tampered, 2) is None
+    assert decode_cursor(encode_cursor(1, "run_\u00e9\U0001f600"), 2) == [1, "run_\u00e9\U0001f600"]
 
 
 def test_names_refuse_a_trailing_newline() -> None:

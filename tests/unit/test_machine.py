@@ -454,7 +454,9 @@ def test_a_signal_id_holding_nul_is_refused() -> None:
     k = Kit([WAIT])
     k.start()
     tr = k.send(machine.SignalIn("go", None, "a\x00b"))
-    assert tr.reply == machine.Rejected(400, "invalid_request", "signalId: must not contain U+0000")
+    assert tr.reply == machine.Rejected(
+        400, "invalid_request", "signalId: must not contain U+0000", "signalId"
+    )
     assert not tr.changed
 
 
