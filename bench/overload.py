@@ -11,7 +11,7 @@ the send, the accepted answers' p50/p99 from the scheduled send, client timeouts
 connection errors, accepted signals whose task push never reached the handler (lost work),
 the server's CPU per answer (2xx and refusals, all threads, from `/proc`),
 and the deepest accept queue seen. Variants: `door` (`FOLIOT_FRONT_DOOR=1`: the front door's thread refuses,
-foliot/http/door.py) and `loop` (`FOLIOT_FRONT_DOOR=0`, the default: the event loop refuses,
+foliot/http/door.py; the default) and `loop` (`FOLIOT_FRONT_DOOR=0`: the event loop refuses,
 foliot/http/edge.py), the same server restarted on the same database. The floor is the bare
 quart-trio signal endpoint (`floor_app.py`) loaded closed-loop with `wrk` in the same run.
 Target (issue 9): refusals p99 well under 1 s (<= 100 ms) at 2-4x capacity, admitted answers
