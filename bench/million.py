@@ -178,6 +178,25 @@ def main() -> None:
         ]
     )
     rows.append(["RSS peak during signals", f"{sampler.peak:.0f} MB", "<= 1024 MB"])
+    # What a slow answer may have waited for: the commits, and the collector's pauses.
+    m = server.metrics()
+    commits = c.metric_sum(m, "foliot_commit_latency_seconds_count")
+    slow = commits - c.metric_sum(m, "foliot_commit_latency_seconds_bucket", le="0.05")
+    rows.append(
+        [
+            "commits (all since start): count / slower than 50 ms",
+            f"{commits:.0f} / {slow:.0f}",
+            "",
+        ]
+    )
+    rows.append(
+        [
+            "full garbage collections: count / longest pause",
+            f"{c.metric_sum(m, 'foliot_gc_collections_total', generation='2'):.0f} / "
+            f"{1000 * c.metric_sum(m, 'foliot_gc_pause_max_seconds', generation='2'):.0f} ms",
+            "",
+        ]
+    )
     if not server.alive():
         notes.append(server.death())
     server.kill9()
