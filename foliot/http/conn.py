@@ -29,6 +29,8 @@ from hypercorn.typing import ASGISendCallable, ASGISendEvent
 from quart.wrappers import Request
 from quart_trio.asgi import TrioASGIHTTPConnection
 
+from ..errors import ApiError
+
 
 class FinishingHTTPConnection(TrioASGIHTTPConnection):
     async def handle_request(  # type: ignore[override]
@@ -56,7 +58,7 @@ class JsonErrorH11Protocol(H11Protocol):
         code, message = _PROTOCOL_ERRORS.get(
             status_code, ("invalid_request", "malformed HTTP request (request line or headers)")
         )
-        body = json.dumps({"error": {"code": code, "message": message}}, separators=(",", ":")).encode()
+        body = json.dumps(ApiError.answer(status_code, code, message).body(), separators=(",", ":")).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
