@@ -113,15 +113,19 @@ class Settings:
     # Event-loop lag past which the gate sheds too (the process reads its sockets that late);
     # 0: measured and shown in /metrics only.
     admission_lag_ms: int = 0
-    # A thread accepts and reads connections and refuses shed starts and signals itself
-    # (foliot/http/door.py); off: the event loop does (foliot/http/edge.py).
-    front_door: bool = True
+    # Connection bounds (foliot/http/listen.py): open connections in all (0: the descriptor
+    # limit less a reserve) and per peer address (0: none), requests under way per peer
+    # address (foliot/http/edge.py; 0: none), and the time a request head may take to arrive.
+    max_connections: int = 0
+    peer_max_connections: int = 1_024
+    peer_max_requests: int = 256
+    head_timeout_ms: int = 10_000
     # After start-up, one full collection, then what survived is frozen out of the cyclic
     # collector's walks (foliot/gcwatch.py); `foliot serve` only.
     gc_freeze: bool = True
     # The interpreter's thread switch interval while serving (CPython's default is 5 ms): how
     # long a thread that gave up the GIL for I/O (the SQLite writer after each statement,
-    # asyncpg's loop thread, the front door) may wait to get it back while the event loop runs.
+    # asyncpg's loop thread) may wait to get it back while the event loop runs.
     switch_interval_us: int = 100
     log_level: str = "INFO"
     shutdown_grace_ms: int = 10_000
@@ -199,7 +203,10 @@ class Settings:
             admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 100)),
             admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),
             admission_lag_ms=max(0, _int(e, "FOLIOT_ADMISSION_LAG_MS", 0)),
-            front_door=_int(e, "FOLIOT_FRONT_DOOR", 1) != 0,
+            max_connections=max(0, _int(e, "FOLIOT_MAX_CONNECTIONS", 0)),
+            peer_max_connections=max(0, _int(e, "FOLIOT_PEER_MAX_CONNECTIONS", 1_024)),
+            peer_max_requests=max(0, _int(e, "FOLIOT_PEER_MAX_REQUESTS", 256)),
+            head_timeout_ms=max(100, _int(e, "FOLIOT_HEAD_TIMEOUT_MS", 10_000)),
             gc_freeze=_int(e, "FOLIOT_GC_FREEZE", 1) != 0,
             switch_interval_us=min(5_000, max(50, _int(e, "FOLIOT_SWITCH_INTERVAL_US", 100))),
             log_level=e.get("FOLIOT_LOG_LEVEL", "INFO"),

@@ -390,12 +390,6 @@ class EngineCollector:
             gate.last_min_s or 0.0,
         )
         yield _gauge(
-            "foliot_front_door_queued",
-            "Starts and signals the front door let in that are not answered yet (waiting in the"
-            " event loop or being served).",
-            adm.door_pending,
-        )
-        yield _gauge(
             "foliot_admission_throughput",
             "Starts and signals answered per second over the gate's window.",
             gate.throughput,

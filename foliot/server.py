@@ -22,7 +22,6 @@ from .cluster.pull import Bus, Pull
 from .cluster.tell import RemoteTell
 from .config import Settings, describe_lifetime, redact_url
 from .credentials import Vault, file_secret
-from .http import conn
 from .http.app import create_app
 from .http.edge import Shed
 from .http.forward import Forwarder
@@ -196,9 +195,8 @@ async def _serve_node(
         if isinstance(store, PostgresStore):
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
         quart_app = create_app(engine, settings, token)
-        conn.install()  # HTTP-level refusals in the API's error shape (foliot/http/conn.py)
         swf_edge = SwfEdge(quart_app, engine, quart_app.config)
-        app = InFlight(Shed(Hot(swf_edge, engine, token), engine.admission))
+        app = InFlight(Shed(Hot(swf_edge, engine, token), engine.admission, settings.peer_max_requests))
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT

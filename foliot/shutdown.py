@@ -15,6 +15,7 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from trio.lowlevel import ParkingLot
 
 from .actors.engine import Engine
+from .http.listen import Limits
 from .http.listen import serve as hypercorn_serve
 
 log = logging.getLogger("foliot")
@@ -117,8 +118,9 @@ async def _hypercorn(
     trigger: Callable[[], Awaitable[None]],
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
-    admission = engine.admission if engine.settings.front_door else None
-    await hypercorn_serve(app, config, shutdown_trigger=trigger, admission=admission, task_status=task_status)
+    s = engine.settings
+    limits = Limits(s.max_connections, s.peer_max_connections, s.head_timeout_ms / 1000)
+    await hypercorn_serve(app, config, shutdown_trigger=trigger, limits=limits, task_status=task_status)
 
 
 async def until_signalled(serve: Callable[[trio.Event], Awaitable[None]]) -> None:

@@ -10,6 +10,8 @@ minutes in a hidden queue. Saturation is measured, never guessed:
 - `push_backlog`: pushes waiting for a sender (`FOLIOT_PUSH_BACKLOG_MAX`), refused only for an
   app holding at least its fair share of that backlog, so one app's burst does not shut the
   others out;
+- `peer`: one peer address has `FOLIOT_PEER_MAX_REQUESTS` requests (of any kind) under way
+  (refused by `foliot/http/edge.py` for every route);
 - `mailbox`: one run's mailbox stayed full past `FOLIOT_MAILBOX_WAIT_MS` (counted here,
   decided by the supervisor);
 - `latency`: a standing queue: for a whole `FOLIOT_ADMISSION_INTERVAL_MS` no start or signal was
@@ -22,20 +24,20 @@ minutes in a hidden queue. Saturation is measured, never guessed:
   (`watch_lag`): the process then reads its sockets late, so requests wait before any admission
   sees them (`gate.py`). The lag is measured (and shown in `/metrics`) either way.
 
-The latency gate is also asked from the front door's thread (`foliot/http/door.py`,
-`door_refusal`), which refuses shed starts and signals before the event loop sees them; the
-gate's state is guarded by a lock for that.
+A start or signal counts as work (in flight, and timed by the gate) only once its caller is
+authenticated and its body has been read (`Ticket.begin`, called by the routes): a request
+whose body is slow or never comes, or that is refused for its credentials, holds none of the
+capacity the other apps' work needs (issue 20: 64 connections sending only a head had filled
+the gate's burst and shed every app). Such requests are bounded elsewhere: per peer
+(`FOLIOT_PEER_MAX_REQUESTS`, foliot/http/edge.py) and by the body timeout.
 
 The counters are plain attributes for `/metrics`.
 """
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -47,20 +49,27 @@ from .gate import LatencyGate
 if TYPE_CHECKING:
     from .dispatcher import Dispatcher
 
-REASONS = ("inflight", "latency", "storage", "push_backlog", "mailbox")
-
-# Set while a start or signal the front door let in (after asking the gate) is served.
-DOOR_ADMITTED: ContextVar[bool] = ContextVar("foliot_door_admitted", default=False)
+REASONS = ("inflight", "latency", "storage", "push_backlog", "mailbox", "peer")
 
 
 class Ticket:
-    """One admitted start or signal; `timed` is cleared when its wait says nothing about the
-    engine as a whole (it queued behind its own run's messages)."""
+    """One start or signal let past the checks; it counts as work from `begin` (authenticated,
+    body read) until answered. `timed` is cleared when its wait says nothing about the engine
+    as a whole (it queued behind its own run's messages)."""
 
-    __slots__ = ("timed",)
+    __slots__ = ("_admission", "started", "timed")
 
-    def __init__(self) -> None:
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
         self.timed = True
+        self.started: float | None = None
+
+    def begin(self) -> None:
+        """The caller is authenticated and its body read: from now on it is work in flight."""
+        if self.started is None:
+            self.started = trio.current_time()
+            self._admission.inflight += 1
+            self._admission.admitted += 1
 
 
 class Admission:
@@ -79,9 +88,6 @@ class Admission:
             settings.admission_interval_ms / 1000,
             lag_s=settings.admission_lag_ms / 1000,
         )
-        self._lock = threading.Lock()  # the gate is used by the loop and the door's thread
-        self.door_forwarded = 0  # starts and signals the door handed to the loop (its thread)
-        self.door_answered = 0  # ... and done with since (answered, or never to be served)
         self._traffic = trio.Event()  # set by a start or signal; `watch_lag` probes while set
         self._last_call = 0.0  # Trio time of the last start or signal seen
         self.lag_probes = 0  # wake-ups of `watch_lag` so far
@@ -105,13 +111,11 @@ class Admission:
         while True:
             await self._traffic.wait()
             due = trio.current_time() + period
-            with self._lock:
-                gate.expect(due)
+            gate.expect(due)
             await trio.sleep_until(due)
             now = trio.current_time()
             self.lag_probes += 1
-            with self._lock:
-                gate.lagged(now, now - due)
+            gate.lagged(now, now - due)
             if now - self._last_call > idle_after:
                 self._traffic = trio.Event()
 
@@ -121,40 +125,14 @@ class Admission:
         return int(getattr(self._store, "pending_writes", 0))
 
     def refuse(self, reason: str, message: str, retry_after: int = 1) -> Overloaded:
-        self.refused[reason] = self.refused.get(reason, 0) + 1  # under `_lock` for "latency"
+        self.refused[reason] = self.refused.get(reason, 0) + 1
         return Overloaded(message, reason=reason, retry_after=retry_after)
 
     def shed(self) -> Overloaded | None:
         """The latency gate's refusal of one more start or signal now (None: admitted)."""
         now = trio.current_time()
         self._seen(now)
-        with self._lock:
-            admitted = self.gate.admit(now, self.inflight)
-            return None if admitted else self._shed_refusal()
-
-    @property
-    def door_pending(self) -> int:
-        """Starts and signals the front door handed on that have not been answered yet."""
-        return self.door_forwarded - self.door_answered
-
-    def door_forward(self) -> None:  # the door's thread
-        self.door_forwarded += 1
-
-    def door_answer(self) -> None:  # the loop, or the door's thread (a connection gone)
-        with self._lock:
-            self.door_answered += 1
-
-    def door_refusal(self, now: float) -> tuple[int, int, bytes] | None:
-        """The latency gate's decision on one more start or signal, from the front door's
-        thread (`now` on the loop's clock): (status, Retry-After, body) to refuse it, None to
-        hand it on. What the door let in and is not answered yet counts as in flight."""
-        self._last_call = now  # no `_seen`: a Trio event is not set from another thread
-        with self._lock:
-            if self.gate.admit_queued(now, max(self.inflight, self.door_pending)):
-                return None
-            refusal = self._shed_refusal()
-        body = json.dumps(refusal.body(), separators=(",", ":")).encode()
-        return refusal.status, refusal.retry_after, body
+        return None if self.gate.admit_queued(now, self.inflight) else self._shed_refusal()
 
     def _shed_refusal(self) -> Overloaded:
         return self.refuse(
@@ -172,12 +150,9 @@ class Admission:
         depth = self.storage_queue
         if depth >= self.storage_queue_max:
             raise self.refuse("storage", f"{depth} writes are waiting for storage; retry shortly")
-        if DOOR_ADMITTED.get():  # the front door asked the gate already: not twice
-            self._seen(trio.current_time())
-        else:
-            refusal = self.shed()
-            if refusal is not None:
-                raise refusal
+        refusal = self.shed()
+        if refusal is not None:
+            raise refusal
         backlog = self._dispatcher.backlog
         if backlog >= self.push_backlog_max:
             mine = self._dispatcher.app_backlog(app)
@@ -190,19 +165,17 @@ class Admission:
 
     @contextmanager
     def admit(self, app: str) -> Iterator[Ticket]:
-        """Check, then count the request as in flight until it has been answered; its latency
-        feeds the gate unless the ticket says it queued behind its own run."""
+        """Check, then (from `Ticket.begin`) count the request as in flight until it has been
+        answered; its latency feeds the gate unless the ticket says it queued behind its own run."""
         self.check(app)
-        self.inflight += 1
-        self.admitted += 1
-        started = trio.current_time()
-        ticket = Ticket()
+        ticket = Ticket(self)
         try:
             yield ticket
         finally:
-            self.inflight -= 1
-            now = trio.current_time()
-            with self._lock:
+            started = ticket.started
+            if started is not None:
+                self.inflight -= 1
+                now = trio.current_time()
                 self.gate.answered(now, now - started if ticket.timed else None)
-            if not ticket.timed:
-                self.behind_own_run += 1
+                if not ticket.timed:
+                    self.behind_own_run += 1

@@ -15,11 +15,10 @@ again. `floor` keeps a node that answers little (idle, or just started) from ref
 bursts.
 
 **Before the first answer.** The test above needs answers, and the first ones come only after
-the queue has formed: until then requests pile up behind them. The front door
-(`foliot/http/door.py`), which sees every start and signal before the event loop does, also
-bounds how many it has let in and not seen answered (`admit_queued`): at most `queue_s` (0.5 s)
-of work at the measured throughput, and never fewer than `burst` (64), so a cold node still
-takes a burst.
+the queue has formed: until then requests pile up behind them. So, whether shedding or not,
+at most `queue_s` (0.5 s) of work at the measured throughput is served at once, and never
+fewer than `burst` (64), so a cold node still takes a burst (`admit_queued`; the work counted
+is what is authenticated, read and not answered yet: `Admission`).
 
 An answer may come without a latency (`None`): a signal that waited behind other messages of
 its own run. It counts towards the throughput but not towards the standing-queue test, so a
@@ -114,9 +113,8 @@ class LatencyGate:
         return True
 
     def admit_queued(self, now: float, queued: int) -> bool:
-        """May one more start or signal be let in, with `queued` let in and not answered yet
-        (the front door's count: waiting to be read and served in the event loop, or being
-        served)? While shedding, as `admit`. Otherwise at most `queue_s` of work at the
+        """May one more start or signal be let in, with `queued` being served (authenticated,
+        read, not answered yet)? While shedding, as `admit`. Otherwise at most `queue_s` of work at the
         measured throughput (never fewer than `burst`) waits: the standing queue that builds
         up before the gate has seen an answer, and that a refusal later would only prolong."""
         if not self.enabled:

@@ -12,8 +12,12 @@ The last body message is therefore sent shielded: hypercorn's handling of it is 
 (its socket writes are shielded already; then EOF and close, or re-arming the idle timer).
 
 `JsonErrorH11Protocol` answers the requests hypercorn refuses before any route (a request line
-or header h11 cannot parse, a head over 16 KiB) in the API's error shape, where hypercorn sent
-a bodiless 400/431; `install` makes hypercorn's connections use it.
+or header h11 cannot parse, a head over 16 KiB, a Transfer-Encoding other than chunked, a body
+cut short) in the API's error shape, where hypercorn sent a bodiless 400/431. The whole answer
+is one write: written as three, a client that had gone made the second fail, the connection
+start closing (`send_eof`) in another task, and the third collide with it
+(`trio.BusyResourceError`, which hypercorn does not catch: it ended the process). It is wired
+in by `foliot/http/listen.py` for Foliot's own connections only (no library class replaced).
 """
 
 from __future__ import annotations
@@ -22,8 +26,8 @@ import json
 from itertools import chain
 
 import h11
-import hypercorn.protocol
 import trio
+from hypercorn.events import RawData
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.typing import ASGISendCallable, ASGISendEvent
 from quart.wrappers import Request
@@ -67,12 +71,13 @@ class JsonErrorH11Protocol(H11Protocol):
         response = h11.Response(
             status_code=status_code, headers=list(chain(headers, self.config.response_headers("h11")))
         )
-        await self._send_h11_event(response)
-        await self._send_h11_event(h11.Data(data=body))
-        await self._send_h11_event(h11.EndOfMessage())
-
-
-def install() -> None:
-    """Serve HTTP/1 connections with `JsonErrorH11Protocol` (hypercorn's `ProtocolWrapper`
-    builds its protocol from this module attribute)."""
-    hypercorn.protocol.H11Protocol = JsonErrorH11Protocol  # type: ignore[attr-defined]
+        data = b""
+        for event in (response, h11.Data(data=body), h11.EndOfMessage()):
+            try:
+                data += self.connection.send(event) or b""
+            except h11.LocalProtocolError:  # as hypercorn: nothing more to say to a broken peer
+                if self.connection.their_state != h11.ERROR:
+                    raise
+                break
+        if data:
+            await self.send(RawData(data=data))

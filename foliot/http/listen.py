@@ -1,55 +1,67 @@
-"""Serving HTTP: hypercorn's Trio worker, accepting new connections in bursts.
+"""Serving HTTP: hypercorn's Trio worker, with Foliot's own accept loop and connections.
 
-Trio's `SocketListener.accept` takes one connection per pass of the scheduler (each accept is
-a checkpoint), and `trio.serve_listeners` calls it in a loop. Above capacity each pass runs
-every ready task, so a pass takes tens of milliseconds and new connections are taken at a few
-tens per second: callers whose pools open connections when answers slow down wait in the
-kernel's accept queue (and, once its backlog is full, in SYN retries of one, then three
-seconds), where no admission can refuse them. Measured from outside with an open-loop client
-at twice the capacity: the accept queue stayed at its backlog of 100 and refusals took 20 s.
+Hypercorn (0.18, its Trio worker) parses HTTP/1.1 and runs the ASGI app; this module owns the
+rest of the socket's life, wired explicitly (no hypercorn class is replaced process-wide):
 
-`BurstListener` takes every connection waiting in the kernel (up to `burst`) when the first
-one is accepted, and hands the rest out without going back to the scheduler. `serve` is
-hypercorn's `worker_serve` (hypercorn 0.18, plain HTTP sockets: Foliot serves no TLS itself;
-terminate it in front) with that listener; the connection handling (`TCPServer`), lifespan
-and shutdown are hypercorn's own.
+- `BurstListener` takes every connection waiting in the kernel (up to `burst`) when the first
+  one is accepted. Trio's `SocketListener.accept` takes one per pass of the scheduler, and
+  above capacity a pass takes tens of milliseconds: callers whose pools open connections when
+  answers slow down waited in the kernel's accept queue (then in SYN retries of one, then
+  three seconds), where no admission can refuse them.
+- `EdgeTCPServer` is hypercorn's `TCPServer` for one plain (non-TLS) connection with:
+  the protocol `conn.JsonErrorH11Protocol` (HTTP-level refusals in the API's error shape,
+  written in one send); every write and `send_eof` serialised by one lock, and a write that
+  fails or stalls past `SEND_TIMEOUT_S` treated as a closed connection (hypercorn let a
+  second writer collide with `send_eof`: `trio.BusyResourceError` ended the process); the
+  connection closed as soon as the client has closed its side and nothing is being answered
+  (hypercorn waited for the keep-alive timer: 75 s per closed socket); a head timeout (from
+  the first byte of a request head to its end, `Limits.head_timeout_s`) besides the
+  keep-alive timeout; and its place in `Connections`.
+- `Connections` bounds open connections per peer address and in all: a new connection past a
+  bound closes the oldest idle connection (no request under way) of that peer, or in all of
+  the peer holding the most; only when none is idle is the new one closed at once.
 
-With an admission (`foliot serve`, unless `FOLIOT_FRONT_DOOR=0`), connections are accepted
-and read by the front door's thread instead (`foliot/http/door.py`), which refuses shed starts
-and signals without waiting for the event loop; hypercorn serves the rest as before.
+`serve` is hypercorn's `worker_serve` with these (plain HTTP sockets: Foliot serves no TLS
+itself; terminate it in front); lifespan and shutdown are hypercorn's own.
+`tests/unit/test_listen.py` pins the hypercorn internals this relies on.
 """
 
 from __future__ import annotations
 
-import socket
-import sys
+import contextlib
+import resource
 from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
+from math import inf
 from typing import Any
 
+import attrs
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config
+from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.protocol import ProtocolWrapper
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.task_group import TaskGroup
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ASGIFramework, ConnectionState, LifespanState
-from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr
+from hypercorn.utils import ShutdownError, parse_socket_addr, raise_shutdown, repr_socket_addr
 
-from ..actors.admission import Admission
-from .door import Answered, Door
+from .conn import JsonErrorH11Protocol
 
 BURST = 64  # connections taken from the kernel at once
-SWITCH_INTERVAL_S = 0.001  # the interpreter's thread switch interval while a front door runs
+SEND_TIMEOUT_S = 30.0  # one write of an answer; a client that reads nothing is cut off after it
+_RESERVED_FDS = 256  # descriptors left to the store, the push client and the logs (`auto_max`)
 
 
 class BurstListener(trio.abc.Listener[trio.SocketStream]):
     """A listening socket whose `accept` takes all waiting connections at once (up to
     `burst`); the ones not returned yet are handed out by the next calls without a checkpoint."""
 
-    def __init__(self, sock: socket.socket, burst: int = BURST) -> None:
+    def __init__(self, sock: Any, burst: int = BURST) -> None:
         self._sock = sock
         self._listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
         self._ready: deque[trio.SocketStream] = deque()
@@ -73,22 +85,272 @@ class BurstListener(trio.abc.Listener[trio.SocketStream]):
         await self._listener.aclose()
 
 
-def front_door(sock: socket.socket, admission: Admission) -> Door:
-    """A started front door on `sock` whose thread asks `admission` (on the loop's clock)."""
-    clock = trio.lowlevel.current_clock()
-    door = Door(
-        sock,
-        lambda: admission.door_refusal(clock.current_time()),
-        on_forward=admission.door_forward,
-        on_answer=admission.door_answer,
-    )
-    # The door's thread gives up the GIL at every socket call, and the event loop, busy above
-    # capacity, takes it back until the interpreter forces a switch: each of the door's calls
-    # then waits a whole switch interval (5 ms by default; seconds of queueing at hundreds of
-    # requests per second). 1 ms bounds that wait; the loop's own work is unchanged.
-    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
-    door.start()
-    return door
+def auto_max() -> int:
+    """Open connections in all when `FOLIOT_MAX_CONNECTIONS` is 0: the process's descriptor
+    limit (soft `RLIMIT_NOFILE`) less a reserve, at least 64."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(64, soft - _RESERVED_FDS)
+
+
+@attrs.frozen
+class Limits:
+    """The connection bounds (`FOLIOT_MAX_CONNECTIONS`, `FOLIOT_PEER_MAX_CONNECTIONS`,
+    `FOLIOT_HEAD_TIMEOUT_MS`); 0 connections: no bound."""
+
+    max_connections: int = 0
+    peer_max_connections: int = 0
+    head_timeout_s: float = 10.0
+
+
+class Connections:
+    """The open connections, by peer address; each is idle (no request under way: waiting for
+    its next request, or for the rest of a head) or busy. Idle ones are kept in the order they
+    became idle, so the oldest is the first to close when a bound is reached."""
+
+    def __init__(self, max_total: int, per_peer: int) -> None:
+        self.max_total = max_total or inf
+        self.per_peer = per_peer or inf
+        self.total = 0
+        self.evicted = 0  # idle connections closed to make room
+        self.refused = 0  # new connections closed at once (every one of theirs busy)
+        self._count: dict[str, int] = {}
+        self._idle: dict[str, dict[EdgeTCPServer, None]] = {}
+        self._open: set[EdgeTCPServer] = set()
+
+    def open(self, conn: EdgeTCPServer) -> bool:
+        """Count a new connection in (and idle); False: it is over a bound and must close."""
+        peer = conn.peer
+        if self._count.get(peer, 0) >= self.per_peer and not self._evict(peer):
+            self.refused += 1
+            return False
+        if self.total >= self.max_total and not self._evict(self._busiest()):
+            self.refused += 1
+            return False
+        self._open.add(conn)
+        self.total += 1
+        self._count[peer] = self._count.get(peer, 0) + 1
+        self._idle.setdefault(peer, {})[conn] = None
+        return True
+
+    def idle(self, conn: EdgeTCPServer) -> None:
+        if conn in self._open:
+            self._idle.setdefault(conn.peer, {})[conn] = None
+
+    def busy(self, conn: EdgeTCPServer) -> None:
+        idle = self._idle.get(conn.peer)
+        if idle is not None:
+            idle.pop(conn, None)
+
+    def close(self, conn: EdgeTCPServer) -> None:
+        if conn not in self._open:
+            return
+        self._open.discard(conn)
+        self.total -= 1
+        peer = conn.peer
+        self._count[peer] -= 1
+        self.busy(conn)
+        if not self._count[peer]:
+            del self._count[peer]
+            self._idle.pop(peer, None)
+
+    def count(self, peer: str) -> int:
+        return self._count.get(peer, 0)
+
+    def _busiest(self) -> str:
+        """The peer holding the most connections, among those with one idle."""
+        idle = [peer for peer, conns in self._idle.items() if conns]
+        return max(idle, key=lambda peer: self._count[peer], default="")
+
+    def _evict(self, peer: str) -> bool:
+        idle = self._idle.get(peer)
+        if not idle:
+            return False
+        oldest = next(iter(idle))
+        self.close(oldest)
+        self.evicted += 1
+        oldest.evict()
+        return True
+
+
+class EdgeProtocolWrapper(ProtocolWrapper):
+    """Hypercorn's protocol switch, speaking HTTP/1 with `JsonErrorH11Protocol` (h2c and
+    prior-knowledge HTTP/2 switch to hypercorn's `H2Protocol` as before)."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        if not isinstance(self.protocol, JsonErrorH11Protocol) and args[-1] != "h2":
+            app, config, context, task_group, state, ssl, client, server, send = args[:9]
+            self.protocol = JsonErrorH11Protocol(
+                app, config, context, task_group, state, ssl, client, server, send
+            )
+
+
+class EdgeTCPServer(TCPServer):
+    """One connection (see the module's words)."""
+
+    def __init__(
+        self,
+        app: AppWrapper,
+        config: Config,
+        context: WorkerContext,
+        state: LifespanState,
+        connections: Connections,
+        limits: Limits,
+        stream: trio.SocketStream,
+    ) -> None:
+        super().__init__(app, config, context, state, stream)  # type: ignore[arg-type]
+        self.socket_stream = stream
+        self.connections = connections
+        self.head_timeout_s = limits.head_timeout_s
+        self.peer = ""
+        self._out_closed = False  # `send_eof` done (or the stream closed): nothing more goes out
+        self._in_request = False
+        self._read_done = False  # the client closed its side (or reading failed)
+        self._evicted = False
+        self._head_due = False  # the head timer is armed for the request being received
+        self._idle_scope: trio.CancelScope | None = None
+
+    async def run(self) -> None:
+        sock = self.socket_stream.socket
+        try:
+            client = parse_socket_addr(sock.family, sock.getpeername())
+            server = parse_socket_addr(sock.family, sock.getsockname())
+        except OSError:
+            await self._close()
+            return
+        self.peer = str(client[0]) if client else ""
+        if not self.connections.open(self):
+            await self._close()
+            return
+        try:
+            async with TaskGroup() as task_group:
+                self._task_group = task_group
+                self.protocol = EdgeProtocolWrapper(
+                    self.app,
+                    self.config,
+                    self.context,
+                    task_group,
+                    ConnectionState(self.state),
+                    False,
+                    client,
+                    server,
+                    self.protocol_send,
+                    "http/1.1",
+                )
+                await self.protocol.initiate()
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                await self._read_data()
+                # The client closed its side: no request can come; close once the one under
+                # way (if any) is answered, not when the keep-alive timer runs out.
+                self._read_done = True
+                if not self._in_request:
+                    await self.idle_task.stop()
+        except OSError:
+            pass
+        finally:
+            self.connections.close(self)
+            await self._close()
+
+    def evict(self) -> None:
+        """Close this idle connection (to make room for a new one)."""
+        self._evicted = True
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, RawData):
+            failed = False
+            async with self.send_lock:
+                if self._out_closed:
+                    failed = True
+                else:
+                    with trio.CancelScope(shield=True), trio.move_on_after(SEND_TIMEOUT_S) as timer:
+                        try:
+                            await self.stream.send_all(event.data)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                            failed = True
+                    failed = failed or timer.cancelled_caught
+            if failed:  # the client is gone (or reads nothing): the connection is over
+                await self._close()
+                await self.protocol.handle(Closed())
+        elif isinstance(event, Closed):
+            await self._close()
+            await self.protocol.handle(Closed())
+        elif isinstance(event, Updated):
+            if event.idle:
+                self._in_request = False
+                self.connections.idle(self)
+                if self._read_done or self._evicted:
+                    await self._close()
+                    await self.protocol.handle(Closed())
+                    return
+                await self.idle_task.restart(self._task_group, self._idle_timeout)
+                if self._trailing():  # part of a pipelined head arrived with the last request
+                    self._arm_head()
+            else:
+                self._in_request = True
+                self.connections.busy(self)
+                await self.idle_task.stop()
+
+    def _trailing(self) -> bool:
+        connection = getattr(self.protocol.protocol, "connection", None)
+        trailing = getattr(connection, "trailing_data", (b"", False))
+        return bool(trailing[0])
+
+    def _arm_head(self) -> None:
+        """Bytes of a request head came in: the rest must come within the head timeout."""
+        if self._head_due or self._idle_scope is None:
+            return
+        self._head_due = True
+        self._idle_scope.deadline = min(self._idle_scope.deadline, trio.current_time() + self.head_timeout_s)
+
+    async def _read_data(self) -> None:
+        while True:
+            try:
+                with trio.fail_after(self.config.read_timeout or inf):
+                    data = await self.stream.receive_some(MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError, trio.TooSlowError):
+                break
+            if data and not self._in_request:
+                self._arm_head()
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
+
+    async def _close(self) -> None:
+        with trio.CancelScope(shield=True):
+            async with self.send_lock:  # never while a write is under way (no BusyResourceError)
+                if not self._out_closed:
+                    self._out_closed = True
+                    gone = (
+                        trio.BrokenResourceError,
+                        trio.BusyResourceError,
+                        trio.ClosedResourceError,
+                        OSError,
+                    )
+                    with contextlib.suppress(*gone):  # they are gone already
+                        await self.stream.send_eof()
+            await self.stream.aclose()
+
+    async def _idle_timeout(self) -> None:
+        """Waiting for a request: close after the keep-alive timeout, the head timeout once a
+        head has begun, or at once when evicted."""
+        self._head_due = False
+        with trio.CancelScope(deadline=trio.current_time() + self.config.keep_alive_timeout) as scope:
+            self._idle_scope = scope
+            if self._evicted:
+                scope.cancel()
+            await self.context.terminated.wait()
+        self._idle_scope = None
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+
+    async def _initiate_server_close(self) -> None:
+        await self._close()
+        await self.protocol.handle(Closed())
 
 
 async def serve(
@@ -96,34 +358,24 @@ async def serve(
     config: Config,
     *,
     shutdown_trigger: Callable[..., Awaitable[None]],
-    admission: Admission | None = None,
+    limits: Limits = Limits(),
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """`hypercorn.trio.serve(app, config, shutdown_trigger=...)` for plain HTTP binds, with
-    connections accepted by `BurstListener`, or by a front door (`door.Door`) asking
-    `admission` when one is given."""
+    connections accepted by `BurstListener` and served by `EdgeTCPServer` within `limits`."""
     config.set_statsd_logger_class(StatsdLogger)
-    doors: list[Door] = []
-    if admission is not None:
-        app = Answered(app, doors)
     wrapped: AppWrapper = ASGIWrapper(app)
     lifespan_state: LifespanState = {}
     lifespan = Lifespan(wrapped, config, lifespan_state)
     context = WorkerContext(None)
+    connections = Connections(limits.max_connections or auto_max(), limits.peer_max_connections)
 
     async with trio.open_nursery() as lifespan_nursery:
         await lifespan_nursery.start(lifespan.handle_lifespan)
         await lifespan.wait_for_startup()
-
-        switch = sys.getswitchinterval()
-        try:
-            await _serve(
-                wrapped, config, context, lifespan_state, shutdown_trigger, doors, admission, task_status
-            )
-        finally:
-            for door in doors:  # every connection is closed by now
-                door.stop()
-            sys.setswitchinterval(switch)
+        await _serve(
+            wrapped, config, context, lifespan_state, shutdown_trigger, connections, limits, task_status
+        )
         await lifespan.wait_for_shutdown()
         lifespan_nursery.cancel_scope.cancel()
 
@@ -134,8 +386,8 @@ async def _serve(
     context: WorkerContext,
     lifespan_state: LifespanState,
     shutdown_trigger: Callable[..., Awaitable[None]],
-    doors: list[Door],
-    admission: Admission | None,
+    connections: Connections,
+    limits: Limits,
     task_status: trio.TaskStatus[list[str]],
 ) -> None:
     async with trio.open_nursery() as server_nursery:
@@ -146,12 +398,7 @@ async def _serve(
         binds = []
         for sock in sockets.insecure_sockets:
             sock.listen(config.backlog)
-            if admission is not None:
-                door = front_door(sock, admission)
-                doors.append(door)
-                listeners.append(door.listener)
-            else:
-                listeners.append(BurstListener(sock))
+            listeners.append(BurstListener(sock))
             bind = repr_socket_addr(sock.family, sock.getsockname())
             binds.append(f"http://{bind}")
             await config.log.info(f"Running on http://{bind} (CTRL + C to quit)")
@@ -161,7 +408,15 @@ async def _serve(
             async with trio.open_nursery(strict_exception_groups=True) as nursery:
                 nursery.start_soon(raise_shutdown, shutdown_trigger)
                 nursery.start_soon(raise_shutdown, context.terminate.wait)
-                handler = partial(TCPServer, wrapped, config, context, ConnectionState(lifespan_state.copy()))
+                handler = partial(
+                    EdgeTCPServer,
+                    wrapped,
+                    config,
+                    context,
+                    ConnectionState(lifespan_state.copy()),
+                    connections,
+                    limits,
+                )
                 nursery.start_soon(
                     partial(trio.serve_listeners, handler, listeners, handler_nursery=server_nursery)
                 )

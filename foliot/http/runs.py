@@ -127,9 +127,11 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
     (foliot/http/hot.py), the same checks in the same order; refused at once with 429/503
     `overloaded` and Retry-After when the engine is saturated (foliot/actors/admission.py)."""
     eng = call.engine
-    with eng.admission.admit(app_name):
+    with eng.admission.admit(app_name) as ticket:
         await require_app_call(call, app_name)
-        raw = decode_json(await call.body())
+        data = await call.body()
+        ticket.begin()  # authenticated and read: from here it is work the gate counts
+        raw = decode_json(data)
         spec = parse(raw, StartBody)
         check_name(spec.workflow, "workflow")
         if spec.version is not None and spec.version < 1:

@@ -50,7 +50,9 @@ async def signal_call(call: Call, app_name: str) -> tuple[dict[str, Any], int]:
     eng = call.engine
     with eng.admission.admit(app_name) as ticket:
         await require_app_call(call, app_name)
-        raw = decode_json(await call.body())
+        data = await call.body()
+        ticket.begin()  # authenticated and read: from here it is work the gate counts
+        raw = decode_json(data)
         spec = parse(raw, SignalBody)
         check_name(spec.name, "name")
         if spec.signal_id is not None and not 1 <= len(spec.signal_id) <= MAX_SIGNAL_ID:

@@ -17,7 +17,8 @@ async def test_with_the_in_flight_cap_reached_a_start_answers_429_at_once(api: A
     await api.register(WAIT)
     waiting = await api.start("w")
     admission = api.engine.admission
-    with admission.admit(api.app):  # one start or signal being served: the cap
+    with admission.admit(api.app) as held:  # one start or signal being served: the cap
+        held.begin()
         started = time.monotonic()
         r = await api.call("POST", f"/apps/{api.app}/runs", {"workflow": "w", "businessKey": "k1"})
         elapsed = time.monotonic() - started

@@ -160,7 +160,8 @@ async def test_starts_signals_and_replays_at_the_edge(api: Api, served: list[str
 @pytest.mark.parametrize("settings_overrides", [{"max_inflight_requests": 1}])
 async def test_overload_at_the_edge_is_429_with_retry_after(api: Api, served: list[str]) -> None:
     await api.register(WAIT)
-    with api.engine.admission.admit(api.app):
+    with api.engine.admission.admit(api.app) as held:
+        held.begin()
         at_edge, by_quart = await both(
             api, served, f"/apps/{api.app}/runs", body({"workflow": "w"}), api.auth()
         )

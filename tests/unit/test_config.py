@@ -123,13 +123,32 @@ def test_the_lease_ttl_is_read_and_kept_within_bounds() -> None:
     assert Settings.from_env({"FOLIOT_LEASE_TTL_MS": "99999999"}).lease_ttl_ms == 600_000
 
 
-def test_the_switch_interval_gc_freeze_and_front_door_settings() -> None:
+def test_the_switch_interval_gc_freeze_and_connection_bound_settings() -> None:
     s = Settings.from_env({})
-    assert (s.switch_interval_us, s.gc_freeze, s.front_door) == (100, True, True)
-    s = Settings.from_env(
-        {"FOLIOT_SWITCH_INTERVAL_US": "250", "FOLIOT_GC_FREEZE": "0", "FOLIOT_FRONT_DOOR": "0"}
+    assert (s.switch_interval_us, s.gc_freeze) == (100, True)
+    assert (s.max_connections, s.peer_max_connections, s.peer_max_requests, s.head_timeout_ms) == (
+        0,
+        1_024,
+        256,
+        10_000,
     )
-    assert (s.switch_interval_us, s.gc_freeze, s.front_door) == (250, False, False)
+    s = Settings.from_env(
+        {
+            "FOLIOT_SWITCH_INTERVAL_US": "250",
+            "FOLIOT_GC_FREEZE": "0",
+            "FOLIOT_MAX_CONNECTIONS": "5000",
+            "FOLIOT_PEER_MAX_CONNECTIONS": "0",
+            "FOLIOT_PEER_MAX_REQUESTS": "16",
+            "FOLIOT_HEAD_TIMEOUT_MS": "2000",
+        }
+    )
+    assert (s.switch_interval_us, s.gc_freeze) == (250, False)
+    assert (s.max_connections, s.peer_max_connections, s.peer_max_requests, s.head_timeout_ms) == (
+        5_000,
+        0,
+        16,
+        2_000,
+    )
     assert Settings.from_env({"FOLIOT_SWITCH_INTERVAL_US": "1"}).switch_interval_us == 50
     assert Settings.from_env({"FOLIOT_SWITCH_INTERVAL_US": "99999"}).switch_interval_us == 5_000
 
