@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 from itertools import chain
+from typing import Any
 
 import h11
 import trio
@@ -57,7 +58,30 @@ _PROTOCOL_ERRORS = {
 }
 
 
+class ClosingConnection(h11.Connection):
+    """h11's server side, not reading past a request that said `Connection: close` (or was
+    HTTP/1.0): RFC 9112 9.6, a server must not process anything after it. h11 raises on such
+    bytes, and hypercorn then answered the request itself with a 400 (what the fuzz test in
+    tests/unit/test_edge_fuzz.py found): the request is answered, the rest is dropped."""
+
+    def receive_data(self, data: bytes) -> None:
+        if data and self.their_state is h11.MUST_CLOSE:
+            return
+        super().receive_data(data)
+
+    def next_event(self) -> Any:
+        if self.their_state is h11.MUST_CLOSE and self.trailing_data[0]:
+            return h11.NEED_DATA
+        return super().next_event()
+
+
 class JsonErrorH11Protocol(H11Protocol):
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.connection = ClosingConnection(
+            h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size
+        )
+
     async def _send_error_response(self, status_code: int) -> None:
         code, message = _PROTOCOL_ERRORS.get(
             status_code, ("invalid_request", "malformed HTTP request (request line or headers)")
