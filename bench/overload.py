@@ -1,7 +1,7 @@
 """Above capacity, seen from outside: how fast refusals come back, and what the admitted get.
 
-    python bench/overload.py [--runs 1000] [--rates 250,500] [--seconds 8] [--variants door,loop]
-    python bench/overload.py --quick             # 300 runs, 4 s at 250/s, door and loop
+    python bench/overload.py [--runs 1000] [--rates 250,500] [--seconds 8] [--variants edge]
+    python bench/overload.py --quick             # 300 runs, 4 s at 250/s
 
 Parks N runs (`wait "go"` -> task -> `wait "go"` ..., `signal_latency.WORKFLOW`) through the
 API, then sends signals to random runs open loop (`rawclient.py`, 2 client processes, plain
@@ -10,9 +10,10 @@ accepted (2xx) per second, refused (429/503, with Retry-After) and their latency
 the send, the accepted answers' p50/p99 from the scheduled send, client timeouts and
 connection errors, accepted signals whose task push never reached the handler (lost work),
 the server's CPU per answer (2xx and refusals, all threads, from `/proc`),
-and the deepest accept queue seen. Variants: `door` (`FOLIOT_FRONT_DOOR=1`: the front door's thread refuses,
-foliot/http/door.py; the default) and `loop` (`FOLIOT_FRONT_DOOR=0`: the event loop refuses,
-foliot/http/edge.py), the same server restarted on the same database. The floor is the bare
+and the deepest accept queue seen. Variants (the same server restarted on the same database
+with other settings): `edge` (as configured: the event loop refuses at the ASGI edge,
+foliot/http/edge.py) and `nopeer` (no per-peer request bound). The front door (a thread
+refusing before the loop) was removed in issue 20; its figures are in bench/README.md. The floor is the bare
 quart-trio signal endpoint (`floor_app.py`) loaded closed-loop with `wrk` in the same run.
 Target (issue 9): refusals p99 well under 1 s (<= 100 ms) at 2-4x capacity, admitted answers
 bounded, no client timeouts, nothing accepted lost.
@@ -33,7 +34,7 @@ from bench import common as c
 from bench import rawclient
 from bench.signal_latency import WORKFLOW, drain, seed, send_open
 
-VARIANTS = {"door": "1", "loop": "0"}
+VARIANTS: dict[str, dict[str, str]] = {"edge": {}, "nopeer": {"FOLIOT_PEER_MAX_REQUESTS": "0"}}
 
 
 def phase(server: c.Foliot, key: str, run_ids: list[str], rate: float, args: Any, n: int) -> dict[str, Any]:
@@ -68,7 +69,7 @@ def main() -> None:
     parser.add_argument("--rates", default="250,500", help="offered signals/s, open loop")
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each rate's timetable")
     parser.add_argument(
-        "--variants", default="door,loop", help="door (thread refuses), loop (FOLIOT_FRONT_DOOR=0)"
+        "--variants", default="edge", help="edge (as configured), nopeer (FOLIOT_PEER_MAX_REQUESTS=0)"
     )
     parser.add_argument("--procs", type=int, default=2, help="client processes")
     parser.add_argument("--timeout", type=float, default=30.0, help="client timeout per signal, s")
@@ -110,7 +111,9 @@ def main() -> None:
     n = 0
     for variant in args.variants.split(","):
         server.stop()
-        server.env["FOLIOT_FRONT_DOOR"] = VARIANTS[variant]
+        for name in ("FOLIOT_PEER_MAX_REQUESTS",):
+            server.env.pop(name, None)
+        server.env.update(VARIANTS[variant])
         server.start()
         for rate in rates:
             n += 1
