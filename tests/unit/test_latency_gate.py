@@ -175,14 +175,14 @@ def test_a_stalled_loop_sheds_before_its_sleeper_reports() -> None:
     assert g.shedding and g.scale == 0.5 and g.last_lag_s == pytest.approx(0.55)
 
 
-def test_before_any_answer_the_door_lets_a_burst_in_and_refuses_past_it() -> None:
+def test_before_any_answer_a_burst_is_let_in_and_what_is_past_it_refused() -> None:
     g = LatencyGate(TARGET, INTERVAL, burst=16, queue_s=0.5)
     assert all(g.admit_queued(0.0, queued) for queued in range(16))  # a cold node takes a burst
     assert not g.admit_queued(0.0, 16) and not g.admit_queued(0.01, 100)
     assert not g.shedding  # a full queue is refused, but is no evidence of a standing queue
 
 
-def test_the_doors_queue_bound_follows_the_measured_throughput() -> None:
+def test_the_queue_bound_follows_the_measured_throughput() -> None:
     g = LatencyGate(TARGET, INTERVAL, burst=4, queue_s=0.5)
     t = answer_every(g, 0.0, 1.0, 0.01, 0.01)  # 100 fast answers/s: not shedding
     assert not g.shedding and g.throughput == pytest.approx(100, rel=0.05)
@@ -190,13 +190,13 @@ def test_the_doors_queue_bound_follows_the_measured_throughput() -> None:
     assert not g.admit_queued(t, 50)
 
 
-def test_while_shedding_the_door_uses_the_littles_law_limit() -> None:
+def test_while_shedding_the_queue_bound_is_the_littles_law_limit() -> None:
     g = LatencyGate(TARGET, INTERVAL, floor=2, burst=1000)
     t = answer_every(g, 0.0, 1.0, 0.01, 0.3)  # a standing queue
     assert g.admit(t, 0) and g.shedding and g.limit == 10
     assert g.admit_queued(t, 9) and not g.admit_queued(t, 10)  # not the burst of 1000
 
 
-def test_the_door_bound_is_off_with_the_gate() -> None:
+def test_the_queue_bound_is_off_with_the_gate() -> None:
     g = LatencyGate(0, INTERVAL, burst=1)
     assert g.admit_queued(0.0, 10_000)
