@@ -27,6 +27,7 @@ from .http.app import create_app
 from .http.edge import Shed
 from .http.forward import Forwarder
 from .http.hot import Hot
+from .http.proxy import behind_proxies
 from .http.swf import SwfEdge
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
@@ -198,7 +199,13 @@ async def _serve_node(
         quart_app = create_app(engine, settings, token)
         conn.install()  # HTTP-level refusals in the API's error shape (foliot/http/conn.py)
         swf_edge = SwfEdge(quart_app, engine, quart_app.config)
-        app = InFlight(Shed(Hot(swf_edge, engine, token), engine.admission))
+        app = InFlight(
+            behind_proxies(
+                Shed(Hot(swf_edge, engine, token), engine.admission),
+                settings.trusted_proxies,
+                settings.public_url,
+            )
+        )
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT
