@@ -35,6 +35,10 @@ async def readyz() -> Response:
         await eng.store.ping()
     except Exception as exc:
         raise Unavailable(f"storage is not reachable: {type(exc).__name__}") from None
+    health = eng.write_health
+    if not await health.recheck(eng.store, eng.clock.now()):
+        # No detail of the store's error here: /readyz is unauthenticated (the log has it).
+        raise Unavailable(f"storage refuses writes (since {ts(health.failing_since)}); commits fail")
     return json_response({"status": "ready"})
 
 
