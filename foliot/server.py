@@ -21,6 +21,7 @@ from .cluster import hop
 from .cluster.pull import Bus, Pull
 from .cluster.tell import RemoteTell
 from .config import Settings, describe_lifetime, redact_url
+from .console.session import key_check, session_key
 from .credentials import Vault, file_secret
 from .http import conn
 from .http.app import create_app
@@ -125,6 +126,16 @@ async def check_secret_key(store: KeyCheckStore, vault: Vault) -> None:
         )
 
 
+async def end_sessions_of_other_tokens(engine: Engine, token: str) -> None:
+    """A new admin token ends every console session made under the previous one (each would be
+    refused anyway: `console.session.session_live`; this also takes them off the list)."""
+    ended = await engine.store.end_console_sessions(
+        engine.clock.now(), other_key=key_check(session_key(token))
+    )
+    if ended:
+        log.info("the admin token changed: %d console sessions ended", ended)
+
+
 async def join_edge(
     engine: Engine,
     bus: Bus,
@@ -194,6 +205,7 @@ async def _serve_node(
     async with open_store(settings.database_url, pg_session=session) as store:
         await check_secret_key(store, vault)
         engine = Engine(settings, store, vault=vault)
+        await end_sessions_of_other_tokens(engine, token)
         if isinstance(store, PostgresStore):
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
         quart_app = create_app(engine, settings, token)

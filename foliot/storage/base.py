@@ -18,6 +18,7 @@ from .console import OperatorTokenRecord, RunQuery
 from .fence import Fence
 from .health import ProbeStore
 from .keycheck import KeyCheckStore
+from .sessions import SessionStore
 from .swf import SwfExecutionStore, SwfRegistryStore
 
 
@@ -158,7 +159,7 @@ def _storable(text: str) -> bool:
     return True
 
 
-class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, ProbeStore, Protocol):
+class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, ProbeStore, SessionStore, Protocol):
     """Durable state. Every method is one transaction; `commit` is the engine's hot path."""
 
     async def migrate(self) -> None: ...

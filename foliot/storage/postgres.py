@@ -76,6 +76,7 @@ from .fence import Fence
 from .health import ProbePostgres
 from .keycheck import KeyCheckPostgres
 from .notify import NotifyPostgres
+from .sessions import SessionsPostgres
 from .swf_postgres import SwfPostgres
 
 T = TypeVar("T")
@@ -745,7 +746,9 @@ async def _held_fences(conn: asyncpg.Connection, fences: list[Fence]) -> set[Fen
     return {Fence(r["node_id"], r["partition"], r["epoch"]) for r in rows}
 
 
-class PostgresStore(SwfPostgres, ClusterPostgres, KeyCheckPostgres, NotifyPostgres, ProbePostgres):
+class PostgresStore(
+    SwfPostgres, ClusterPostgres, KeyCheckPostgres, NotifyPostgres, ProbePostgres, SessionsPostgres
+):
     """`Store` on PostgreSQL. Create with `open_postgres`."""
 
     def __init__(
