@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from . import logs
+from . import logs, startup
 from .config import Settings
 
 ENGINE_COMMANDS = ("serve", "migrate")
@@ -32,23 +32,30 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("serve", help="serve the HTTP API (FOLIOT_HOST, FOLIOT_PORT, FOLIOT_DATABASE_URL)")
     sub.add_parser("migrate", help="apply storage migrations and exit")
     args = parser.parse_args(argv)
-    settings = Settings.from_env()
-    log_format = os.environ.get("FOLIOT_LOG_FORMAT") or "json"
-    if log_format not in ("json", "text"):
-        raise SystemExit(f"FOLIOT_LOG_FORMAT must be json or text, got {log_format!r}")
-    logs.configure(log_format, settings.log_level, access_log=os.environ.get("FOLIOT_ACCESS_LOG") == "1")
-    from . import server
-
-    # `kill -USR1 <pid>` dumps every thread's stack to stderr: for a server that seems stuck.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
-
+    settings: Settings | None = None
     try:
+        settings = Settings.from_env()
+        log_format = os.environ.get("FOLIOT_LOG_FORMAT") or "json"
+        if log_format not in ("json", "text"):
+            raise SystemExit(f"FOLIOT_LOG_FORMAT must be json or text, got {log_format!r}")
+        logs.configure(log_format, settings.log_level, access_log=os.environ.get("FOLIOT_ACCESS_LOG") == "1")
+        from . import server
+
+        # `kill -USR1 <pid>` dumps every thread's stack to stderr: for a server that seems stuck.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         if args.command == "serve":
             _run(server.serve_until_signalled, settings)
         else:
             _run(server.migrate, settings)
     except KeyboardInterrupt:
         return 130
+    except BaseException as exc:
+        known = startup.explain(exc, settings)
+        if known is None or os.environ.get("FOLIOT_DEBUG") == "1":
+            raise
+        status, message = known
+        print(startup.line(message), file=sys.stderr, flush=True)
+        return status
     return 0
 
 

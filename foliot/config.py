@@ -9,6 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
+from .http.proxy import Network, parse_networks
 from .workflow.duration import DurationError, format_duration, parse_duration
 
 DEFAULT_DATA_DIR = "./.foliot"
@@ -151,6 +152,14 @@ class Settings:
     # How long a partition's lease lasts without renewal (renewed every fifth of it); a dead
     # node's partitions are taken over within this plus a tick.
     lease_ttl_ms: int = 10_000
+    # Reverse proxies whose Forwarded / X-Forwarded-* headers are believed (foliot/http/proxy.py),
+    # and the public address (its scheme makes the console's cookies Secure).
+    trusted_proxies: tuple[Network, ...] = ()
+    public_url: str | None = None
+    # Console sessions (foliot/console/session.py): ended after this long without a request,
+    # and this long after sign-in at the latest.
+    console_idle_ms: int = 30 * 60_000
+    console_session_ms: int = 12 * 3_600_000
 
     @property
     def advertised(self) -> str:
@@ -222,6 +231,10 @@ class Settings:
             node_id=_node_id(e.get("FOLIOT_NODE_ID")),
             advertise_url=_advertise_url(e.get("FOLIOT_ADVERTISE_URL")),
             lease_ttl_ms=min(600_000, max(3_000, _int(e, "FOLIOT_LEASE_TTL_MS", 10_000))),
+            trusted_proxies=_trusted_proxies(e.get("FOLIOT_TRUSTED_PROXIES")),
+            public_url=_public_url(e.get("FOLIOT_PUBLIC_URL")),
+            console_idle_ms=_console(e, "FOLIOT_CONSOLE_IDLE", 30 * 60_000),
+            console_session_ms=_console(e, "FOLIOT_CONSOLE_SESSION_MAX", 12 * 3_600_000),
         )
 
 
@@ -245,6 +258,33 @@ def _advertise_url(raw: str | None) -> str | None:
     parts = urlsplit(raw)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SystemExit(f"FOLIOT_ADVERTISE_URL must be an http(s) URL (http://10.0.0.5:8080), got {raw!r}")
+    return raw.rstrip("/")
+
+
+def _console(env: Mapping[str, str], name: str, default: int) -> int:
+    """A console session lifetime: a duration from one minute to 30 days (not `never`)."""
+    value = _lifetime(env, name, default)
+    if value is None or not 60_000 <= value <= 30 * 86_400_000:
+        raise SystemExit(f"{name} must be a duration from 1m to 30d, such as 30m or 12h")
+    return value
+
+
+def _trusted_proxies(raw: str | None) -> tuple[Network, ...]:
+    try:
+        return parse_networks(raw)
+    except ValueError as exc:
+        raise SystemExit(f"FOLIOT_TRUSTED_PROXIES: {exc}") from None
+
+
+def _public_url(raw: str | None) -> str | None:
+    """FOLIOT_PUBLIC_URL: where the public reaches this server (`https://foliot.example.com`)."""
+    if not raw:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SystemExit(
+            f"FOLIOT_PUBLIC_URL must be an http(s) URL (https://foliot.example.com), got {raw!r}"
+        )
     return raw.rstrip("/")
 
 

@@ -99,10 +99,19 @@ class Vault:
 
     @classmethod
     def from_data_dir(cls, data_dir: str, explicit: str | None) -> Vault:
-        if explicit:
-            return cls(explicit)
-        key = file_secret(Path(data_dir) / "secret.key", lambda: Fernet.generate_key().decode())
-        return cls(key)
+        """The vault of FOLIOT_SECRET_KEY, or of the data directory's key file; an invalid key
+        is a configuration error (`SystemExit` with the fix: `foliot.startup`)."""
+        path = Path(data_dir) / "secret.key"
+        key = explicit or file_secret(path, lambda: Fernet.generate_key().decode())
+        try:
+            return cls(key)
+        except ValueError:
+            where = "FOLIOT_SECRET_KEY" if explicit else f"the key file {path}"
+            raise SystemExit(
+                f"{where} is not a valid secret key (it must be 32 url-safe base64-encoded bytes);"
+                " generate one with: python -c 'from cryptography.fernet import Fernet;"
+                " print(Fernet.generate_key().decode())' (every node sharing a database needs the same)"
+            ) from None
 
     def encrypt(self, value: str) -> str:
         return self._fernet.encrypt(value.encode()).decode()

@@ -21,11 +21,13 @@ from .cluster import hop
 from .cluster.pull import Bus, Pull
 from .cluster.tell import RemoteTell
 from .config import Settings, describe_lifetime, redact_url
+from .console.session import key_check, session_key
 from .credentials import Vault, file_secret
 from .http.app import create_app
 from .http.edge import Shed
 from .http.forward import Forwarder
 from .http.hot import Hot
+from .http.proxy import behind_proxies
 from .http.swf import SwfEdge
 from .logs import ACCESS_LOG_FORMAT, access_logger
 from .shutdown import InFlight, serve_http, until_signalled
@@ -123,6 +125,16 @@ async def check_secret_key(store: KeyCheckStore, vault: Vault) -> None:
         )
 
 
+async def end_sessions_of_other_tokens(engine: Engine, token: str) -> None:
+    """A new admin token ends every console session made under the previous one (each would be
+    refused anyway: `console.session.session_live`; this also takes them off the list)."""
+    ended = await engine.store.end_console_sessions(
+        engine.clock.now(), other_key=key_check(session_key(token))
+    )
+    if ended:
+        log.info("the admin token changed: %d console sessions ended", ended)
+
+
 async def join_edge(
     engine: Engine,
     bus: Bus,
@@ -192,11 +204,18 @@ async def _serve_node(
     async with open_store(settings.database_url, pg_session=session) as store:
         await check_secret_key(store, vault)
         engine = Engine(settings, store, vault=vault)
+        await end_sessions_of_other_tokens(engine, token)
         if isinstance(store, PostgresStore):
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
         quart_app = create_app(engine, settings, token)
         swf_edge = SwfEdge(quart_app, engine, quart_app.config)
-        app = InFlight(Shed(Hot(swf_edge, engine, token), engine.admission, settings.peer_max_requests))
+        app = InFlight(
+            behind_proxies(
+                Shed(Hot(swf_edge, engine, token), engine.admission, settings.peer_max_requests),
+                settings.trusted_proxies,
+                settings.public_url,
+            )
+        )
         config = HypercornConfig()
         config.bind = [f"{settings.host}:{settings.port}"]
         config.accesslog, config.access_log_format = access_logger(), ACCESS_LOG_FORMAT

@@ -39,6 +39,7 @@ from ..storage.base import (
     json_dumps,
 )
 from ..storage.cluster import ClusterStore
+from ..storage.health import WriteHealth, refuses_writes
 from ..storage.swf import SwfUnit, units_of
 from ..swf import catalog as swf_catalog
 from ..swf import machine as swf_machine
@@ -144,6 +145,7 @@ class Engine:
         self._committing: set[trio.CancelScope] = set()
         self._stop_by: float | None = None  # Trio time by which shielded commits must end
         self.drained_commits = 0  # commits that finished after the shutdown began
+        self.write_health = WriteHealth()  # what the last commit found (`/readyz`)
         self.ready = False
         # Set by the HTTP layer to send a message to an actor owned by another node.
         self.remote_tell: Callable[[Kind[Any], str, Envelope], bool] | None = None
@@ -261,6 +263,11 @@ class Engine:
             self._committing.add(scope)
             try:
                 await write()
+                self.write_health.succeeded()
+            except BaseException as exc:
+                if refuses_writes(exc):
+                    self.write_health.failed(exc, self.clock.now())
+                raise
             finally:
                 self._committing.discard(scope)
                 if self._stop_by is not None and not scope.cancelled_caught:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import heapq
 import json
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ from werkzeug.datastructures import MultiDict
 from .. import credentials
 from ..cluster.placement import check_local
 from ..diagnosis import diagnose, human
-from ..errors import ApiError, Forbidden, InvalidRequest, NotFound, Unauthorized
+from ..errors import ApiError, Forbidden, InvalidRequest, NotFound, StorageError, Unauthorized
 from ..http import bulk as bulk_api
 from ..http.app import check_query, engine, operator_caller
 from ..http.diagnosis import observe
@@ -40,7 +41,18 @@ from ..workflow.jsonconv import is_name
 from ..workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Run
 from ..workflow.payload import MAX_DEPTH, DepthError, loads
 from . import graph, trends
-from .session import LOGIN_MS, SESSION_MS, csrf_ok, csrf_token, make_cookie, read_cookie, session_key
+from .session import (
+    LOGIN_MS,
+    TOUCH_MS,
+    csrf_ok,
+    csrf_token,
+    make_cookie,
+    new_session,
+    read_cookie,
+    session_key,
+    session_live,
+    split_session_cookie,
+)
 
 blueprint = Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
 
@@ -63,6 +75,7 @@ STATUS_ORDER: Final = (
 ROLE_RANK: Final = {"viewer": 0, "operator": 1, "admin": 2}
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+log = logging.getLogger("foliot.console")
 
 
 @attrs.frozen
@@ -71,6 +84,7 @@ class Session:
     role: str
     name: str | None
     cookie: str
+    session_id: str = ""
 
     @property
     def can_intervene(self) -> bool:
@@ -83,16 +97,28 @@ def _key() -> bytes:
 
 
 async def _session() -> Session | None:
+    """The request's live session (`foliot.console.session`), its activity recorded."""
     cookie = request.cookies.get(COOKIE)
-    subject = read_cookie(_key(), cookie, engine().clock.now())
-    if subject is None or cookie is None:
+    parts = split_session_cookie(cookie)
+    if parts is None or cookie is None:
         return None
+    eng = engine()
+    now = eng.clock.now()
+    found = await eng.store.get_console_session(parts[0])
+    if found is None or not session_live(found, parts[1], _key(), now, eng.settings.console_idle_ms):
+        return None
+    if now - found.last_seen >= TOUCH_MS:
+        try:
+            await eng.store.touch_console_session(found.session_id, now, now - TOUCH_MS)
+        except StorageError as exc:  # the page can still be read; idle time is not extended
+            log.warning("could not record console activity: %s", exc)
+    subject = found.subject
     if subject == "admin":
-        return Session("admin", "admin", "admin token", cookie)
-    record = await engine().store.get_operator_token(subject)
+        return Session("admin", "admin", "admin token", cookie, found.session_id)
+    record = await eng.store.get_operator_token(subject)
     if record is None or record.revoked_at is not None:
         return None
-    return Session(subject, record.role, record.name, cookie)
+    return Session(subject, record.role, record.name, cookie, found.session_id)
 
 
 def page(role: str = "viewer") -> Callable[[F], F]:
@@ -201,8 +227,11 @@ async def login() -> Response:
             subject = caller.key_id
     if subject is None:
         raise Unauthorized("that token is not an admin or operator token (or it was revoked)")
+    lifetime = engine().settings.console_session_ms
+    record, value = new_session(_key(), subject, now, lifetime)
+    await engine().store.add_console_session(record)
     response = see_other(_safe_next(form.get("next")), 303)
-    _set_cookie(response, COOKIE, make_cookie(_key(), subject, now + SESSION_MS), SESSION_MS)
+    _set_cookie(response, COOKIE, value, lifetime)
     response.delete_cookie(LOGIN_COOKIE, path="/console")
     _harden(response)
     return response
@@ -211,6 +240,10 @@ async def login() -> Response:
 @blueprint.post("/logout")
 @page()
 async def logout() -> Response:
+    """Ends the session in the database (every copy of the cookie, on every node), not only in
+    this browser."""
+    session: Session = g.console_session
+    await engine().store.end_console_session(session.session_id, engine().clock.now())
     response = see_other("/console/login", 303)
     response.delete_cookie(COOKIE, path="/console")
     return response

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, current_app, g, request
 
 from ..cluster.report import report, single_node
+from ..console.session import idle_ends, key_check, session_key
 from ..errors import InvalidRequest, NotFound, Unavailable
 from ..metrics import CONTENT_TYPE, SWF_CLOSE_STATUSES
 from ..storage.cluster import ClusterPostgres
@@ -35,6 +36,10 @@ async def readyz() -> Response:
         await eng.store.ping()
     except Exception as exc:
         raise Unavailable(f"storage is not reachable: {type(exc).__name__}") from None
+    health = eng.write_health
+    if not await health.recheck(eng.store, eng.clock.now()):
+        # No detail of the store's error here: /readyz is unauthenticated (the log has it).
+        raise Unavailable(f"storage refuses writes (since {ts(health.failing_since)}); commits fail")
     return json_response({"status": "ready"})
 
 
@@ -174,3 +179,50 @@ async def overdue() -> Response:
             ]
         }
     )
+
+
+@blueprint.get("/admin/sessions")
+async def sessions() -> Response:
+    """The console's live sessions, newest first (`foliot.console.session`)."""
+    await require_admin()
+    check_query({"limit"})
+    limit = query_int("limit", 100, 1, 1000)
+    eng = engine()
+    now, idle = eng.clock.now(), eng.settings.console_idle_ms
+    check = key_check(session_key(g.admin_token))
+    out = []
+    tokens: dict[str, Any] = {}
+    for found in await eng.store.live_console_sessions(now, now - idle, check, limit):
+        name: str | None = "admin token"
+        role = "admin"
+        if found.subject != "admin":
+            if found.subject not in tokens:
+                tokens[found.subject] = await eng.store.get_operator_token(found.subject)
+            token = tokens[found.subject]
+            if token is None or token.revoked_at is not None:
+                continue  # ended with its token
+            name, role = token.name, token.role
+        out.append(
+            {
+                "sessionId": found.session_id,
+                "subject": found.subject,
+                "name": name,
+                "role": role,
+                "createdAt": ts(found.created_at),
+                "lastSeenAt": ts(found.last_seen),
+                "idleExpiresAt": ts(idle_ends(found, idle)),
+                "expiresAt": ts(found.expires_at),
+            }
+        )
+    return json_response({"sessions": out})
+
+
+@blueprint.delete("/admin/sessions/<session_id>")
+async def end_session(session_id: str) -> Response:
+    """End one console session: its cookie is refused from the next request on, everywhere."""
+    await require_admin()
+    check_query(set())
+    eng = engine()
+    if len(session_id) > 64 or not await eng.store.end_console_session(session_id, eng.clock.now()):
+        raise NotFound(f"console session {session_id!r} not found (or already ended)")
+    return json_response({"sessionId": session_id, "ended": True})

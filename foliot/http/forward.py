@@ -105,6 +105,7 @@ class Forwarder:
         self.limit = connections + waiting
         self.in_flight = 0
         self.forwarded = 0
+        self.replays = hop.Replays()  # the hop headers this node accepted (each once)
         self.client = httpx.AsyncClient(
             transport=transport,
             limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
@@ -118,8 +119,9 @@ class Forwarder:
         await self.client.aclose()
 
     def hop_from(self, request: Incoming) -> str | None:
-        """The node that forwarded `request`, when it carries an authentic hop header."""
-        return hop.verify(
+        """The node that forwarded `request`, when it carries an authentic hop header this node
+        has not accepted before (a replayed one is refused: `hop.Replays`)."""
+        return self.replays.accept(
             self.key,
             request.header(hop.HEADER.lower().encode()),
             self.now_ms(),

@@ -193,7 +193,12 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("POST", "/apps/{app_name}/tasks/{token}/complete"): ("Answer a task", "Complete", 200, "app"),
     ("POST", "/apps/{app_name}/tasks/{token}/heartbeat"): ("Extend a task", "Empty", 200, "app"),
     ("GET", "/healthz"): ("Liveness", None, 200, "none"),
-    ("GET", "/readyz"): ("Readiness (storage reachable, leases held, recovery done)", None, 200, "none"),
+    ("GET", "/readyz"): (
+        "Readiness (storage reachable and taking writes, leases held, recovery done)",
+        None,
+        200,
+        "none",
+    ),
     ("GET", "/openapi.json"): ("This document", None, 200, "none"),
     ("GET", "/metrics"): ("Prometheus metrics", None, 200, "admin"),
     ("GET", "/admin/actors"): ("Live actors (runs and SWF executions)", None, 200, "admin"),
@@ -212,6 +217,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ),
     ("GET", "/admin/operator-tokens"): ("List live operator tokens", None, 200, "admin"),
     ("DELETE", "/admin/operator-tokens/{token_id}"): ("Revoke an operator token", None, 200, "admin"),
+    ("GET", "/admin/sessions"): ("Live console sessions, newest first", None, 200, "admin"),
+    ("DELETE", "/admin/sessions/{session_id}"): ("End a console session everywhere", None, 200, "admin"),
     ("GET", "/admin/queues"): ("Pull queues on this node: tasks waiting, pollers parked", None, 200, "admin"),
     ("PUT", "/admin/lambda/{region}/{name}"): (
         "Register (201) or re-point (200) the Lambda function SWF's ScheduleLambdaFunction invokes",

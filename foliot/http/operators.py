@@ -57,4 +57,5 @@ async def revoke_token(token_id: str) -> Response:
     await body(EmptyBody, empty_ok=True)
     if len(token_id) > 64 or not await engine().store.revoke_operator_token(token_id, engine().clock.now()):
         raise NotFound(f"operator token {token_id!r} not found (or already revoked)")
+    await engine().store.end_console_sessions(engine().clock.now(), subject=token_id)
     return json_response({"tokenId": token_id, "revoked": True})

@@ -16,7 +16,9 @@ import attrs
 from ..workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .fence import Fence
+from .health import ProbeStore
 from .keycheck import KeyCheckStore
+from .sessions import SessionStore
 from .swf import SwfExecutionStore, SwfRegistryStore
 
 
@@ -157,7 +159,7 @@ def _storable(text: str) -> bool:
     return True
 
 
-class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, Protocol):
+class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, ProbeStore, SessionStore, Protocol):
     """Durable state. Every method is one transaction; `commit` is the engine's hot path."""
 
     async def migrate(self) -> None: ...

@@ -73,8 +73,10 @@ from .batch import BatchRows, batch_rows
 from .cluster import NOW_MS, ClusterPostgres
 from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
 from .fence import Fence
+from .health import ProbePostgres
 from .keycheck import KeyCheckPostgres
 from .notify import NotifyPostgres
+from .sessions import SessionsPostgres
 from .swf_postgres import SwfPostgres
 
 T = TypeVar("T")
@@ -94,6 +96,7 @@ _CONNECTION_TROUBLE: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,  # SQLSTATE class 08
     asyncpg.exceptions.OperatorInterventionError,  # class 57: shutdown, cancel, cannot connect now
     asyncpg.exceptions.InsufficientResourcesError,  # class 53: too many connections, disk full
+    asyncpg.exceptions.ReadOnlySQLTransactionError,  # 25006: a standby, or default_transaction_read_only
     asyncpg.exceptions.TransactionRollbackError,  # class 40: deadlock, serialization: retry later
     asyncpg.InterfaceError,  # includes connection closed, in-transaction misuse after a cancel
     asyncpg.InternalClientError,
@@ -743,7 +746,9 @@ async def _held_fences(conn: asyncpg.Connection, fences: list[Fence]) -> set[Fen
     return {Fence(r["node_id"], r["partition"], r["epoch"]) for r in rows}
 
 
-class PostgresStore(SwfPostgres, ClusterPostgres, KeyCheckPostgres, NotifyPostgres):
+class PostgresStore(
+    SwfPostgres, ClusterPostgres, KeyCheckPostgres, NotifyPostgres, ProbePostgres, SessionsPostgres
+):
     """`Store` on PostgreSQL. Create with `open_postgres`."""
 
     def __init__(

@@ -55,7 +55,9 @@ from .base import (
 from .batch import batch_rows, chunks
 from .checkpoint import BACKSTOP_PAGES, JOURNAL_SIZE_LIMIT, Checkpointer
 from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
+from .health import ProbeSqlite
 from .keycheck import KeyCheckSqlite
+from .sessions import SessionsSqlite
 from .swf_sqlite import SwfSqlite
 
 T = TypeVar("T")
@@ -108,7 +110,7 @@ def _translate(exc: sqlite3.Error) -> StorageError:
     return StorageError(str(exc))
 
 
-class SqliteStore(SwfSqlite, KeyCheckSqlite):
+class SqliteStore(SwfSqlite, KeyCheckSqlite, ProbeSqlite, SessionsSqlite):
     """`Store` on one SQLite file (or `:memory:` for tests)."""
 
     def __init__(self, path: str, *, inline: bool = False) -> None:

@@ -32,18 +32,39 @@ def test_a_hop_header_verifies_for_its_request_only() -> None:
 
 def test_a_forged_or_malformed_hop_header_is_refused() -> None:
     good = hop.sign(KEY, "a", NOW, "POST", "/p", b"")
-    _, at, mac = good.split(";")
+    _, at, nonce, mac = good.split(";")
     for value in (
         None,
         "",
         "a;b",
-        f"b;{at};{mac}",
-        f"a;{int(at) + 1};{mac}",
-        f"a;x;{mac}",
+        f"b;{at};{nonce};{mac}",
+        f"a;{int(at) + 1};{nonce};{mac}",
+        f"a;{at};{nonce[:-1]}0;{mac}" if nonce[-1] != "0" else f"a;{at};{nonce[:-1]}1;{mac}",
+        f"a;{at};{mac}",
+        f"a;x;{nonce};{mac}",
         f"{good};x",
         "a" * 600,
     ):
         assert hop.verify(KEY, value, NOW, "POST", "/p", b"") is None, value
+
+
+def test_a_hop_header_is_accepted_once_within_a_short_window() -> None:
+    replays = hop.Replays()
+    value = hop.sign(KEY, "node-a", NOW, "POST", "/internal/claim", b"{}")
+    assert replays.accept(KEY, value, NOW + 10, "POST", "/internal/claim", b"{}") == "node-a"
+    assert replays.accept(KEY, value, NOW + 20, "POST", "/internal/claim", b"{}") is None  # replayed
+    assert replays.refused == 1
+    assert replays.accept(KEY, value, NOW, "POST", "/internal/tell", b"{}") is None  # path
+    assert replays.accept(KEY, value, NOW, "POST", "/internal/claim", b"[]") is None  # body
+    assert hop.WINDOW_MS <= 30_000
+    late = NOW + hop.WINDOW_MS + 1
+    fresh = hop.sign(KEY, "node-a", NOW, "POST", "/internal/claim", b"{}")
+    assert replays.accept(KEY, fresh, late, "POST", "/internal/claim", b"{}") is None  # stale
+    # Nonces are forgotten once their header is out of the window: memory stays bounded.
+    for i in range(100):
+        at = NOW + i * 1_000
+        assert replays.accept(KEY, hop.sign(KEY, "b", at, "GET", "/x", b""), at, "GET", "/x", b"") == "b"
+    assert len(replays) <= hop.WINDOW_MS // 1_000 + 1
 
 
 def test_announcements_stay_under_the_notify_limit_and_name_every_queue() -> None:

@@ -296,6 +296,27 @@ async def test_the_internal_claim_needs_a_nodes_hop_header(cluster: Cluster) -> 
     assert c.nodes["a"].engine.queues.depth(c.app, "work") == 1  # nothing claimed
 
 
+async def test_a_captured_node_to_node_request_is_refused_when_sent_again(cluster: Cluster) -> None:
+    c = cluster
+    await start(c, "a", "q")
+    await start(c, "a", "q")
+    raw = json.dumps({"kind": "tasks", "app": c.app, "queue": "work", "maxTasks": 1}).encode()
+    b = c.nodes["b"].engine.forwarder
+    captured = hop.sign(b.key, "b", c.nodes["a"].engine.clock.now(), "POST", "/internal/claim", raw)
+    headers = {hop.HEADER: captured, "content-type": "application/json"}
+    first = await c.nodes["a"].client.post("/internal/claim", content=raw, headers=headers)
+    assert first.status_code == 200, first.text
+    assert c.nodes["a"].engine.queues.depth(c.app, "work") == 1
+    again = await c.nodes["a"].client.post("/internal/claim", content=raw, headers=headers)
+    assert again.status_code == 401 and again.json()["error"]["code"] == "unauthorized"
+    other = json.dumps({"kind": "tasks", "app": c.app, "queue": "work", "maxTasks": 2}).encode()
+    changed = await c.nodes["a"].client.post("/internal/claim", content=other, headers=headers)
+    assert changed.status_code == 401
+    moved = await c.nodes["a"].client.post("/internal/intervene", content=raw, headers=headers)
+    assert moved.status_code == 401
+    assert c.nodes["a"].engine.queues.depth(c.app, "work") == 1  # nothing more claimed
+
+
 async def test_a_bulk_page_intervenes_on_each_run_where_it_lives(cluster: Cluster) -> None:
     c = cluster
     on_a = {await start(c, "a", "w") for _ in range(2)}

@@ -1,0 +1,14 @@
+-- Console sessions kept server-side (foliot/storage/sessions.py, issue 20): the cookie carries
+-- the session id and a 256-bit secret whose SHA-256 is stored here; signing out, an operator
+-- ending the session, idle or absolute expiry, or a new admin token (key_check) end it.
+CREATE TABLE console_sessions (
+    session_id  TEXT PRIMARY KEY,
+    secret_hash TEXT NOT NULL,
+    subject     TEXT NOT NULL,
+    key_check   TEXT NOT NULL,
+    created_at  INTEGER NOT NULL,
+    last_seen   INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    revoked_at  INTEGER
+);
+CREATE INDEX console_sessions_by_expiry ON console_sessions (expires_at);
