@@ -657,6 +657,7 @@ class TestNoServerErrors:
             "key_id": ["fk_nope"],
             "access_key_id": ["FKIANOPE000000000000"],
             "token_id": ["op_nope"],
+            "session_id": ["ses_nope"],
             "region": ["us-east-1"],
         }
         statuses: list[int] = []
