@@ -30,13 +30,13 @@ from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from foliot.actors.engine import Engine
-from foliot.config import Settings
-from foliot.credentials import Vault
+from foliot.core.config import Settings
+from foliot.core.credentials import Vault
+from foliot.core.views import run_view
+from foliot.core.workflow.definition import canonical_json
+from foliot.node import Engine
 from foliot.storage.base import ApiKeyRecord, AppRecord, SecretRecord
 from foliot.storage.sqlite import open_sqlite
-from foliot.views import run_view
-from foliot.workflow.definition import canonical_json
 
 WORKFLOW = {
     "name": "parked",

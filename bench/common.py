@@ -772,8 +772,8 @@ def _transitions(
     """`machine.start` transitions exactly as `Engine.start_run` builds them."""
     import secrets
 
-    from foliot.workflow import machine
-    from foliot.workflow.definition import parse_definition
+    from foliot.core.workflow import machine
+    from foliot.core.workflow.definition import parse_definition
 
     definition = parse_definition(document)
     for i in range(count):

@@ -24,7 +24,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from foliot.config import Settings
+from foliot.core.config import Settings
 from foliot.server import Running, serve
 from tests.helpers import HandlerServer, answer_json, start_handler
 

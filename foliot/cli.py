@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from . import logs
-from .config import Settings
+from .core import logs
+from .core.config import Settings
 
 ENGINE_COMMANDS = ("serve", "migrate")
 

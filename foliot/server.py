@@ -14,21 +14,21 @@ import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from . import gcwatch, nodeid
-from .actors.engine import Engine
 from .actors.messages import Envelope
-from .cluster import hop
-from .cluster.pull import Bus, Pull
+from .actors.pull import Bus, Pull
+from .cluster import hop, nodeid
 from .cluster.tell import RemoteTell
-from .config import Settings, describe_lifetime, redact_url
-from .credentials import Vault, file_secret
+from .core.config import Settings, describe_lifetime, redact_url
+from .core.credentials import Vault, file_secret
+from .core.logs import ACCESS_LOG_FORMAT, access_logger
 from .http import conn
 from .http.app import create_app
 from .http.edge import Shed
 from .http.forward import Forwarder
 from .http.hot import Hot
 from .http.swf import SwfEdge
-from .logs import ACCESS_LOG_FORMAT, access_logger
+from .node import Engine
+from .observe import gcwatch
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.cluster import node_session
 from .storage.factory import open_store, sqlite_path
@@ -92,7 +92,7 @@ async def serve(
 ) -> None:
     """Serve until cancelled, or until `stop` is set: then drain (`foliot.shutdown`) and return.
     `freeze`: once ready, keep start-up's objects out of the garbage collector's walks
-    (`foliot.gcwatch`; for a process serving one node only)."""
+    (`foliot.observe.gcwatch`; for a process serving one node only)."""
     log_data_locations(settings)
     gcwatch.watch()
     token = admin_token(settings)
@@ -134,7 +134,7 @@ async def join_edge(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Several nodes on one PostgreSQL: requests for actors owned elsewhere are forwarded
-    (`foliot.http.forward`), long polls reach the other nodes' queues (`foliot.cluster.pull`)."""
+    (`foliot.http.forward`), long polls reach the other nodes' queues (`foliot.actors.pull`)."""
     forwarder = Forwarder(node_id, vault.derive_key(hop.PURPOSE), engine.clock.now)
     engine.forwarder = forwarder
     engine.pull = Pull(node_id, address, engine.queues, bus, forwarder.claim)
@@ -173,7 +173,7 @@ async def _serve_store(
 
 def own_node_id(settings: Settings) -> contextlib.AbstractContextManager[str]:
     """This node's name: FOLIOT_NODE_ID, or on PostgreSQL the one kept in its data directory
-    (`foliot.nodeid`: a restarted node takes its leases back at once); on SQLite, single-node,
+    (`foliot.cluster.nodeid`: a restarted node takes its leases back at once); on SQLite, single-node,
     a name is only a label."""
     if settings.database_url.startswith("sqlite:"):
         return contextlib.nullcontext(settings.node_id or nodeid.fresh())

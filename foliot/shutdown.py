@@ -14,8 +14,8 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 from trio.lowlevel import ParkingLot
 
-from .actors.engine import Engine
 from .http.listen import serve as hypercorn_serve
+from .node import Engine
 
 log = logging.getLogger("foliot")
 

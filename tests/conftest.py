@@ -12,10 +12,10 @@ import httpx
 import pytest
 import trio
 
-from foliot.config import Settings
+from foliot.core.config import Settings
+from foliot.core.views import run_view
+from foliot.core.workflow.model import Run
 from foliot.server import Running, serve
-from foliot.views import run_view
-from foliot.workflow.model import Run
 
 from .helpers import HandlerServer, start_handler
 from .pg import Cluster

@@ -25,12 +25,11 @@ import trio
 from trio.lowlevel import ParkingLot
 
 from .. import signing
-from ..errors import StorageError
-from ..logs import log_push
-from ..metrics import Metrics
-from ..workflow.definition import HandlerPathError, push_url
-from ..workflow.duration import format_timestamp
-from ..workflow.machine import (
+from ..core.errors import StorageError
+from ..core.logs import log_push
+from ..core.workflow.definition import HandlerPathError, push_url
+from ..core.workflow.duration import format_timestamp
+from ..core.workflow.machine import (
     Accepted,
     Failed,
     Outcome,
@@ -39,8 +38,9 @@ from ..workflow.machine import (
     connection_failure,
     timeout_failure,
 )
-from ..workflow.model import Run, TaskRef
-from ..workflow.payload import compact_json
+from ..core.workflow.model import Run, TaskRef
+from ..core.workflow.payload import compact_json
+from ..observe.metrics import Metrics
 from .pushclient import PushClient, PushError, post
 
 log = logging.getLogger("foliot.dispatcher")

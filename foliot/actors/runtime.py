@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ..errors import Fenced, StaleWrite, StorageError, Unavailable
+from ..core.errors import Fenced, StaleWrite, StorageError, Unavailable
 from .messages import Envelope
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..node import Engine
 
 log = logging.getLogger("foliot.actor")
 

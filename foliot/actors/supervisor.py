@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from ..errors import Internal, Unavailable
+from ..core.errors import Internal, Unavailable
 from .messages import Envelope
 from .runtime import Actor, Kind
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..node import Engine
 
 log = logging.getLogger("foliot.supervisor")
 

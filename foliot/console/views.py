@@ -23,24 +23,33 @@ from markupsafe import Markup
 from quart import Blueprint, Response, g, render_template, request
 from werkzeug.datastructures import MultiDict
 
-from .. import credentials
-from ..cluster.placement import check_local
-from ..diagnosis import diagnose, human
-from ..errors import ApiError, Forbidden, InvalidRequest, NotFound, Unauthorized
+from ..actors.placement import check_local
+from ..core import credentials
+from ..core.errors import ApiError, Forbidden, InvalidRequest, NotFound, Unauthorized
+from ..core.views import event_view, run_view
+from ..core.workflow import machine
+from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.jsonconv import is_name
+from ..core.workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Run
+from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from ..http import bulk as bulk_api
 from ..http.app import check_query, engine, operator_caller
 from ..http.diagnosis import observe
 from ..http.runs import MAX_REASON, check_payload, rejected_error
+from ..observe import trends
+from ..observe.diagnosis import diagnose, human
 from ..storage.base import decode_cursor, encode_cursor
 from ..storage.console import ROLES, OperatorTokenRecord, RunQuery
-from ..views import event_view, run_view
-from ..workflow import machine
-from ..workflow.duration import format_timestamp as ts
-from ..workflow.jsonconv import is_name
-from ..workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Run
-from ..workflow.payload import MAX_DEPTH, DepthError, loads
-from . import graph, trends
-from .session import LOGIN_MS, SESSION_MS, csrf_ok, csrf_token, make_cookie, read_cookie, session_key
+from . import graph
+from .session import (
+    LOGIN_MS,
+    SESSION_MS,
+    csrf_ok,
+    csrf_token,
+    make_cookie,
+    read_cookie,
+    session_key,
+)
 
 blueprint = Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
 

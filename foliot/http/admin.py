@@ -7,12 +7,12 @@ from typing import Any
 from quart import Blueprint, Response, current_app, request
 
 from ..cluster.report import report, single_node
-from ..errors import InvalidRequest, NotFound, Unavailable
-from ..metrics import CONTENT_TYPE, SWF_CLOSE_STATUSES
+from ..core.errors import InvalidRequest, NotFound, Unavailable
+from ..core.workflow.duration import DurationError, parse_duration
+from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.model import STATUSES
+from ..observe.metrics import CONTENT_TYPE, SWF_CLOSE_STATUSES
 from ..storage.cluster import ClusterPostgres
-from ..workflow.duration import DurationError, parse_duration
-from ..workflow.duration import format_timestamp as ts
-from ..workflow.model import STATUSES
 from .app import check_query, engine, json_response, query_int, reads_query, require_admin
 from .openapi import document
 

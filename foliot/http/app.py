@@ -23,12 +23,11 @@ from quart.globals import request_ctx
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
-from .. import credentials
-from ..actors.engine import Engine
-from ..cluster.placement import Elsewhere
-from ..config import Settings
-from ..digits import INT64_MAX, ascii_int
-from ..errors import (
+from ..actors.placement import Elsewhere
+from ..core import credentials
+from ..core.config import Settings
+from ..core.digits import INT64_MAX, ascii_int
+from ..core.errors import (
     ApiError,
     Forbidden,
     Internal,
@@ -39,8 +38,9 @@ from ..errors import (
     Unauthorized,
     Unavailable,
 )
-from ..workflow.jsonconv import ValidationError, is_name, structure
-from ..workflow.payload import MAX_DEPTH, DepthError, loads
+from ..core.workflow.jsonconv import ValidationError, is_name, structure
+from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
+from ..node import Engine
 from .conn import FinishingHTTPConnection
 from .forward import quart_incoming, quart_response, relay
 
@@ -472,7 +472,19 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
         return error_response(Internal("internal error; see the server log"))
 
     from ..console import views as console
-    from . import admin, apps, bulk, diagnosis, internal, operators, runs, signals, swf, tasks, workflows
+    from . import (
+        admin,
+        apps,
+        bulk,
+        diagnosis,
+        internal,
+        operators,
+        runs,
+        signals,
+        swf,
+        tasks,
+        workflows,
+    )
 
     for module in (apps, workflows, runs, bulk, signals, tasks, admin, diagnosis, operators, console, swf):
         app.register_blueprint(module.blueprint)

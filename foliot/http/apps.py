@@ -5,10 +5,10 @@ from __future__ import annotations
 import attrs
 from quart import Blueprint, Response
 
-from .. import credentials
-from ..errors import InvalidRequest, NotFound
+from ..core import credentials
+from ..core.errors import InvalidRequest, NotFound
+from ..core.workflow.duration import format_timestamp as ts
 from ..storage.base import ApiKeyRecord, AppRecord, SecretRecord
-from ..workflow.duration import format_timestamp as ts
 from .app import EmptyBody, body, check_name, engine, json_response, require_admin, require_app
 from .urls import UrlError, check_http_url
 

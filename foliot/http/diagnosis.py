@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from quart import Blueprint, Response
 
-from ..actors.engine import Engine
-from ..diagnosis import Diagnosis, Observation, QueueSeen, StoredTimer, diagnose
-from ..workflow.model import Run
+from ..core.workflow.model import Run
+from ..node import Engine
+from ..observe.diagnosis import Diagnosis, Observation, QueueSeen, StoredTimer, diagnose
 from .app import check_query, engine, json_response, require_app
 from .runs import owned_run
 

@@ -28,9 +28,9 @@ import httpx
 from quart import Response, request
 from werkzeug.datastructures import Headers as QuartHeaders
 
+from ..actors.placement import Elsewhere, NotOwner, Remote
 from ..cluster import hop
-from ..cluster.placement import Elsewhere, NotOwner, Remote
-from ..errors import ApiError, Unavailable
+from ..core.errors import ApiError, Unavailable
 
 log = logging.getLogger("foliot.forward")
 

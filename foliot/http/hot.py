@@ -30,9 +30,9 @@ import trio
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 from werkzeug.exceptions import RequestTimeout
 
-from ..actors.engine import Engine
-from ..cluster.placement import Elsewhere
-from ..errors import ApiError, Internal, PayloadTooLarge, StorageUnavailable, Unavailable
+from ..actors.placement import Elsewhere
+from ..core.errors import ApiError, Internal, PayloadTooLarge, StorageUnavailable, Unavailable
+from ..node import Engine
 from .app import BODY_TIMEOUT_S, Call, UnsupportedMediaType, is_json_media_type
 from .forward import Incoming, relay
 from .runs import start_run_call

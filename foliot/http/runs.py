@@ -8,16 +8,16 @@ from typing import Any
 import attrs
 from quart import Blueprint, Response, request
 
-from ..digits import INT64_MAX
-from ..errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge
+from ..core.digits import INT64_MAX
+from ..core.errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge
+from ..core.views import event_view, run_view
+from ..core.workflow import machine
+from ..core.workflow.definition import canonical_json
+from ..core.workflow.duration import DurationError, parse_duration
+from ..core.workflow.jsonconv import is_name
+from ..core.workflow.model import STATUSES, Run
+from ..core.workflow.payload import PayloadError, payload_size
 from ..storage.base import RunFilter, decode_cursor, encode_cursor
-from ..views import event_view, run_view
-from ..workflow import machine
-from ..workflow.definition import canonical_json
-from ..workflow.duration import DurationError, parse_duration
-from ..workflow.jsonconv import is_name
-from ..workflow.model import STATUSES, Run
-from ..workflow.payload import PayloadError, payload_size
 from .app import (
     Call,
     body,

@@ -9,10 +9,10 @@ import attrs
 from quart import Blueprint, Response
 
 from ..actors.admission import Ticket
-from ..actors.signal_start import SignalStart, signal_with_start
-from ..errors import InvalidRequest, NotFound
-from ..workflow import machine
-from ..workflow.definition import canonical_json
+from ..core.errors import InvalidRequest, NotFound
+from ..core.workflow import machine
+from ..core.workflow.definition import canonical_json
+from ..kinds.run.signal_start import SignalStart, signal_with_start
 from .app import Call, check_name, decode_json, json_response, parse, quart_call, require_app_call
 from .runs import MAX_BUSINESS_KEY, MAX_IDEMPOTENCY_KEY, check_payload, rejected_error
 

@@ -1,11 +1,11 @@
 """The AWS SWF JSON 1.0 face: `POST /` with `X-Amz-Target: SimpleWorkflowService.<Action>`,
 and the admin routes for SWF access keys (`/admin/swf/credentials`).
 
-A request goes: SigV4 (`foliot.swf.sigv4`, the key's secret from `foliot.swf.keys`) → target →
-JSON body → validation against the service model (`foliot.swf.shapes`) → the action. Every
+A request goes: SigV4 (`foliot.core.swf.sigv4`, the key's secret from `foliot.kinds.swf.keys`) → target →
+JSON body → validation against the service model (`foliot.core.swf.shapes`) → the action. Every
 refusal is an AWS fault (`{"__type", "message"}`, `application/x-amz-json-1.0`), never a
 Foliot error body, so SDKs raise their own exception classes. Routes only translate; the
-registry's logic is in `foliot.swf.registry`.
+registry's logic is in `foliot.kinds.swf.registry`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from quart import Blueprint, Response, current_app, request
 from werkzeug.datastructures import Headers as QuartHeaders
 
-from ..actors.engine import Engine
-from ..cluster.placement import Elsewhere
-from ..errors import ApiError, InvalidRequest, NotFound, StorageUnavailable
-from ..errors import Conflict as ApiConflict
-from ..storage.swf import SwfLambdaFunction
-from ..swf import queries, registry, shapes, sigv4, writes
-from ..swf.errors import (
+from ..actors.placement import Elsewhere
+from ..core.errors import ApiError, InvalidRequest, NotFound, StorageUnavailable
+from ..core.errors import Conflict as ApiConflict
+from ..core.swf import shapes, sigv4
+from ..core.swf.errors import (
     InternalFailure,
     NotImplementedFault,
     SerializationException,
@@ -36,10 +34,13 @@ from ..swf.errors import (
     UnknownOperationException,
     UnrecognizedClientException,
 )
-from ..swf.keys import SwfKeys
-from ..swf.registry import Action, Ctx
-from ..workflow.duration import format_timestamp as ts
-from ..workflow.payload import DepthError, loads
+from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.payload import DepthError, loads
+from ..kinds.swf import queries, registry, writes
+from ..kinds.swf.keys import SwfKeys
+from ..kinds.swf.registry import Action, Ctx
+from ..node import Engine
+from ..storage.swf import SwfLambdaFunction
 from .app import (
     EmptyBody,
     body,

@@ -10,11 +10,11 @@ import trio
 from quart import Blueprint, Response
 
 from ..actors.dispatcher import task_body
-from ..actors.engine import Engine
-from ..cluster.pull import long_poll
-from ..errors import Conflict, InvalidRequest, NotFound
-from ..workflow import machine
-from ..workflow.model import TaskRow
+from ..actors.pull import long_poll
+from ..core.errors import Conflict, InvalidRequest, NotFound
+from ..core.workflow import machine
+from ..core.workflow.model import TaskRow
+from ..node import Engine
 from .app import (
     Call,
     EmptyBody,
@@ -95,7 +95,7 @@ async def claim_here(
 ) -> list[dict[str, Any]] | None:
     """Up to `count` tasks claimed from this node's queue by `wait_until` (Trio time), as the
     poll answers them; None when none came. Another node's poll calls this through
-    `/internal/claim` (`foliot.cluster.pull`)."""
+    `/internal/claim` (`foliot.actors.pull`)."""
     claimed = await eng.claim_queued(app_name, queue, count, wait_until, worker_id)
     return [task_body(run, task) for run, task in claimed] or None
 

@@ -6,11 +6,11 @@ import json
 
 from quart import Blueprint, Response, request
 
-from ..errors import InvalidRequest, NotFound
+from ..core.errors import InvalidRequest, NotFound
+from ..core.workflow.definition import canonical_json, parse_definition
+from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.jsonconv import ValidationError, is_name
 from ..storage.base import WorkflowRecord
-from ..workflow.definition import canonical_json, parse_definition
-from ..workflow.duration import format_timestamp as ts
-from ..workflow.jsonconv import ValidationError, is_name
 from .app import (
     check_name,
     check_query,

@@ -13,15 +13,15 @@ import pytest
 import trio
 from cryptography.fernet import Fernet
 
-from foliot.actors.engine import Engine
-from foliot.clock import Clock
-from foliot.config import Settings
-from foliot.credentials import Vault
+from foliot.actors.clock import Clock
+from foliot.core.config import Settings
+from foliot.core.credentials import Vault
+from foliot.core.views import run_view
+from foliot.core.workflow.definition import canonical_json
+from foliot.core.workflow.model import Run
+from foliot.node import Engine
 from foliot.storage.base import ApiKeyRecord, AppRecord, SecretRecord
 from foliot.storage.sqlite import open_sqlite
-from foliot.views import run_view
-from foliot.workflow.definition import canonical_json
-from foliot.workflow.model import Run
 
 T0 = 1_800_000_000_000
 DAY = 86_400.0

@@ -12,9 +12,9 @@ import trio
 from trio.testing import MockClock
 
 from foliot.actors.messages import Envelope, ReplySlot
-from foliot.errors import Overloaded
-from foliot.workflow import machine
-from foliot.workflow.duration import parse_timestamp
+from foliot.core.errors import Overloaded
+from foliot.core.workflow import machine
+from foliot.core.workflow.duration import parse_timestamp
 
 from .conftest import Env, advance, ok
 

@@ -13,11 +13,11 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from foliot.actors.clock import Clock
 from foliot.actors.dispatcher import Dispatcher, Target
-from foliot.clock import Clock
-from foliot.workflow.duration import parse_timestamp
-from foliot.workflow.machine import Accepted, Completed, Failed, TaskAnswer
-from foliot.workflow.model import Run, TaskRef
+from foliot.core.workflow.duration import parse_timestamp
+from foliot.core.workflow.machine import Accepted, Completed, Failed, TaskAnswer
+from foliot.core.workflow.model import Run, TaskRef
 
 from .conftest import advance
 

@@ -10,8 +10,8 @@ import pytest
 from trio.testing import MockClock
 
 from foliot.actors.admission import DOOR_ADMITTED, Admission
-from foliot.config import Settings
-from foliot.errors import Overloaded
+from foliot.core.config import Settings
+from foliot.core.errors import Overloaded
 
 
 class Dispatcher:

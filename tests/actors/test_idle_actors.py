@@ -12,8 +12,8 @@ from trio.testing import MockClock
 
 from foliot.actors import supervisor as supervisor_module
 from foliot.actors.messages import Envelope, ReplySlot
-from foliot.errors import ApiError
-from foliot.workflow import machine
+from foliot.core.errors import ApiError
+from foliot.core.workflow import machine
 
 from .conftest import Env, advance
 

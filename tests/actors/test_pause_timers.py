@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 from trio.testing import MockClock
 
-from foliot.workflow import machine
+from foliot.core.workflow import machine
 
 from .conftest import DAY, Env, advance
 

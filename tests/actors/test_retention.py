@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from trio.testing import MockClock
 
+from foliot.core.swf import messages as m
+from foliot.core.views import run_view
 from foliot.storage.swf import REGISTERED, SwfDomain
-from foliot.swf import messages as m
-from foliot.views import run_view
 
 from ..swf.store_kit import start as start_swf
 from .conftest import DAY, Env, advance

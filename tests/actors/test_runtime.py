@@ -18,7 +18,7 @@ from trio.testing import MockClock
 
 from foliot.actors.messages import Envelope, ReplySlot
 from foliot.actors.runtime import Actor
-from foliot.errors import Internal, StaleWrite, StorageUnavailable, Unavailable
+from foliot.core.errors import Internal, StaleWrite, StorageUnavailable, Unavailable
 
 from .conftest import Env, advance
 

@@ -9,7 +9,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from foliot.workflow import machine
+from foliot.core.workflow import machine
 
 from .conftest import Env, advance
 

@@ -7,8 +7,8 @@ import json
 import pytest
 from trio.testing import MockClock
 
+from foliot.core.workflow import machine
 from foliot.storage.sqlite import SqliteStore
-from foliot.workflow import machine
 
 from .conftest import Env, advance
 

@@ -9,8 +9,8 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from foliot.errors import ApiError, StaleWrite, StorageUnavailable
-from foliot.workflow import machine
+from foliot.core.errors import ApiError, StaleWrite, StorageUnavailable
+from foliot.core.workflow import machine
 
 from .conftest import Env, advance
 

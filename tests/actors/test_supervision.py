@@ -10,9 +10,9 @@ import trio
 from trio.testing import MockClock
 
 from foliot.actors.messages import Envelope, ReplySlot
-from foliot.errors import ApiError
-from foliot.workflow import machine
-from foliot.workflow.model import Run, TaskRef
+from foliot.core.errors import ApiError
+from foliot.core.workflow import machine
+from foliot.core.workflow.model import Run, TaskRef
 
 from .conftest import Env, advance, ok
 
@@ -183,7 +183,7 @@ async def test_a_claimed_task_not_completed_by_its_deadline_is_retried(
 async def test_rehydrating_while_storage_is_down_answers_503_and_recovers(
     env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from foliot.errors import StorageUnavailable
+    from foliot.core.errors import StorageUnavailable
 
     await env.register({"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]})
     run_id = await env.start("w")

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from trio.testing import MockClock
 
+from foliot.core.swf import messages as m
+from foliot.core.swf.faults import Fault
+from foliot.core.swf.model import TypeRef
+from foliot.kinds.swf.actor import SwfState, actor_id, queue_of, task_token
 from foliot.storage.swf import ACTIVITY, REGISTERED, WORKFLOW, SwfDomain, SwfType
-from foliot.swf import messages as m
-from foliot.swf.actor import SwfState, actor_id, queue_of, task_token
-from foliot.swf.faults import Fault
-from foliot.swf.model import TypeRef
 
 from .conftest import Env, advance
 
@@ -234,8 +234,8 @@ async def test_a_long_poll_with_no_task_answers_the_empty_task_after_60_s(
 ) -> None:
     import trio
 
-    from foliot.swf import writes
-    from foliot.swf.registry import Ctx
+    from foliot.kinds.swf import writes
+    from foliot.kinds.swf.registry import Ctx
 
     ctx = Ctx(swf.engine.store, swf.engine.clock.now(), REGION, swf.engine)
     body = {"domain": "d", "taskList": {"name": "deciders"}, "identity": "decider-1"}

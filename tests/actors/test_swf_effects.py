@@ -13,11 +13,11 @@ import trio
 import trio.testing
 from trio.testing import MockClock
 
-from foliot.errors import Unavailable
+from foliot.core.errors import Unavailable
+from foliot.core.swf import machine
+from foliot.core.swf import messages as m
+from foliot.kinds.swf.actor import actor_id, queue_of, task_token
 from foliot.storage.swf import SwfLambdaFunction, SwfStored
-from foliot.swf import machine
-from foliot.swf import messages as m
-from foliot.swf.actor import actor_id, queue_of, task_token
 
 from ..swf.store_kit import Live
 from .conftest import Env, advance, ok

@@ -13,8 +13,8 @@ import trio
 import trio.lowlevel
 from trio.testing import MockClock
 
+from foliot.actors.clock import Clock
 from foliot.actors.timer_wheel import TimerWheel
-from foliot.clock import Clock
 from foliot.signing import verify_signature
 from foliot.storage.base import TimerRecord
 
@@ -47,7 +47,7 @@ async def test_signature_verifies_over_the_raw_body(env: Env, autojump_clock: Mo
     await env.start("one", {"html": "<b>&amp;</b>", "ls": "\u2028"})
     await env.until_pushes(1)
     # The transport saw the body as sent; rebuild the exact bytes from the engine's own encoder.
-    from foliot.workflow.payload import compact_json
+    from foliot.core.workflow.payload import compact_json
 
     raw = compact_json(env.pushes[0].body)
     header = env.pushes[0].headers["foliot-signature"]
@@ -196,7 +196,7 @@ async def test_timers_beyond_the_window_are_paged_in(env: Env, autojump_clock: M
 async def test_a_push_waits_for_storage_instead_of_burning_an_attempt(
     env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from foliot.errors import StorageUnavailable
+    from foliot.core.errors import StorageUnavailable
 
     await env.register({"name": "one", "steps": [{"name": "t", "type": "task", "timeout": "1m"}]})
     env.engine.forget_app("app")
@@ -251,7 +251,7 @@ def _sleeps(events: list[Any]) -> list[int]:
 
 def _fail_commits(env: Env, monkeypatch: pytest.MonkeyPatch, start: float, end: float) -> None:
     """Every commit between trio times `start` and `end` fails as if the database were down."""
-    from foliot.errors import StorageUnavailable
+    from foliot.core.errors import StorageUnavailable
 
     real = env.engine.store.commit
 
@@ -267,7 +267,7 @@ def _fail_commits(env: Env, monkeypatch: pytest.MonkeyPatch, start: float, end: 
 async def test_a_looping_sleep_is_never_cut_short_by_a_stale_firing(
     env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from foliot.workflow import machine
+    from foliot.core.workflow import machine
 
     await env.register(LOOP)
     t0 = trio.current_time()
@@ -284,7 +284,7 @@ async def test_a_looping_sleep_is_never_cut_short_by_a_stale_firing(
 async def test_a_heartbeat_whose_commit_straddles_the_deadline_extends_it(
     env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from foliot.workflow import machine
+    from foliot.core.workflow import machine
 
     env.answer("t", ok(None, 202))
     await env.register(
@@ -501,7 +501,7 @@ async def test_a_firing_never_settled_is_handed_out_again_after_its_lease(
 async def test_an_arming_committed_while_a_page_is_read_wins_over_the_row(
     autojump_clock: MockClock,
 ) -> None:
-    from foliot.workflow.model import Run, Timer
+    from foliot.core.workflow.model import Run, Timer
 
     rows = _Rows()
     rows.arm("run_a", T0 + 5_000, key="old#1")
@@ -528,9 +528,9 @@ async def test_5000_sleeps_due_in_the_same_ms_each_finish_once(env: Env, autojum
     """5,000 parked runs (written straight to the store, then a restart: nothing is live) whose
     sleeps end in the same millisecond: each sleep finishes once, in storage order, and never
     more than FOLIOT_TIMER_MAX_INFLIGHT firings (hence rehydrations) are out at a time."""
+    from foliot.core.workflow import machine
+    from foliot.core.workflow.duration import format_timestamp
     from foliot.storage.base import UnitOfWork
-    from foliot.workflow import machine
-    from foliot.workflow.duration import format_timestamp
 
     due = env.engine.clock.now() + 3_600_000
     definition = {

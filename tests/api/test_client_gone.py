@@ -11,9 +11,9 @@ import httpx
 import pytest
 import trio
 
-from foliot.errors import StorageUnavailable
+from foliot.core.errors import StorageUnavailable
+from foliot.core.workflow import machine
 from foliot.storage.base import UnitOfWork
-from foliot.workflow import machine
 
 from ..conftest import Api
 

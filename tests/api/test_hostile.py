@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from foliot.workflow.payload import MAX_DEPTH
+from foliot.core.workflow.payload import MAX_DEPTH
 
 from ..conftest import Api
 from .test_bad_input import SMALL, snapshot

@@ -17,22 +17,22 @@ import trio
 import trio.testing
 from cryptography.fernet import Fernet
 
-from foliot.actors import engine as engine_module
-from foliot.actors.engine import Engine
-from foliot.actors.ownership import Local, Remote, Unowned
-from foliot.clock import Clock
-from foliot.cluster.leases import PARTITIONS, Lease, partition_of
-from foliot.cluster.placement import Elsewhere
-from foliot.config import Settings
-from foliot.credentials import Vault
-from foliot.errors import Fenced, Unavailable
+from foliot import node as engine_module
+from foliot.actors.clock import Clock
+from foliot.actors.placement import Elsewhere
+from foliot.cluster.ownership import Local, Remote, Unowned
+from foliot.core.config import Settings
+from foliot.core.credentials import Vault
+from foliot.core.errors import Fenced, Unavailable
+from foliot.core.leases import PARTITIONS, Lease, partition_of
+from foliot.core.views import run_view
+from foliot.core.workflow.definition import canonical_json
+from foliot.core.workflow.machine import SignalIn
+from foliot.node import Engine
 from foliot.storage.base import ApiKeyRecord, AppRecord, RunFilter, SecretRecord, UnitOfWork
 from foliot.storage.fence import Fence
 from foliot.storage.sqlite import SqliteStore, open_sqlite
 from foliot.storage.swf import SwfUnit
-from foliot.views import run_view
-from foliot.workflow.definition import canonical_json
-from foliot.workflow.machine import SignalIn
 
 from .fake import FakeCluster, FakeClusterStore, advance
 

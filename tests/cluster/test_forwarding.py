@@ -21,11 +21,11 @@ import trio
 from cryptography.fernet import Fernet
 
 from foliot.actors.messages import Envelope
+from foliot.actors.placement import LOCAL, Placement, Remote, Unowned, Where
 from foliot.cluster import hop, tell
-from foliot.cluster.placement import LOCAL, Placement, Remote, Unowned, Where
+from foliot.core.swf import messages as m
 from foliot.server import Running, serve
 from foliot.storage.swf import swf_actor_id
-from foliot.swf import messages as m
 
 from ..conftest import ADMIN, make_settings
 from ..helpers import HandlerServer, quart_only, start_handler

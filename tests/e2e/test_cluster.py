@@ -31,8 +31,8 @@ import pytest
 import trio
 from cryptography.fernet import Fernet
 
-from foliot.actors.engine import Engine
-from foliot.cluster.leases import PARTITIONS, partition_of
+from foliot.core.leases import PARTITIONS, partition_of
+from foliot.node import Engine
 
 from ..cluster.history import AUDIT_SQL, LeaseChange, LeaseHistory, Write, fencing_problems, history_problems
 from ..helpers import HandlerServer, answer_json, start_handler

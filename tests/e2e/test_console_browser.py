@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from foliot.views import run_view
+from foliot.core.views import run_view
 
 from ..conftest import ADMIN, Api
 

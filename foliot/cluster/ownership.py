@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from ..cluster.leases import PARTITIONS, View, partition_of
-from ..errors import Fenced, StorageError, Unavailable
+from ..core.errors import Fenced, StorageError, Unavailable
+from ..core.leases import PARTITIONS, View, partition_of
 from ..storage.fence import Fence
 
 if TYPE_CHECKING:
-    from ..cluster.keeper import LeaseKeeper
-    from .engine import Engine
+    from ..node import Engine
+    from .keeper import LeaseKeeper
 
 log = logging.getLogger("foliot.ownership")
 

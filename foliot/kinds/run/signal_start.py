@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from ..cluster.placement import check_local
-from ..errors import ApiError, Conflict, NotFound, Unavailable, UniqueViolation
-from ..storage.base import IdempotencyRecord, UnitOfWork, json_dumps
-from ..workflow import machine
-from ..workflow.model import Run
-from .messages import Envelope, ReplySlot
+from ...actors.messages import Envelope, ReplySlot
+from ...actors.placement import check_local
+from ...core.errors import ApiError, Conflict, NotFound, Unavailable, UniqueViolation
+from ...core.workflow import machine
+from ...core.workflow.model import Run
+from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
 
 if TYPE_CHECKING:
-    from .admission import Ticket
-    from .engine import Engine
+    from ...actors.admission import Ticket
+    from ...node import Engine
 
 # A start that loses the business-key race delivers to the winner; the winner may close before
 # the delivery lands (then a new run is started). More rounds than this is a pathological churn.

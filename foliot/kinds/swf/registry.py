@@ -20,19 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from ..storage.base import decode_cursor, encode_cursor
-from ..storage.swf import (
-    ACTIVITY,
-    DEPRECATED,
-    REGISTERED,
-    WORKFLOW,
-    Insert,
-    SwfDomain,
-    SwfStore,
-    SwfType,
-)
-from . import messages as m
-from .errors import (
+from ...core.swf import messages as m
+from ...core.swf.errors import (
     DomainAlreadyExistsFault,
     DomainDeprecatedFault,
     LimitExceededFault,
@@ -44,11 +33,22 @@ from .errors import (
     UnknownResourceFault,
     ValidationException,
 )
-from .faults import Fault
-from .shapes import name_problem, refuse
+from ...core.swf.faults import Fault
+from ...core.swf.shapes import name_problem, refuse
+from ...storage.base import decode_cursor, encode_cursor
+from ...storage.swf import (
+    ACTIVITY,
+    DEPRECATED,
+    REGISTERED,
+    WORKFLOW,
+    Insert,
+    SwfDomain,
+    SwfStore,
+    SwfType,
+)
 
 if TYPE_CHECKING:
-    from ..cluster.pull import Pull
+    from ...actors.pull import Pull
 
 ACCOUNT_ID = "000000000000"
 MAX_DOMAINS = 100  # per region, registered and deprecated together (AWS's quota)
@@ -108,7 +108,7 @@ class SwfRuntime(Protocol):
 
     @property
     def pull(self) -> Pull | None:
-        """Several nodes: the pull queues across them (`foliot.cluster.pull`), else None."""
+        """Several nodes: the pull queues across them (`foliot.actors.pull`), else None."""
         ...
 
 

@@ -1,7 +1,7 @@
 """Where an actor lives: on this node, on another one, or nowhere right now (a lease in transit).
 
 `Placement.where(actor_id)` is answered from memory (the lease keeper's last view of the
-cluster, `foliot.actors.ownership`), never from the database, so the request path pays nothing
+cluster, `foliot.cluster.ownership`), never from the database, so the request path pays nothing
 for it. A single node (SQLite) owns everything.
 
 `Engine.ask`/`Engine.swf_ask` consult it before an actor's mailbox is used: a `Remote` actor
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..actors.ownership import LOCAL, Local, Remote, Unowned, Where
-from ..errors import Unavailable
+from ..cluster.ownership import LOCAL, Local, Remote, Unowned, Where
+from ..core.errors import Unavailable
 
 __all__ = [
     "LOCAL",

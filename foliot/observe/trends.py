@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from ..workflow.model import OPEN_STATUSES
+from ..core.workflow.model import OPEN_STATUSES
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from ..actors.engine import Engine
+    from ..node import Engine
 
 log = logging.getLogger(__name__)
 

@@ -20,16 +20,46 @@ import httpx
 import outcome
 import trio
 
-from ..clock import Clock
-from ..cluster.keeper import DEFAULT_TTL_MS, LeaseKeeper
-from ..cluster.leases import partition_of
-from ..cluster.placement import Placement, check_local
-from ..config import Settings
-from ..console.trends import Sampler, Trends
-from ..credentials import Vault
-from ..errors import Conflict, Fenced, NotFound, StorageUnavailable, Unavailable, UniqueViolation
-from ..metrics import Metrics
-from ..storage.base import (
+from .actors.admission import Admission
+from .actors.cache import TtlCache
+from .actors.clock import Clock
+from .actors.dispatcher import Dispatcher, Target
+from .actors.messages import ActorMessage, Envelope, Redeliver, ReplySlot
+from .actors.placement import Placement, check_local
+from .actors.pushclient import PushClient
+from .actors.queues import Queues, Reservation
+from .actors.retention import Pruner
+from .actors.runtime import Kind
+from .actors.supervisor import Supervisor
+from .actors.timer_wheel import TimerWheel
+from .cluster.keeper import DEFAULT_TTL_MS, LeaseKeeper
+from .cluster.ownership import Ownership
+from .core.config import Settings
+from .core.credentials import Vault
+from .core.errors import (
+    Conflict,
+    Fenced,
+    NotFound,
+    StorageUnavailable,
+    Unavailable,
+    UniqueViolation,
+)
+from .core.leases import partition_of
+from .core.swf import machine as swf_machine
+from .core.swf import messages as swf_messages
+from .core.swf.faults import Fault
+from .core.workflow import machine
+from .core.workflow.definition import Definition, parse_definition
+from .core.workflow.machine import Context, Reply
+from .core.workflow.model import Run, TaskRef
+from .kinds.run.actor import RunKind
+from .kinds.swf import catalog as swf_catalog
+from .kinds.swf.actor import SwfKind, SwfState
+from .kinds.swf.actor import actor_id as swf_actor_id
+from .kinds.swf.actor import queue_of as swf_queue_of
+from .observe.metrics import Metrics
+from .observe.trends import Sampler, Trends
+from .storage.base import (
     ApiKeyRecord,
     AppRecord,
     IdempotencyRecord,
@@ -38,35 +68,12 @@ from ..storage.base import (
     WorkflowRecord,
     json_dumps,
 )
-from ..storage.cluster import ClusterStore
-from ..storage.swf import SwfUnit, units_of
-from ..swf import catalog as swf_catalog
-from ..swf import machine as swf_machine
-from ..swf import messages as swf_messages
-from ..swf.actor import SwfKind, SwfState
-from ..swf.actor import actor_id as swf_actor_id
-from ..swf.actor import queue_of as swf_queue_of
-from ..swf.faults import Fault
-from ..workflow import machine
-from ..workflow.definition import Definition, parse_definition
-from ..workflow.machine import Context, Reply
-from ..workflow.model import Run, TaskRef
-from .admission import Admission
-from .cache import TtlCache
-from .dispatcher import Dispatcher, Target
-from .messages import ActorMessage, Envelope, Redeliver, ReplySlot
-from .ownership import Ownership
-from .pushclient import PushClient
-from .queues import Queues, Reservation
-from .retention import Pruner
-from .run_actor import RunKind
-from .runtime import Kind
-from .supervisor import Supervisor
-from .timer_wheel import TimerWheel
+from .storage.cluster import ClusterStore
+from .storage.swf import SwfUnit, units_of
 
 if TYPE_CHECKING:
-    from ..cluster.pull import Pull
-    from ..http.forward import Forwarder
+    from .actors.pull import Pull
+    from .http.forward import Forwarder
 
 log = logging.getLogger("foliot.engine")
 

@@ -20,13 +20,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
+from ..core.workflow.machine import Accepted, Completed, Failed, Outcome
+from ..core.workflow.model import STATUSES
+from ..storage.base import Store, UnitOfWork
 from . import gcwatch
-from .storage.base import Store, UnitOfWork
-from .workflow.machine import Accepted, Completed, Failed, Outcome
-from .workflow.model import STATUSES
 
 if TYPE_CHECKING:
-    from .actors.engine import Engine
+    from ..node import Engine
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

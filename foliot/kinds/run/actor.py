@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import Fenced, StaleWrite, UniqueViolation
-from ..logs import log_transition
-from ..storage.base import SIGNAL_ID_UNIQUE, UnitOfWork
-from ..workflow import machine
-from ..workflow.definition import Definition
-from ..workflow.machine import Ok, Rejected, Reply, Rewind, SignalIn, TimerFired, Transition
-from ..workflow.model import Run, Timer
-from .messages import Envelope, Redeliver
-from .runtime import Actor
+from ...actors.messages import Envelope, Redeliver
+from ...actors.runtime import Actor
+from ...core.errors import Fenced, StaleWrite, UniqueViolation
+from ...core.logs import log_transition
+from ...core.workflow import machine
+from ...core.workflow.definition import Definition
+from ...core.workflow.machine import Ok, Rejected, Reply, Rewind, SignalIn, TimerFired, Transition
+from ...core.workflow.model import Run, Timer
+from ...storage.base import SIGNAL_ID_UNIQUE, UnitOfWork
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ...node import Engine
 
 PARKED = frozenset({"waiting", "sleeping", "stuck", "paused"})
 # Refusals of a signal that a retry of one the run already took would also get.

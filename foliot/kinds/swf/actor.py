@@ -19,25 +19,32 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from ..actors.dispatcher import Call
-from ..actors.messages import Envelope, ReplySlot
-from ..actors.pushclient import PushError, post
-from ..actors.runtime import Actor
-from ..errors import ApiError, Fenced, StaleWrite, StorageError, Unavailable, UniqueViolation
-from ..storage.swf import SWF_ACTOR_PREFIX, SwfExecutionStore, SwfParked, SwfStored, SwfUnit, swf_actor_id
-from ..workflow.duration import format_timestamp
-from . import lambdas, machine
-from . import messages as m
-from .events import HistoryEvent
-from .faults import Fault, unknown
-from .history import pending_offers
-from .model import Execution
-from .recovery import owed_effects, owes
-from .start import start_failure_cause
-from .timeouts import LAMBDA_DEFAULT_START_TO_CLOSE, deadlines, parse_seconds
+from ...actors.dispatcher import Call
+from ...actors.messages import Envelope, ReplySlot
+from ...actors.pushclient import PushError, post
+from ...actors.runtime import Actor
+from ...core.errors import ApiError, Fenced, StaleWrite, StorageError, Unavailable, UniqueViolation
+from ...core.swf import lambdas, machine
+from ...core.swf import messages as m
+from ...core.swf.events import HistoryEvent
+from ...core.swf.faults import Fault, unknown
+from ...core.swf.history import pending_offers
+from ...core.swf.model import Execution
+from ...core.swf.recovery import owed_effects, owes
+from ...core.swf.start import start_failure_cause
+from ...core.swf.timeouts import LAMBDA_DEFAULT_START_TO_CLOSE, deadlines, parse_seconds
+from ...core.workflow.duration import format_timestamp
+from ...storage.swf import (
+    SWF_ACTOR_PREFIX,
+    SwfExecutionStore,
+    SwfParked,
+    SwfStored,
+    SwfUnit,
+    swf_actor_id,
+)
 
 if TYPE_CHECKING:
-    from ..actors.engine import Engine
+    from ...node import Engine
 
 log = logging.getLogger("foliot.swf")
 

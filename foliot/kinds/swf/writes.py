@@ -14,15 +14,15 @@ from typing import Any, Final, NoReturn
 
 import trio
 
-from ..cluster.pull import long_poll
-from ..errors import UniqueViolation
-from ..storage.swf import SWF_OPEN_WORKFLOW_UNIQUE
-from . import errors, history, tokens
-from . import messages as m
+from ...actors.pull import long_poll
+from ...core.errors import UniqueViolation
+from ...core.swf import errors, history, tokens
+from ...core.swf import messages as m
+from ...core.swf.errors import SwfFault, UnknownResourceFault, WorkflowExecutionAlreadyStartedFault
+from ...core.swf.faults import Fault
+from ...core.swf.model import Execution, TypeRef
+from ...storage.swf import SWF_OPEN_WORKFLOW_UNIQUE
 from .actor import queue_of
-from .errors import SwfFault, UnknownResourceFault, WorkflowExecutionAlreadyStartedFault
-from .faults import Fault
-from .model import Execution, TypeRef
 from .registry import Action, Ctx, SwfRuntime, domain_exists, domain_of
 
 
@@ -177,7 +177,7 @@ async def _decision_page(
 async def poll_here(ctx: Ctx, body: dict[str, Any], kind: str, wait_until: float) -> dict[str, Any] | None:
     """A task of `kind` (decision | activity) from this node's queue of the body's task list,
     started and rendered as the poll's answer; None when none came by `wait_until` (Trio time).
-    Another node's poll calls this through `/internal/claim` (`foliot.cluster.pull`)."""
+    Another node's poll calls this through `/internal/claim` (`foliot.actors.pull`)."""
     got = await _runtime(ctx).swf_poll(
         ctx.region, body["domain"], kind, body["taskList"]["name"], body.get("identity"), wait_until
     )
