@@ -18,6 +18,7 @@ from .actors.messages import Envelope
 from .actors.pull import Bus, Pull
 from .cluster import hop, nodeid
 from .cluster.tell import RemoteTell
+from .console import views as console
 from .core.config import Settings, describe_lifetime, redact_url
 from .core.credentials import Vault, file_secret
 from .core.logs import ACCESS_LOG_FORMAT, access_logger
@@ -27,7 +28,7 @@ from .http.edge import Shed
 from .http.forward import Forwarder
 from .http.hot import Hot
 from .http.swf import SwfEdge
-from .node import Engine
+from .node import Node
 from .observe import gcwatch
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.cluster import node_session
@@ -61,7 +62,7 @@ class Running:
     """What a started server hands back: where it listens, and its engine (for tests and tools)."""
 
     binds: list[str]
-    engine: Engine
+    engine: Node
 
     @property
     def url(self) -> str:
@@ -125,7 +126,7 @@ async def check_secret_key(store: KeyCheckStore, vault: Vault) -> None:
 
 
 async def join_edge(
-    engine: Engine,
+    engine: Node,
     bus: Bus,
     vault: Vault,
     node_id: str,
@@ -192,10 +193,10 @@ async def _serve_node(
     session = node_session(node_id, settings.lease_ttl_ms)
     async with open_store(settings.database_url, pg_session=session) as store:
         await check_secret_key(store, vault)
-        engine = Engine(settings, store, vault=vault)
+        engine = Node(settings, store, vault=vault)
         if isinstance(store, PostgresStore):
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
-        quart_app = create_app(engine, settings, token)
+        quart_app = create_app(engine, settings, token, faces=[console.blueprint])
         conn.install()  # HTTP-level refusals in the API's error shape (foliot/http/conn.py)
         swf_edge = SwfEdge(quart_app, engine, quart_app.config)
         app = InFlight(Shed(Hot(swf_edge, engine, token), engine.admission))

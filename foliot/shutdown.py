@@ -15,7 +15,7 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from trio.lowlevel import ParkingLot
 
 from .http.listen import serve as hypercorn_serve
-from .node import Engine
+from .node import Node
 
 log = logging.getLogger("foliot")
 
@@ -71,7 +71,7 @@ class InFlight:
 async def serve_http(
     app: InFlight,
     config: HypercornConfig,
-    engine: Engine,
+    engine: Node,
     stop: trio.Event,
     *,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
@@ -113,7 +113,7 @@ async def serve_http(
 async def _hypercorn(
     app: InFlight,
     config: HypercornConfig,
-    engine: Engine,
+    engine: Node,
     trigger: Callable[[], Awaitable[None]],
     task_status: trio.TaskStatus[list[str]],
 ) -> None:

@@ -64,7 +64,7 @@ class Api:
 
     async def until(self, run_id: str, *statuses: str) -> dict[str, Any]:
         """Wait (on the engine's commit notifications, not the wall clock) for a status."""
-        run: Run = await self.engine.wait_for(run_id, lambda r: r.status in statuses)
+        run: Run = await self.engine.runs.wait_for(run_id, lambda r: r.status in statuses)
         return run_view(run)
 
     async def events(self, run_id: str) -> list[dict[str, Any]]:

@@ -441,7 +441,7 @@ async def runs() -> Response:
 
 
 async def _owned(app: str, run_id: str) -> Run:
-    run = await engine().run_document(run_id) if len(run_id) <= 64 and is_name(app) else None
+    run = await engine().runs.document(run_id) if len(run_id) <= 64 and is_name(app) else None
     if run is None or run.app != app:
         raise NotFound(f"run {run_id!r} not found in app {app!r}")
     return run
@@ -604,7 +604,7 @@ async def intervene(app: str, run_id: str, action: str) -> Response:
         message = intervention(action, form)
     except ApiError as exc:
         return await _run_page(app, run_id, exc.status, error=f"{action}: {exc}")
-    reply, _ = await engine().ask(run_id, message, known)
+    reply, _ = await engine().runs.ask(run_id, message, known)
     if isinstance(reply, machine.Rejected):
         refused = rejected_error(reply)
         return await _run_page(app, run_id, refused.status, error=f"{action}: {refused}")
@@ -651,7 +651,7 @@ async def timers() -> Response:
         )
     runs = {}
     for row in shown:
-        doc = await eng.run_document(row.run_id)
+        doc = await eng.runs.document(row.run_id)
         if doc is not None:
             runs[row.run_id] = doc.app
     return await render(
@@ -844,7 +844,7 @@ async def bulk_action(verb: str) -> Response:
     query = run_query_from(form)
     if query.workflow is None:
         raise InvalidRequest("bulk interventions act on one workflow", field="workflow")
-    if await engine().app_record(query.app) is None:
+    if await engine().directory.app_record(query.app) is None:
         raise NotFound(f"app {query.app!r} not found")
     fields = {k: form[k] for k in BULK_FIELDS if form.get(k)}
     back = "/console/runs?" + urlencode(fields)

@@ -111,7 +111,7 @@ async def apply_bulk(app_name: str, verb: str, spec: BulkBody) -> dict[str, Any]
     async def one(run: Run) -> None:
         async with limiter:
             try:
-                reply, _ = await eng.ask(run.run_id, make(spec.reason), run)
+                reply, _ = await eng.runs.ask(run.run_id, make(spec.reason), run)
                 done = isinstance(reply, machine.Ok)
             except Elsewhere as elsewhere:  # owned by another node: it intervenes there
                 done = await intervene_there(

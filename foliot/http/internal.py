@@ -79,11 +79,11 @@ async def intervene() -> Response:
     if len(spec.run_id) > 64:
         raise InvalidRequest("is longer than 64 characters", field="runId")
     eng = engine()
-    run = await eng.run_document(spec.run_id)
+    run = await eng.runs.document(spec.run_id)
     if run is None or run.app != spec.app:
         raise NotFound(f"run {spec.run_id!r} not found")
     try:
-        reply, _ = await eng.ask(spec.run_id, bulk.VERBS[spec.verb][0](spec.reason), run)
+        reply, _ = await eng.runs.ask(spec.run_id, bulk.VERBS[spec.verb][0](spec.reason), run)
     except Elsewhere as elsewhere:
         raise NotOwner(
             f"this node does not own run {spec.run_id} (node {elsewhere.owner.node_id} does)"
@@ -140,7 +140,7 @@ async def claim() -> Response:
             )
         except SwfFault as fault:
             raise InvalidRequest(fault.message, field="body") from None
-        ctx = Ctx(eng.store, eng.clock.now(), spec.region, eng)
+        ctx = Ctx(eng.store, eng.clock.now(), spec.region, eng.swf)
         answer = await writes.poll_here(ctx, spec.body, spec.task, now)
     else:
         raise InvalidRequest("must be tasks or swf", field="kind")

@@ -110,7 +110,7 @@ def rejected_error(reply: machine.Rejected) -> ApiError:
 
 
 async def owned_run(app_name: str, run_id: str) -> Run:
-    run = await engine().run_document(run_id) if len(run_id) <= 64 else None
+    run = await engine().runs.document(run_id) if len(run_id) <= 64 else None
     if run is None or run.app != app_name:
         raise NotFound(f"run {run_id!r} not found")
     return run
@@ -150,7 +150,7 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
             raise InvalidRequest(f"must be 1..{MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
         # Only a start with a key is ever compared with an earlier one.
         request_hash = "" if key is None else hashlib.sha256(canonical_json(raw).encode()).hexdigest()
-        view, created = await eng.start_run(
+        view, created = await eng.runs.start(
             app=app_name,
             workflow=spec.workflow,
             version=spec.version,
@@ -225,7 +225,7 @@ async def events(app_name: str, run_id: str) -> Response:
 
 async def _intervene(app_name: str, run_id: str, message: machine.Message) -> Response:
     known = await owned_run(app_name, run_id)
-    reply, run = await engine().ask(run_id, message, known)
+    reply, run = await engine().runs.ask(run_id, message, known)
     return reply_response(reply, run)
 
 

@@ -39,7 +39,7 @@ from ..core.workflow.payload import DepthError, loads
 from ..kinds.swf import queries, registry, writes
 from ..kinds.swf.keys import SwfKeys
 from ..kinds.swf.registry import Action, Ctx
-from ..node import Engine
+from ..node import Node
 from ..storage.swf import SwfLambdaFunction
 from .app import (
     EmptyBody,
@@ -76,7 +76,7 @@ def keys() -> SwfKeys:
     return key_book(current_app.config, engine())
 
 
-def key_book(config: Any, eng: Engine) -> SwfKeys:
+def key_book(config: Any, eng: Node) -> SwfKeys:
     """The key book kept in an app's config (made on first use): the Quart route and the edge
     (`SwfEdge`) share it, so a revocation drops the one cache."""
     found = config.get("FOLIOT_SWF_KEYS")
@@ -122,7 +122,7 @@ def signed_request(scope: Any, raw_body: bytes) -> sigv4.SignedRequest:
     )
 
 
-async def authenticate(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> str:
+async def authenticate(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> str:
     """The SigV4-verified request's region; an AWS fault otherwise."""
     auth = sigv4.parse_authorization(header(scope["headers"], b"authorization"))
     signed = signed_request(scope, raw_body)
@@ -157,7 +157,7 @@ def decode(raw_body: bytes) -> Any:
         raise SerializationException(f"The request body is not valid JSON: {exc}") from None
 
 
-async def handle(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> dict[str, Any]:
+async def handle(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> dict[str, Any]:
     region = await authenticate(eng, book, scope, raw_body)
     action = target(header(scope["headers"], b"x-amz-target") or "")
     body = decode(raw_body)
@@ -167,10 +167,10 @@ async def handle(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> dic
         raise NotImplementedFault(
             f"{action} is not implemented by this Foliot yet; docs/swf.md lists the actions served."
         )
-    return await run(Ctx(eng.store, eng.clock.now(), region, eng), body)
+    return await run(Ctx(eng.store, eng.clock.now(), region, eng.swf), body)
 
 
-async def answer(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> Answer:
+async def answer(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> Answer:
     """One SWF call, its body read: the answer, or the owner's answer when the execution lives
     on another node. Every refusal is an AWS fault."""
     try:
@@ -215,7 +215,7 @@ class SwfEdge:
     refusals only apply to requests this wrapper passes on, and the body is read first (within
     `BODY_TIMEOUT_S`) as the Quart route does, so the connection stays in step."""
 
-    def __init__(self, app: ASGIFramework, engine: Engine, config: Any) -> None:
+    def __init__(self, app: ASGIFramework, engine: Node, config: Any) -> None:
         self.app = app
         self.engine = engine
         self.config = config
@@ -430,6 +430,6 @@ async def resume_parked(region: str, run_id: str) -> Response:
     await require_admin()
     check_query(set())
     await body(EmptyBody, empty_ok=True)
-    if not await engine().swf.resume(_region(region), run_id):
+    if not await engine().swf.kind.resume(_region(region), run_id):
         raise NotFound(f"no parked SWF execution {run_id!r} in {region}")
     return json_response({"region": region, "runId": run_id, "resumed": True})

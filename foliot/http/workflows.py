@@ -51,7 +51,7 @@ async def register(app_name: str) -> Response:
     record, created = await eng.store.add_workflow_version(
         app_name, definition.name, canonical_json(raw), eng.clock.now()
     )
-    eng.forget_workflow(app_name, definition.name)
+    eng.directory.forget_workflow(app_name, definition.name)
     return json_response({"name": record.name, "version": record.version}, 201 if created else 200)
 
 

@@ -20,7 +20,7 @@ WAIT = {"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]}
 
 
 async def start(env: Env, key: str, request_hash: str = "h") -> tuple[str, bool]:
-    body, created = await env.engine.start_run(
+    body, created = await env.engine.runs.start(
         app="app",
         workflow="w",
         version=None,

@@ -61,13 +61,13 @@ async def swf(env: Env) -> Env:
 
 
 async def start(env: Env, workflow_id: str = "order-1", **request: Any) -> str:
-    tr = await env.engine.swf_start(REGION, m.StartRequest("d", workflow_id, WF, **request))
+    tr = await env.engine.swf.start(REGION, m.StartRequest("d", workflow_id, WF, **request))
     assert isinstance(tr, m.Transition), tr
     return tr.execution.run_id
 
 
 async def ask(env: Env, run_id: str, msg: Any) -> tuple[m.Transition, SwfState]:
-    tr, state = await env.engine.swf_ask(REGION, run_id, msg)
+    tr, state = await env.engine.swf.ask(REGION, run_id, msg)
     assert isinstance(tr, m.Transition), tr
     assert state is not None
     return tr, state
@@ -96,7 +96,7 @@ async def test_a_start_offers_its_decision_task_and_an_unknown_type_is_a_fault(
     actor = swf.engine.supervisor.actors[actor_id(REGION, run_id)]
     view = actor.describe()
     assert view["kind"] == "swf" and view["workflowId"] == "order-1" and view["status"] == "OPEN"
-    fault = await swf.engine.swf_start(REGION, m.StartRequest("d", "x", TypeRef("Nope", "1")))
+    fault = await swf.engine.swf.start(REGION, m.StartRequest("d", "x", TypeRef("Nope", "1")))
     assert isinstance(fault, Fault) and fault.code == "UnknownResourceFault"
     assert await history(swf, run_id) == ["WorkflowExecutionStarted", "DecisionTaskScheduled"]
 
@@ -185,7 +185,7 @@ async def test_signal_request_cancel_and_terminate(swf: Env, autojump_clock: Moc
         "WorkflowExecutionTerminated",
     ]
     assert actor_id(REGION, run_id) not in swf.engine.supervisor.actors  # closed: left memory
-    fault, _ = await swf.engine.swf_ask(REGION, run_id, m.Signal("late"))
+    fault, _ = await swf.engine.swf.ask(REGION, run_id, m.Signal("late"))
     assert isinstance(fault, Fault)
     assert len(await history(swf, run_id)) == 5
 
@@ -351,12 +351,14 @@ async def test_a_child_start_retried_after_it_committed_reports_the_child_not_a_
     request = m.StartRequest(
         "d", "child-1", WF, parent=state.execution.ref, parent_initiated_event_id=initiated.initiated_event_id
     )
-    swf.engine.swf._start_child(REGION, state.execution, m.StartChild(initiated.initiated_event_id, request))
+    swf.engine.swf.kind._start_child(
+        REGION, state.execution, m.StartChild(initiated.initiated_event_id, request)
+    )
     await advance(1)
     assert told == [m.ChildStarted(initiated.initiated_event_id, child.execution.run_id)]
     # Another parent's start of the same open workflow id is refused.
     other = m.StartRequest("d", "child-1", WF)
-    swf.engine.swf._start_child(REGION, state.execution, m.StartChild(99, other))
+    swf.engine.swf.kind._start_child(REGION, state.execution, m.StartChild(99, other))
     await advance(1)
     assert told[1:] == [m.ChildStartFailed(99, "WORKFLOW_ALREADY_RUNNING")]
 

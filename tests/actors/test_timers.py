@@ -199,7 +199,7 @@ async def test_a_push_waits_for_storage_instead_of_burning_an_attempt(
     from foliot.core.errors import StorageUnavailable
 
     await env.register({"name": "one", "steps": [{"name": "t", "type": "task", "timeout": "1m"}]})
-    env.engine.forget_app("app")
+    env.engine.directory.forget_app("app")
     real = env.engine.store.get_app
     calls = 0
 
@@ -274,7 +274,7 @@ async def test_a_looping_sleep_is_never_cut_short_by_a_stale_firing(
     run_id = await env.start("loop", {"stop": False})
     _fail_commits(env, monkeypatch, t0 + 25, t0 + 65)  # writes fail for 40 s
     await advance(200)
-    await env.engine.ask(run_id, machine.Cancel())
+    await env.engine.runs.ask(run_id, machine.Cancel())
     events = await env.engine.store.list_events(run_id, 0, 1000)
     lengths = _sleeps(events)
     assert len(lengths) >= 10
@@ -305,7 +305,7 @@ async def test_a_heartbeat_whose_commit_straddles_the_deadline_extends_it(
 
     await advance(9.9 - _elapsed(t0))
     monkeypatch.setattr(env.engine.store, "commit", slow)
-    reply, _ = await env.engine.ask(run_id, machine.Heartbeat(token))
+    reply, _ = await env.engine.runs.ask(run_id, machine.Heartbeat(token))
     assert isinstance(reply, machine.Ok)
     monkeypatch.setattr(env.engine.store, "commit", real)
     await advance(15 - _elapsed(t0))
@@ -541,7 +541,7 @@ async def test_5000_sleeps_due_in_the_same_ms_each_finish_once(env: Env, autojum
         ],
     }
     await env.register(definition)
-    parsed = await env.engine.definition("app", "storm", 1)
+    parsed = await env.engine.directory.definition("app", "storm", 1)
     ids = [f"run_{i:05d}" for i in range(5_000)]
     for run_id in ids:
         tr = machine.start(
@@ -553,7 +553,7 @@ async def test_5000_sleeps_due_in_the_same_ms_each_finish_once(env: Env, autojum
             business_key=None,
             run_timeout_ms=None,
             trace_id="0" * 32,
-            ctx=env.engine.context(),
+            ctx=env.engine.runs.context(),
         )
         await env.engine.store.commit(UnitOfWork(tr.run, None, tr.events, tr.tasks))
     await env.crash_and_restart()

@@ -19,8 +19,7 @@ from cryptography.fernet import Fernet
 
 from foliot import node as engine_module
 from foliot.actors.clock import Clock
-from foliot.actors.placement import Elsewhere
-from foliot.cluster.ownership import Local, Remote, Unowned
+from foliot.actors.placement import Elsewhere, Local, Remote, Unowned
 from foliot.core.config import Settings
 from foliot.core.credentials import Vault
 from foliot.core.errors import Fenced, Unavailable
@@ -28,7 +27,7 @@ from foliot.core.leases import PARTITIONS, Lease, partition_of
 from foliot.core.views import run_view
 from foliot.core.workflow.definition import canonical_json
 from foliot.core.workflow.machine import SignalIn
-from foliot.node import Engine
+from foliot.node import Node as Engine
 from foliot.storage.base import ApiKeyRecord, AppRecord, RunFilter, SecretRecord, UnitOfWork
 from foliot.storage.fence import Fence
 from foliot.storage.sqlite import SqliteStore, open_sqlite
@@ -102,7 +101,7 @@ class Cluster:
         await self.store.add_workflow_version("app", definition["name"], canonical_json(definition), T0)
 
     async def start(self, engine: Engine, workflow: str) -> str:
-        body, _ = await engine.start_run(
+        body, _ = await engine.runs.start(
             app="app",
             workflow=workflow,
             version=None,

@@ -94,17 +94,18 @@ Action = Callable[[Ctx, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class SwfRuntime(Protocol):
-    """What the write actions need from the engine: start an execution, message its actor."""
+    """What the write actions need of the SWF kind (`service.Swf`): start an execution,
+    message its actor, long-poll a task list."""
 
-    async def swf_start(self, region: str, request: m.StartRequest) -> m.Transition | Fault: ...
+    async def start(self, region: str, request: m.StartRequest) -> m.Transition | Fault: ...
 
-    async def swf_ask(self, region: str, run_id: str, message: Any) -> tuple[m.Transition | Fault, Any]: ...
+    async def ask(self, region: str, run_id: str, message: Any) -> tuple[m.Transition | Fault, Any]: ...
 
-    async def swf_poll(
+    async def poll(
         self, region: str, domain: str, kind: str, task_list: str, identity: str | None, wait_until: float
     ) -> tuple[m.Transition, Any] | None: ...
 
-    def swf_token_key(self) -> bytes: ...
+    def token_key(self) -> bytes: ...
 
     @property
     def pull(self) -> Pull | None:
