@@ -21,7 +21,7 @@ async def _parked(env: Env) -> str:
     await env.register(WAIT)
     run_id = await env.start("w")
     await env.until(run_id, "waiting")
-    env.engine._definitions.clear()  # the next message loads the definition from storage
+    env.engine.directory._definitions.clear()  # the next message loads the definition from storage
     return run_id
 
 
@@ -125,7 +125,7 @@ def _sizes(env: Env) -> dict[str, int]:
     return {
         "actors": len(engine.supervisor.actors),
         "crashes": len(engine.supervisor._crashes),
-        "watchers": len(engine._watchers),
+        "watchers": len(engine.runs._watchers),
         "pending": len(queues._pending),
         "lots": len(queues._lots),
         "where": len(queues._where),
@@ -160,7 +160,7 @@ async def test_per_run_maps_are_empty_once_runs_come_and_go(
     await advance(120)
     await trio.testing.wait_all_tasks_blocked()
     sup = env.engine.supervisor
-    assert (len(sup.actors), len(sup._crashes), len(env.engine._watchers)) == (0, 0, 0)
+    assert (len(sup.actors), len(sup._crashes), len(env.engine.runs._watchers)) == (0, 0, 0)
 
 
 async def test_queue_maps_are_empty_once_tasks_are_claimed_and_pollers_gone(
@@ -170,7 +170,7 @@ async def test_queue_maps_are_empty_once_tasks_are_claimed_and_pollers_gone(
     queued = [await env.start("q") for _ in range(10)]
     async with trio.open_nursery() as nursery:
         for _ in range(3):  # pollers that give up
-            nursery.start_soon(env.engine.claim_queued, "app", "other", 1, trio.current_time() + 5, "w")
+            nursery.start_soon(env.engine.runs.claim_queued, "app", "other", 1, trio.current_time() + 5, "w")
         await trio.testing.wait_all_tasks_blocked()
         claimed = await env.engine.runs.claim_queued("app", "work", 100, trio.current_time(), "w")
         nursery.cancel_scope.cancel()

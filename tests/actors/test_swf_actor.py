@@ -237,7 +237,7 @@ async def test_a_long_poll_with_no_task_answers_the_empty_task_after_60_s(
     from foliot.kinds.swf import writes
     from foliot.kinds.swf.registry import Ctx
 
-    ctx = Ctx(swf.engine.store, swf.engine.clock.now(), REGION, swf.engine)
+    ctx = Ctx(swf.engine.store, swf.engine.clock.now(), REGION, swf.engine.swf)
     body = {"domain": "d", "taskList": {"name": "deciders"}, "identity": "decider-1"}
     t0 = trio.current_time()
     assert await writes.poll_for_decision_task(ctx, body) == {

@@ -385,7 +385,7 @@ async def test_an_execution_messages_one_that_lives_on_another_node(cluster: Clu
     b = c.nodes["b"].engine
     # What b's runtime does with a message for an actor it does not own (a signal from a parent).
     signal = Envelope(m.Signal("from-b", "hello"))
-    assert b.remote_tell(b.swf, actor, signal) is True
+    assert b.remote_tell(b.swf.kind, actor, signal) is True
     await until(lambda: b.remote_tell.sent == 1)
     with trio.fail_after(10):  # a's actor commits it on its own, after a answered b
         while "WorkflowExecutionSignaled" not in await history(on_a, "o-1", run_id):  # noqa: ASYNC110
