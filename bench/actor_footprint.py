@@ -30,13 +30,13 @@ from cryptography.fernet import Fernet
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from foliot.actors.engine import Engine
-from foliot.config import Settings
-from foliot.credentials import Vault
+from foliot.core.config import Settings
+from foliot.core.credentials import Vault
+from foliot.core.views import run_view
+from foliot.core.workflow.definition import canonical_json
+from foliot.node import Node
 from foliot.storage.base import ApiKeyRecord, AppRecord, SecretRecord
 from foliot.storage.sqlite import open_sqlite
-from foliot.views import run_view
-from foliot.workflow.definition import canonical_json
 
 WORKFLOW = {
     "name": "parked",
@@ -55,7 +55,7 @@ def rss_bytes() -> int:
     return 0
 
 
-async def park(engine: Engine, count: int, concurrency: int = 32) -> list[str]:
+async def park(engine: Node, count: int, concurrency: int = 32) -> list[str]:
     ids: list[str] = []
     send, receive = trio.open_memory_channel[int](count)
     for i in range(count):
@@ -64,7 +64,7 @@ async def park(engine: Engine, count: int, concurrency: int = 32) -> list[str]:
 
     async def worker() -> None:
         async for _ in receive:
-            body, _created = await engine.start_run(
+            body, _created = await engine.runs.start(
                 app="app",
                 workflow="parked",
                 version=None,
@@ -108,7 +108,7 @@ async def main(args: argparse.Namespace) -> None:
                 SecretRecord("s1", "app", vault.encrypt("whsec_bench"), now, None),
             )
             await store.add_workflow_version("app", "parked", canonical_json(WORKFLOW), now)
-            engine = Engine(settings, store, vault=vault)
+            engine = Node(settings, store, vault=vault)
             async with trio.open_nursery() as nursery:
                 await nursery.start(engine.serve)
                 await park(engine, 200)  # warm up: caches, definitions, allocator arenas

@@ -66,7 +66,7 @@ async def inside(args: argparse.Namespace) -> tuple[list[list[Any]], list[list[A
     import httpx
     import trio
 
-    from foliot.config import Settings
+    from foliot.core.config import Settings
     from foliot.server import serve
 
     work = c.tmpdir("memory-in")

@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import common as c
 from bench.signal_latency import WORKFLOW  # wait go -> task, eight times
-from foliot.cluster.leases import PARTITIONS, partition_of
+from foliot.core.leases import PARTITIONS, partition_of
 
 START = {"workflow": "signalled", "input": {"orderId": 7, "customer": "c-42", "lines": [1, 2, 3]}}
 SIGNAL_LUA = """

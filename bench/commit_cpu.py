@@ -28,8 +28,8 @@ sys.path.insert(0, _ROOT)  # the store measured (and the test helpers) come from
 import attrs  # noqa: E402
 import trio  # noqa: E402
 
+from foliot.core.workflow.model import Event, Run, TaskRow, Timer  # noqa: E402
 from foliot.storage.base import UnitOfWork  # noqa: E402
-from foliot.workflow.model import Event, Run, TaskRow, Timer  # noqa: E402
 from tests.storage.test_contract import T0, make_run, seed_app  # noqa: E402
 
 FAR = T0 + 10**9

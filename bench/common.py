@@ -769,11 +769,11 @@ PARKED = {
 def _transitions(
     app: str, document: dict[str, Any], version: int, count: int, input_fn: Any
 ) -> Iterator[Any]:
-    """`machine.start` transitions exactly as `Engine.start_run` builds them."""
+    """`machine.start` transitions exactly as `Node.start_run` builds them."""
     import secrets
 
-    from foliot.workflow import machine
-    from foliot.workflow.definition import parse_definition
+    from foliot.core.workflow import machine
+    from foliot.core.workflow.definition import parse_definition
 
     definition = parse_definition(document)
     for i in range(count):
@@ -805,7 +805,7 @@ def seed_bulk(
 ) -> tuple[list[str], float]:
     """Write `count` started runs straight into the store the server uses (it must be stopped).
 
-    The rows are those `Engine.start_run` commits: SQLite goes through the store's own
+    The rows are those `Node.start_run` commits: SQLite goes through the store's own
     `_apply_unit` inside large transactions; PostgreSQL gets the same row tuples by COPY.
     The app and the workflow must exist (create them through the API first). Returns the run
     ids and the seconds it took."""

@@ -45,9 +45,9 @@ import attrs
 import trio
 
 from bench import common as c
+from foliot.core.workflow.model import Event, Run
 from foliot.storage.base import Store, UnitOfWork
 from foliot.storage.factory import open_store
-from foliot.workflow.model import Event, Run
 from tests.storage.test_contract import make_run as contract_run
 from tests.storage.test_contract import raw
 

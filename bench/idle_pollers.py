@@ -22,7 +22,7 @@ import trio.testing
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from foliot.config import Settings
+from foliot.core.config import Settings
 from foliot.server import Running, serve
 
 

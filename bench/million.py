@@ -5,7 +5,7 @@
 
 Creates the app and the workflow (`wait "go"` with a 14-day timeout, then a task pushed to a
 local handler process) through the API, stops the server, and writes N started runs straight
-into the store in bulk (the rows `Engine.start_run` commits; see `common.seed_bulk`). Then:
+into the store in bulk (the rows `Node.start_run` commits; see `common.seed_bulk`). Then:
 `foliot serve` on it (spawn -> /readyz, RSS), signals to random runs open-loop at `--rate`
 for `--seconds` (answer p50/p99, signal -> task push p99, timeouts, 429/503), `kill -9` and a
 restart (-> /readyz), and EXPLAIN (QUERY PLAN) with timings of the hot queries at that size.

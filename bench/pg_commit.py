@@ -33,9 +33,9 @@ import trio
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from foliot.core.workflow.model import Event, Run  # noqa: E402
 from foliot.storage.base import UnitOfWork  # noqa: E402
 from foliot.storage.postgres import open_postgres  # noqa: E402
-from foliot.workflow.model import Event, Run  # noqa: E402
 from tests.pg import Cluster  # noqa: E402
 
 T0 = 1_800_000_000_000

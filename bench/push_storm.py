@@ -24,7 +24,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from foliot.config import Settings
+from foliot.core.config import Settings
 from foliot.server import Running, serve
 from tests.helpers import HandlerServer, answer_json, start_handler
 
@@ -93,7 +93,7 @@ async def main(args: argparse.Namespace) -> None:
             engine = running.engine
             statuses: dict[str, int] = {}
             for run_id in run_ids:
-                run = await engine.wait_for(run_id, lambda r: r.status in ("completed", "failed"), 600)
+                run = await engine.runs.wait_for(run_id, lambda r: r.status in ("completed", "failed"), 600)
                 statuses[run.status] = statuses.get(run.status, 0) + 1
             drain = time.perf_counter() - t0
             print(f"runs                   {args.runs} sleeping until one instant, then a push each")

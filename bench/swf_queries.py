@@ -28,13 +28,21 @@ import trio
 
 from bench import common as c
 from bench.console_queries import literal, plan_postgres, plan_sqlite
+from foliot.core.swf import machine
+from foliot.core.swf import messages as m
+from foliot.core.swf.model import TypeRef, WorkflowTypeInfo
 from foliot.storage import swf_sql
 from foliot.storage.base import Store
 from foliot.storage.factory import open_store, sqlite_path
-from foliot.storage.swf import DECISION, REGISTERED, SwfDomain, SwfQuery, SwfUnit, facet_tag, facet_type
-from foliot.swf import machine
-from foliot.swf import messages as m
-from foliot.swf.model import TypeRef, WorkflowTypeInfo
+from foliot.storage.swf import (
+    DECISION,
+    REGISTERED,
+    SwfDomain,
+    SwfQuery,
+    SwfUnit,
+    facet_tag,
+    facet_type,
+)
 
 T0 = 1_790_000_000_000
 R, D = "us-east-1", "orders"

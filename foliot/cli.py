@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
-from . import logs, startup
-from .config import Settings
+from . import startup
+from .core import logs
+from .core.config import Settings
 
 ENGINE_COMMANDS = ("serve", "migrate")
 

@@ -14,22 +14,23 @@ import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 
-from . import gcwatch, nodeid
-from .actors.engine import Engine
 from .actors.messages import Envelope
-from .cluster import hop
-from .cluster.pull import Bus, Pull
+from .actors.pull import Bus, Pull
+from .cluster import hop, nodeid
 from .cluster.tell import RemoteTell
-from .config import Settings, describe_lifetime, redact_url
-from .console.session import key_check, session_key
-from .credentials import Vault, file_secret
+from .console import views as console
+from .core.config import Settings, describe_lifetime, redact_url
+from .core.credentials import Vault, file_secret
+from .core.logs import ACCESS_LOG_FORMAT, access_logger
 from .http.app import create_app
 from .http.edge import Shed
 from .http.forward import Forwarder
 from .http.hot import Hot
 from .http.proxy import behind_proxies
+from .http.sessions import key_check, session_key
 from .http.swf import SwfEdge
-from .logs import ACCESS_LOG_FORMAT, access_logger
+from .node import Node
+from .observe import gcwatch
 from .shutdown import InFlight, serve_http, until_signalled
 from .storage.cluster import node_session
 from .storage.factory import open_store, sqlite_path
@@ -62,7 +63,7 @@ class Running:
     """What a started server hands back: where it listens, and its engine (for tests and tools)."""
 
     binds: list[str]
-    engine: Engine
+    engine: Node
 
     @property
     def url(self) -> str:
@@ -93,7 +94,7 @@ async def serve(
 ) -> None:
     """Serve until cancelled, or until `stop` is set: then drain (`foliot.shutdown`) and return.
     `freeze`: once ready, keep start-up's objects out of the garbage collector's walks
-    (`foliot.gcwatch`; for a process serving one node only)."""
+    (`foliot.observe.gcwatch`; for a process serving one node only)."""
     log_data_locations(settings)
     gcwatch.watch()
     token = admin_token(settings)
@@ -125,7 +126,7 @@ async def check_secret_key(store: KeyCheckStore, vault: Vault) -> None:
         )
 
 
-async def end_sessions_of_other_tokens(engine: Engine, token: str) -> None:
+async def end_sessions_of_other_tokens(engine: Node, token: str) -> None:
     """A new admin token ends every console session made under the previous one (each would be
     refused anyway: `console.session.session_live`; this also takes them off the list)."""
     ended = await engine.store.end_console_sessions(
@@ -136,7 +137,7 @@ async def end_sessions_of_other_tokens(engine: Engine, token: str) -> None:
 
 
 async def join_edge(
-    engine: Engine,
+    engine: Node,
     bus: Bus,
     vault: Vault,
     node_id: str,
@@ -145,7 +146,7 @@ async def join_edge(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Several nodes on one PostgreSQL: requests for actors owned elsewhere are forwarded
-    (`foliot.http.forward`), long polls reach the other nodes' queues (`foliot.cluster.pull`)."""
+    (`foliot.http.forward`), long polls reach the other nodes' queues (`foliot.actors.pull`)."""
     forwarder = Forwarder(node_id, vault.derive_key(hop.PURPOSE), engine.clock.now)
     engine.forwarder = forwarder
     engine.pull = Pull(node_id, address, engine.queues, bus, forwarder.claim)
@@ -184,7 +185,7 @@ async def _serve_store(
 
 def own_node_id(settings: Settings) -> contextlib.AbstractContextManager[str]:
     """This node's name: FOLIOT_NODE_ID, or on PostgreSQL the one kept in its data directory
-    (`foliot.nodeid`: a restarted node takes its leases back at once); on SQLite, single-node,
+    (`foliot.cluster.nodeid`: a restarted node takes its leases back at once); on SQLite, single-node,
     a name is only a label."""
     if settings.database_url.startswith("sqlite:"):
         return contextlib.nullcontext(settings.node_id or nodeid.fresh())
@@ -203,11 +204,11 @@ async def _serve_node(
     session = node_session(node_id, settings.lease_ttl_ms)
     async with open_store(settings.database_url, pg_session=session) as store:
         await check_secret_key(store, vault)
-        engine = Engine(settings, store, vault=vault)
+        engine = Node(settings, store, vault=vault)
         await end_sessions_of_other_tokens(engine, token)
         if isinstance(store, PostgresStore):
             engine.join_cluster(store, node_id, settings.advertised, ttl_ms=settings.lease_ttl_ms)
-        quart_app = create_app(engine, settings, token)
+        quart_app = create_app(engine, settings, token, faces=[console.blueprint])
         swf_edge = SwfEdge(quart_app, engine, quart_app.config)
         app = InFlight(
             behind_proxies(

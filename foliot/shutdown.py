@@ -14,9 +14,9 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 from trio.lowlevel import ParkingLot
 
-from .actors.engine import Engine
 from .http.listen import Limits
 from .http.listen import serve as hypercorn_serve
+from .node import Node
 
 log = logging.getLogger("foliot")
 
@@ -72,7 +72,7 @@ class InFlight:
 async def serve_http(
     app: InFlight,
     config: HypercornConfig,
-    engine: Engine,
+    engine: Node,
     stop: trio.Event,
     *,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
@@ -114,7 +114,7 @@ async def serve_http(
 async def _hypercorn(
     app: InFlight,
     config: HypercornConfig,
-    engine: Engine,
+    engine: Node,
     trigger: Callable[[], Awaitable[None]],
     task_status: trio.TaskStatus[list[str]],
 ) -> None:

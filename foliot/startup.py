@@ -19,8 +19,8 @@ from typing import Final
 
 import trio
 
-from .config import Settings
-from .errors import StorageUnavailable
+from .core.config import Settings
+from .core.errors import StorageUnavailable
 
 CONFIG: Final = 2  # the exit status of a configuration error
 UNREACHABLE: Final = 1  # the database could not be reached

@@ -12,10 +12,10 @@ import httpx
 import pytest
 import trio
 
-from foliot.config import Settings
+from foliot.core.config import Settings
+from foliot.core.views import run_view
+from foliot.core.workflow.model import Run
 from foliot.server import Running, serve
-from foliot.views import run_view
-from foliot.workflow.model import Run
 
 from .helpers import HandlerServer, start_handler
 from .pg import Cluster
@@ -64,7 +64,7 @@ class Api:
 
     async def until(self, run_id: str, *statuses: str) -> dict[str, Any]:
         """Wait (on the engine's commit notifications, not the wall clock) for a status."""
-        run: Run = await self.engine.wait_for(run_id, lambda r: r.status in statuses)
+        run: Run = await self.engine.runs.wait_for(run_id, lambda r: r.status in statuses)
         return run_view(run)
 
     async def events(self, run_id: str) -> list[dict[str, Any]]:

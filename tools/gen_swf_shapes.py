@@ -1,4 +1,4 @@
-"""Generate foliot/swf/shapes.json from botocore's SWF service model.
+"""Generate foliot/core/swf/shapes.json from botocore's SWF service model.
 
 The engine validates SWF requests against this table at run time without importing botocore
 (a test dependency only). Re-run after upgrading botocore, and commit the result:
@@ -19,7 +19,7 @@ from typing import Any
 import botocore
 from botocore.loaders import Loader
 
-OUT = Path(__file__).resolve().parent.parent / "foliot" / "swf" / "shapes.json"
+OUT = Path(__file__).resolve().parent.parent / "foliot" / "core" / "swf" / "shapes.json"
 KEEP = ("type", "required", "min", "max", "enum", "pattern")
 
 

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..config import Settings
-from ..errors import Overloaded
+from ..core.config import Settings
+from ..core.errors import Overloaded
 from .gate import LatencyGate
 
 if TYPE_CHECKING:

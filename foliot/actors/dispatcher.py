@@ -17,7 +17,7 @@ import hashlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import httpx
@@ -25,12 +25,11 @@ import trio
 from trio.lowlevel import ParkingLot
 
 from .. import signing
-from ..errors import StorageError
-from ..logs import log_push
-from ..metrics import Metrics
-from ..workflow.definition import HandlerPathError, push_url
-from ..workflow.duration import format_timestamp
-from ..workflow.machine import (
+from ..core.errors import StorageError
+from ..core.logs import log_push
+from ..core.workflow.definition import HandlerPathError, push_url
+from ..core.workflow.duration import format_timestamp
+from ..core.workflow.machine import (
     Accepted,
     Failed,
     Outcome,
@@ -39,8 +38,8 @@ from ..workflow.machine import (
     connection_failure,
     timeout_failure,
 )
-from ..workflow.model import Run, TaskRef
-from ..workflow.payload import compact_json
+from ..core.workflow.model import Run, TaskRef
+from ..core.workflow.payload import compact_json
 from .pushclient import PushClient, PushError, post
 
 log = logging.getLogger("foliot.dispatcher")
@@ -119,6 +118,18 @@ class Call:
     dropped: bool = False
 
 
+class PushMeter(Protocol):
+    """What the dispatcher counts (`foliot.observe.metrics.Metrics` is one)."""
+
+    def push_done(self, outcome: Outcome, seconds: float) -> str:
+        """Count a push's outcome and its latency; the outcome's label, for the log line."""
+        ...
+
+    def pushed(self) -> None:
+        """One push was sent."""
+        ...
+
+
 class Dispatcher:
     def __init__(
         self,
@@ -132,7 +143,7 @@ class Dispatcher:
         concurrency: int = 64,
         per_app: int | None = None,
         current: Callable[[str], Run | None] = lambda run_id: None,
-        metrics: Metrics | None = None,
+        metrics: PushMeter,
     ) -> None:
         self._client = client
         self._now = now
@@ -151,7 +162,7 @@ class Dispatcher:
         self._app_queued: dict[str, int] = {}
         self._app_sending: dict[str, int] = {}
         self._idle = ParkingLot()
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics
         self._backlogged = ParkingLot()  # the pacer sleeps here while nothing is queued
         self.limit = min(4, self.concurrency)  # senders allowed to send now: slow start (`_pace`)
         self.loop_lag_ms = 0
@@ -382,7 +393,7 @@ class Dispatcher:
             "user-agent": "foliot",
         }
         budget_ms = min(item.timeout_ms, self._sync_cap_ms)
-        self.metrics.pushes.inc()
+        self.metrics.pushed()
         outcome = await self._post(url, body, headers, budget_ms, task.step)
         if outcome is None:
             if budget_ms < item.timeout_ms:

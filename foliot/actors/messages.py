@@ -8,8 +8,8 @@ from typing import Any
 import attrs
 import trio
 
+from ..core.workflow.machine import Message, Reply
 from ..storage.base import IdempotencyRecord
-from ..workflow.machine import Message, Reply
 
 
 @attrs.frozen

@@ -131,7 +131,7 @@ class Queues:
         # (app, queue) -> (last poll, workerId -> last seen), least recently polled first.
         self._seen: OrderedDict[QueueKey, tuple[int, OrderedDict[str, int]]] = OrderedDict()
         # Several nodes: told of a queue's offer no poller parked here was woken for, so
-        # pollers on other nodes hear of it (`foliot.cluster.pull`).
+        # pollers on other nodes hear of it (`foliot.actors.pull`).
         self.unclaimed: Callable[[QueueKey], None] | None = None
 
     def offer(self, app: str, queue: str, token: str, run_id: str, priority: int = 0) -> None:

@@ -17,9 +17,9 @@ from typing import Final
 
 import trio
 
-from ..clock import Clock
-from ..config import Settings
+from ..core.config import Settings
 from ..storage.base import Store
+from .clock import Clock
 
 log = logging.getLogger("foliot.retention")
 

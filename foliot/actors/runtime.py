@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ..errors import Fenced, StaleWrite, StorageError, Unavailable
+from ..core.errors import Fenced, StaleWrite, StorageError, Unavailable
 from .messages import Envelope
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .host import Host
 
 log = logging.getLogger("foliot.actor")
 
@@ -100,7 +100,7 @@ class Actor(Generic[S]):
     __slots__ = (
         "current",
         "draining",
-        "engine",
+        "host",
         "id",
         "kind",
         "last_message_at",
@@ -112,15 +112,15 @@ class Actor(Generic[S]):
         "touched",
     )
 
-    def __init__(self, kind: Kind[S], actor_id: str, engine: Engine, state: S | None = None) -> None:
+    def __init__(self, kind: Kind[S], actor_id: str, host: Host, state: S | None = None) -> None:
         self.kind = kind
         self.id = actor_id
-        self.engine = engine
+        self.host = host
         self.state = state
         self.mailbox: deque[Envelope] | None = None
         self.room: trio.Event | None = None  # made by a caller waiting for mailbox room
         self.draining = False  # a drain task is running for this actor
-        self.live_since = engine.clock.now()
+        self.live_since = host.clock.now()
         self.touched = self.live_since  # last activity: the supervisor's passivation order
         self.last_message_at: int | None = None
         self.current: Envelope | None = None
@@ -150,7 +150,7 @@ class Actor(Generic[S]):
         mailbox = self.mailbox
         if mailbox is None:
             mailbox = self.mailbox = deque()
-        elif len(mailbox) >= self.engine.settings.mailbox_size:
+        elif len(mailbox) >= self.host.settings.mailbox_size:
             return False
         mailbox.append(envelope)
         return True
@@ -204,14 +204,14 @@ class Actor(Generic[S]):
         not applied (handed out again after a backoff) when it still holds it as due; and when
         it holds it due later (an SWF heartbeat moved a deadline without a new key), re-armed
         for then."""
-        timers = self.engine.timers
+        timers = self.host.timers
         state = self.state
         held = None
         if state is not None:
             held = next((t for s, t in self.kind.timers(state) if s == slot and t.key == key), None)
         if held is None:
             timers.settle(self.id, slot, key, applied=True)
-        elif held.due > self.engine.clock.now():
+        elif held.due > self.host.clock.now():
             timers.settle(self.id, slot, key, applied=True)
             timers.sync(self.kind.name, self.id, (), ((slot, held),))
         else:
@@ -220,7 +220,7 @@ class Actor(Generic[S]):
     async def handle(self, envelope: Envelope) -> None:
         """Handle one message; every storage failure on the way (a lookup, reloading after a
         StaleWrite, the commit) takes the one storage-failure path."""
-        self.last_message_at = self.engine.clock.now()
+        self.last_message_at = self.host.clock.now()
         for _ in range(_MAX_STALE_RELOADS):
             try:
                 if self.state is None:
@@ -237,7 +237,7 @@ class Actor(Generic[S]):
                 self.state = None
                 if envelope.reply is not None:
                     envelope.reply.fail(Unavailable(f"{self.kind.name} {self.id} moved to another node"))
-                self.engine.supervisor.discard(self)
+                self.host.supervisor.discard(self)
                 return
             except StorageError as exc:
                 self._storage_failed(envelope, exc)
@@ -252,13 +252,13 @@ class Actor(Generic[S]):
         fired = self.kind.fired(envelope.message)
         if fired is not None:
             # The wheel owns a firing until it is settled; it hands it out again after a backoff.
-            self.engine.timers.settle(self.id, fired[0], fired[1], applied=False)
+            self.host.timers.settle(self.id, fired[0], fired[1], applied=False)
             return
         # No caller to tell: try again later, as the message still holds.
         if envelope.attempts < _MAX_REDELIVERIES or self.kind.persistent(envelope.message):
             delay = min(0.2 * 2 ** min(envelope.attempts, 5), 5.0)
             retry = attrs.evolve(envelope, attempts=envelope.attempts + 1)
-            self.engine.later(delay, self.kind, self.id, retry)
+            self.host.later(delay, self.kind, self.id, retry)
 
     def _drain_after_storage_failure(self, exc: StorageError) -> None:
         mailbox, self.mailbox = self.mailbox, None

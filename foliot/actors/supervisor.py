@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
-from ..errors import Internal, Unavailable
+from ..core.errors import Internal, Unavailable
 from .messages import Envelope
 from .runtime import Actor, Kind
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .host import Host
 
 log = logging.getLogger("foliot.supervisor")
 
@@ -43,8 +43,8 @@ _SWEEP_BATCH = 1024  # actors dropped between checkpoints
 
 
 class Supervisor:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, host: Host) -> None:
+        self.host = host
         # Live actors, least recently active first (each activity moves one to the end).
         self.actors: OrderedDict[str, Actor[Any]] = OrderedDict()
         self.max_crashes = MAX_CRASHES
@@ -78,7 +78,7 @@ class Supervisor:
         if actor is None:
             assert self._nursery is not None, "supervisor not started"
             self._shed_load()
-            actor = Actor(kind, actor_id, self.engine, state)
+            actor = Actor(kind, actor_id, self.host, state)
             if not self.actors:
                 self._wake_sweeper.set()
             self.actors[actor_id] = actor
@@ -112,8 +112,8 @@ class Supervisor:
         """
         if self.closed:
             return True
-        if not self.engine.ownership.accepts(actor_id):
-            return self.engine.elsewhere(kind, actor_id, envelope)
+        if not self.host.accepts(actor_id):
+            return self.host.elsewhere(kind, actor_id, envelope)
         return self._deliver(self._actor(kind, actor_id), envelope)
 
     async def ask(self, kind: Kind[S], actor_id: str, envelope: Envelope, state: S | None = None) -> None:
@@ -123,18 +123,18 @@ class Supervisor:
         `state`, a document the caller just read from storage, seeds the actor if it has to be
         spawned, so a passivated one is not read twice (a stale seed is caught by the guarded
         write and reloaded)."""
-        wait_s = self.engine.settings.mailbox_wait_ms / 1000
+        wait_s = self.host.settings.mailbox_wait_ms / 1000
         with trio.move_on_after(wait_s):
             while True:
                 if self.closed:
                     raise Unavailable("the server is shutting down")
-                if not self.engine.ownership.accepts(actor_id):
+                if not self.host.accepts(actor_id):
                     raise Unavailable(f"{kind.name} {actor_id} is owned by another node now; retry")
                 actor = self._actor(kind, actor_id, state)
                 if self._deliver(actor, envelope):
                     return
                 await actor.wait_for_room()  # then look the actor up again: it may have left
-        raise self.engine.admission.refuse(
+        raise self.host.admission.refuse(
             "mailbox",
             f"{kind.name} {actor_id} is busy: its mailbox stayed full for {wait_s:g} s; retry shortly",
         )
@@ -194,7 +194,7 @@ class Supervisor:
             self._remove(actor)  # closed, not found, or not loadable now: leave memory
             self._forget_old_crashes()
         elif self.actors.get(actor.id) is actor:
-            actor.touched = self.engine.clock.now()
+            actor.touched = self.host.clock.now()
             self.actors.move_to_end(actor.id)
 
     def _remove(self, actor: Actor[Any]) -> None:
@@ -230,8 +230,8 @@ class Supervisor:
 
         `actors` is ordered by last activity, so only its front is looked at; an old actor that
         cannot go (a running run, a drain under way) is moved to the back as active now."""
-        clock = self.engine.clock
-        idle_ms = self.engine.settings.passivate_after_ms
+        clock = self.host.clock
+        idle_ms = self.host.settings.passivate_after_ms
         while True:
             if not self.actors:
                 self._wake_sweeper = trio.Event()
@@ -262,7 +262,7 @@ class Supervisor:
             await trio.sleep_until(clock.trio_deadline(due))
 
     def _record_crash(self, actor_id: str) -> bool:
-        now = self.engine.clock.now()
+        now = self.host.clock.now()
         recent = [t for t in self._crashes.get(actor_id, []) if now - t < CRASH_WINDOW_MS]
         recent.append(now)
         self._crashes[actor_id] = recent
@@ -274,17 +274,17 @@ class Supervisor:
         passivation and rehydration is still counted)."""
         if not self._crashes:
             return
-        now = self.engine.clock.now()
+        now = self.host.clock.now()
         for actor_id in [a for a, times in self._crashes.items() if now - max(times) >= CRASH_WINDOW_MS]:
             del self._crashes[actor_id]
 
     def _shed_load(self) -> None:
         """Before a spawn past FOLIOT_MAX_LIVE_ACTORS, drop the least recently active idle
         parked actors (looking at a bounded number of them)."""
-        excess = len(self.actors) + 1 - self.engine.settings.max_live_actors
+        excess = len(self.actors) + 1 - self.host.settings.max_live_actors
         if excess <= 0:
             return
-        now = self.engine.clock.now()
+        now = self.host.clock.now()
         for _ in range(min(len(self.actors), excess + _SHED_SCAN)):
             if excess <= 0:
                 break

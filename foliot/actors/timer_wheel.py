@@ -32,8 +32,8 @@ from typing import Any, Final, Protocol
 
 import trio
 
-from ..clock import Clock
 from ..storage.base import TimerRecord
+from .clock import Clock
 from .runtime import Arming
 
 log = logging.getLogger("foliot.timers")

@@ -23,9 +23,9 @@ from typing import Protocol
 
 import trio
 
-from ..errors import StorageError
+from ..core.errors import StorageError
+from ..core.leases import PARTITIONS, View, plan
 from ..storage.cluster import ClusterStore
-from .leases import PARTITIONS, View, plan
 
 log = logging.getLogger("foliot.cluster")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..workflow.duration import format_timestamp
-from .leases import PARTITIONS, Lease, Node, View
+from ..core.leases import PARTITIONS, Lease, Node, View
+from ..core.workflow.duration import format_timestamp
 
 
 def report(view: View, partitions: int = PARTITIONS) -> dict[str, Any]:

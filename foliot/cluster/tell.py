@@ -25,10 +25,10 @@ import attrs
 import trio
 
 from ..actors.messages import Envelope
-from ..swf import messages as m
-from ..swf.actor import _FROM_OTHERS as FROM_OTHERS
-from ..swf.model import ExecutionRef
-from .placement import Local, Unowned, Where
+from ..actors.placement import Local, Unowned, Where
+from ..core.swf import messages as m
+from ..core.swf.model import ExecutionRef
+from ..kinds.swf.actor import _FROM_OTHERS as FROM_OTHERS
 
 if TYPE_CHECKING:
     from ..actors.runtime import Kind

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import attrs
 
-from ..workflow.definition import SENTINELS
+from ..core.workflow.definition import SENTINELS
 
 BOX_W: Final = 230
 BOX_H: Final = 38

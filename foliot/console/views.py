@@ -24,24 +24,20 @@ from markupsafe import Markup
 from quart import Blueprint, Response, g, render_template, request
 from werkzeug.datastructures import MultiDict
 
-from .. import credentials
-from ..cluster.placement import check_local
-from ..diagnosis import diagnose, human
-from ..errors import ApiError, Forbidden, InvalidRequest, NotFound, StorageError, Unauthorized
+from ..actors.placement import check_local
+from ..core import credentials
+from ..core.errors import ApiError, Forbidden, InvalidRequest, NotFound, StorageError, Unauthorized
+from ..core.views import event_view, run_view
+from ..core.workflow import machine
+from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.jsonconv import is_name
+from ..core.workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Run
+from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from ..http import bulk as bulk_api
 from ..http.app import check_query, engine, operator_caller
 from ..http.diagnosis import observe
 from ..http.runs import MAX_REASON, check_payload, rejected_error
-from ..storage.base import decode_cursor, encode_cursor
-from ..storage.console import ROLES, OperatorTokenRecord, RunQuery
-from ..views import event_view, run_view
-from ..workflow import machine
-from ..workflow.duration import format_timestamp as ts
-from ..workflow.jsonconv import is_name
-from ..workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Run
-from ..workflow.payload import MAX_DEPTH, DepthError, loads
-from . import graph, trends
-from .session import (
+from ..http.sessions import (
     LOGIN_MS,
     TOUCH_MS,
     csrf_ok,
@@ -53,6 +49,11 @@ from .session import (
     session_live,
     split_session_cookie,
 )
+from ..observe import trends
+from ..observe.diagnosis import diagnose, human
+from ..storage.base import decode_cursor, encode_cursor
+from ..storage.console import ROLES, OperatorTokenRecord, RunQuery
+from . import graph
 
 blueprint = Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
 
@@ -97,7 +98,7 @@ def _key() -> bytes:
 
 
 async def _session() -> Session | None:
-    """The request's live session (`foliot.console.session`), its activity recorded."""
+    """The request's live session (`foliot.http.sessions`), its activity recorded."""
     cookie = request.cookies.get(COOKIE)
     parts = split_session_cookie(cookie)
     if parts is None or cookie is None:
@@ -465,7 +466,7 @@ async def runs() -> Response:
 
 
 async def _owned(app: str, run_id: str) -> Run:
-    run = await engine().run_document(run_id) if len(run_id) <= 64 and is_name(app) else None
+    run = await engine().runs.document(run_id) if len(run_id) <= 64 and is_name(app) else None
     if run is None or run.app != app:
         raise NotFound(f"run {run_id!r} not found in app {app!r}")
     return run
@@ -628,7 +629,7 @@ async def intervene(app: str, run_id: str, action: str) -> Response:
         message = intervention(action, form)
     except ApiError as exc:
         return await _run_page(app, run_id, exc.status, error=f"{action}: {exc}")
-    reply, _ = await engine().ask(run_id, message, known)
+    reply, _ = await engine().runs.ask(run_id, message, known)
     if isinstance(reply, machine.Rejected):
         refused = rejected_error(reply)
         return await _run_page(app, run_id, refused.status, error=f"{action}: {refused}")
@@ -675,7 +676,7 @@ async def timers() -> Response:
         )
     runs = {}
     for row in shown:
-        doc = await eng.run_document(row.run_id)
+        doc = await eng.runs.document(row.run_id)
         if doc is not None:
             runs[row.run_id] = doc.app
     return await render(
@@ -868,7 +869,7 @@ async def bulk_action(verb: str) -> Response:
     query = run_query_from(form)
     if query.workflow is None:
         raise InvalidRequest("bulk interventions act on one workflow", field="workflow")
-    if await engine().app_record(query.app) is None:
+    if await engine().directory.app_record(query.app) is None:
         raise NotFound(f"app {query.app!r} not found")
     fields = {k: form[k] for k in BULK_FIELDS if form.get(k)}
     back = "/console/runs?" + urlencode(fields)

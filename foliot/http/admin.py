@@ -7,15 +7,15 @@ from typing import Any
 from quart import Blueprint, Response, current_app, g, request
 
 from ..cluster.report import report, single_node
-from ..console.session import idle_ends, key_check, session_key
-from ..errors import InvalidRequest, NotFound, Unavailable
-from ..metrics import CONTENT_TYPE, SWF_CLOSE_STATUSES
+from ..core.errors import InvalidRequest, NotFound, Unavailable
+from ..core.workflow.duration import DurationError, parse_duration
+from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.model import STATUSES
+from ..observe.metrics import CONTENT_TYPE, SWF_CLOSE_STATUSES
 from ..storage.cluster import ClusterPostgres
-from ..workflow.duration import DurationError, parse_duration
-from ..workflow.duration import format_timestamp as ts
-from ..workflow.model import STATUSES
 from .app import check_query, engine, json_response, query_int, reads_query, require_admin
 from .openapi import document
+from .sessions import idle_ends, key_check, session_key
 
 blueprint = Blueprint("admin", __name__)
 
@@ -183,7 +183,7 @@ async def overdue() -> Response:
 
 @blueprint.get("/admin/sessions")
 async def sessions() -> Response:
-    """The console's live sessions, newest first (`foliot.console.session`)."""
+    """The console's live sessions, newest first (`foliot.http.sessions`)."""
     await require_admin()
     check_query({"limit"})
     limit = query_int("limit", 100, 1, 1000)

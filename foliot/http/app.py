@@ -14,21 +14,20 @@ import hmac
 import json
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import attrs
-from quart import Quart, Response, current_app, g, has_request_context, request
+from quart import Blueprint, Quart, Response, current_app, g, has_request_context, request
 from quart.globals import request_ctx
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, RequestEntityTooLarge
 
-from .. import credentials
-from ..actors.engine import Engine
-from ..cluster.placement import Elsewhere
-from ..config import Settings
-from ..digits import INT64_MAX, ascii_int
-from ..errors import (
+from ..actors.placement import Elsewhere
+from ..core import credentials
+from ..core.config import Settings
+from ..core.digits import INT64_MAX, ascii_int
+from ..core.errors import (
     ApiError,
     Forbidden,
     Internal,
@@ -39,8 +38,9 @@ from ..errors import (
     Unauthorized,
     Unavailable,
 )
-from ..workflow.jsonconv import ValidationError, is_name, structure
-from ..workflow.payload import MAX_DEPTH, DepthError, loads
+from ..core.workflow.jsonconv import ValidationError, is_name, structure
+from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
+from ..node import Node
 from .conn import FinishingHTTPConnection
 from .forward import quart_incoming, quart_response, relay
 
@@ -99,7 +99,7 @@ class Call:
     """What the hot routes (start, signal) read of a request: the same whether it came through
     Quart or straight from the ASGI edge (`foliot/http/hot.py`)."""
 
-    engine: Engine
+    engine: Node
     admin_token: str
     authorization: str
     method: str
@@ -136,8 +136,8 @@ class EmptyBody:
     """A body that must be empty or `{}`."""
 
 
-def engine() -> Engine:
-    e: Engine = g.engine
+def engine() -> Node:
+    e: Node = g.engine
     return e
 
 
@@ -170,7 +170,7 @@ async def authenticate() -> Caller:
     return await authenticate_header(engine(), g.admin_token, request.headers.get("Authorization", ""))
 
 
-async def authenticate_header(eng: Engine, admin_token: str, header: str) -> Caller:
+async def authenticate_header(eng: Node, admin_token: str, header: str) -> Caller:
     """The caller an Authorization header stands for (401 unless a live key); then, under
     Quart, 400 for a query parameter the route does not take (so an unknown caller learns
     nothing from the query, as from the body)."""
@@ -182,14 +182,14 @@ async def authenticate_header(eng: Engine, admin_token: str, header: str) -> Cal
     return caller
 
 
-async def _caller(eng: Engine, admin_token: str, header: str) -> Caller:
+async def _caller(eng: Node, admin_token: str, header: str) -> Caller:
     token = bearer_token(header)
     if hmac.compare_digest(token.encode(), admin_token.encode()):
         return Caller(admin=True)
     parts = credentials.split_api_key(token)
     if parts is not None:
         key_id, secret = parts
-        record = await eng.api_key(key_id)
+        record = await eng.directory.api_key(key_id)
         if (
             record is not None
             and record.revoked_at is None
@@ -202,7 +202,7 @@ async def _caller(eng: Engine, admin_token: str, header: str) -> Caller:
     raise Unauthorized("invalid or revoked key")
 
 
-async def operator_caller(token: str, eng: Engine | None = None) -> Caller | None:
+async def operator_caller(token: str, eng: Node | None = None) -> Caller | None:
     """The caller an operator token stands for (None: not a live operator token)."""
     parts = credentials.split_operator_token(token)
     if parts is None:
@@ -247,7 +247,7 @@ async def require_app_call(call: Call, app: str) -> Caller:
         if caller.app != app:
             raise Forbidden(f"this key does not belong to app {app!r}")
         return caller  # a live key's app exists (the key row references it)
-    if not is_name(app) or await call.engine.app_record(app) is None:
+    if not is_name(app) or await call.engine.directory.app_record(app) is None:
         raise NotFound(f"app {app!r} not found")
     return caller
 
@@ -341,7 +341,9 @@ def check_name(value: str, field: str) -> None:
 # ---------------------------------------------------------------------- the factory
 
 
-def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
+def create_app(
+    engine_: Node, settings_: Settings, admin_token: str, faces: Sequence[Blueprint] = ()
+) -> Quart:
     app = QuartTrio("foliot")
     app.asgi_http_class = FinishingHTTPConnection  # closes what it says it closes (conn.py)
     app.config["MAX_CONTENT_LENGTH"] = settings_.body_max_bytes
@@ -471,10 +473,24 @@ def create_app(engine_: Engine, settings_: Settings, admin_token: str) -> Quart:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(Internal("internal error; see the server log"))
 
-    from ..console import views as console
-    from . import admin, apps, bulk, diagnosis, internal, operators, runs, signals, swf, tasks, workflows
+    from . import (
+        admin,
+        apps,
+        bulk,
+        diagnosis,
+        internal,
+        operators,
+        runs,
+        signals,
+        swf,
+        tasks,
+        workflows,
+    )
 
-    for module in (apps, workflows, runs, bulk, signals, tasks, admin, diagnosis, operators, console, swf):
+    for module in (apps, workflows, runs, bulk, signals, tasks, admin, diagnosis, operators):
         app.register_blueprint(module.blueprint)
+    for face in faces:  # the console, mounted by the composition root
+        app.register_blueprint(face)
+    app.register_blueprint(swf.blueprint)
     app.register_blueprint(internal.blueprint)
     return app

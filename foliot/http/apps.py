@@ -5,10 +5,10 @@ from __future__ import annotations
 import attrs
 from quart import Blueprint, Response
 
-from .. import credentials
-from ..errors import InvalidRequest, NotFound
+from ..core import credentials
+from ..core.errors import InvalidRequest, NotFound
+from ..core.workflow.duration import format_timestamp as ts
 from ..storage.base import ApiKeyRecord, AppRecord, SecretRecord
-from ..workflow.duration import format_timestamp as ts
 from .app import EmptyBody, body, check_name, engine, json_response, require_admin, require_app
 from .urls import UrlError, check_http_url
 
@@ -68,7 +68,7 @@ async def put_app(app_name: str) -> Response:
         ApiKeyRecord(key_id, app_name, key_hash, now),
         SecretRecord(secret_id, app_name, eng.vault.encrypt(signing_secret), now, None),
     )
-    eng.forget_app(app_name)
+    eng.directory.forget_app(app_name)
     if created:
         return json_response(
             {
@@ -121,7 +121,7 @@ async def revoke_key(app_name: str, key_id: str) -> Response:
     await _existing(app_name)
     eng = engine()
     revoked = await eng.store.revoke_api_key(app_name, key_id, eng.clock.now())
-    eng.forget_api_key(key_id)
+    eng.directory.forget_api_key(key_id)
     if not revoked:
         raise NotFound(f"no live key {key_id!r} for app {app_name!r}")
     return json_response({"keyId": key_id, "revoked": True})
@@ -142,7 +142,7 @@ async def rotate_secret(app_name: str) -> Response:
 
     async def rotate() -> None:  # the cached signing keys go with the commit, client gone or not
         await eng.store.rotate_signing_secret(record, grace_until=now + spec.grace_seconds * 1000)
-        eng.forget_app(app_name)
+        eng.directory.forget_app(app_name)
 
     await eng.outlive_caller(rotate)
     return json_response({"secretId": secret_id, "signingSecret": signing_secret, "createdAt": ts(now)}, 201)

@@ -17,11 +17,11 @@ import attrs
 import trio
 from quart import Blueprint, Response
 
-from ..cluster.placement import Elsewhere
-from ..errors import ApiError, InvalidRequest, Unavailable
+from ..actors.placement import Elsewhere
+from ..core.errors import ApiError, InvalidRequest, Unavailable
+from ..core.workflow import machine
+from ..core.workflow.model import STATUSES, Run
 from ..storage.base import RunFilter, encode_cursor
-from ..workflow import machine
-from ..workflow.model import STATUSES, Run
 from .app import body, check_name, engine, json_response, require_app
 from .forward import Forwarder
 from .runs import MAX_BUSINESS_KEY, _check_reason, _runs_cursor
@@ -111,7 +111,7 @@ async def apply_bulk(app_name: str, verb: str, spec: BulkBody) -> dict[str, Any]
     async def one(run: Run) -> None:
         async with limiter:
             try:
-                reply, _ = await eng.ask(run.run_id, make(spec.reason), run)
+                reply, _ = await eng.runs.ask(run.run_id, make(spec.reason), run)
                 done = isinstance(reply, machine.Ok)
             except Elsewhere as elsewhere:  # owned by another node: it intervenes there
                 done = await intervene_there(

@@ -34,7 +34,7 @@ from hypercorn.typing import ASGISendCallable, ASGISendEvent
 from quart.wrappers import Request
 from quart_trio.asgi import TrioASGIHTTPConnection
 
-from ..errors import ApiError
+from ..core.errors import ApiError
 
 
 class FinishingHTTPConnection(TrioASGIHTTPConnection):

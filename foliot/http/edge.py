@@ -27,7 +27,7 @@ import trio
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 
 from ..actors.admission import Admission
-from ..errors import Overloaded
+from ..core.errors import Overloaded
 
 _ADDS_WORK = re.compile(r"^/apps/[^/]+/(?:runs|signals)/?$")
 _DRAIN_MAX = 65_536  # a refused body up to this size is read, so its connection can be kept

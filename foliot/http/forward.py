@@ -1,6 +1,6 @@
 """Requests for an actor that lives on another node, proxied to its owner.
 
-When `Engine.ask`/`Engine.swf_ask` find the addressed actor on another node they raise
+When `Node.ask`/`Node.swf_ask` find the addressed actor on another node they raise
 `Elsewhere`; the HTTP layer (the Quart error handler, the ASGI hot path `foliot/http/hot.py`
 and the SWF route alike) hands the request as it arrived — method, path and query, headers,
 body — to `relay`, which sends it to the owner's FOLIOT_ADVERTISE_URL and returns the owner's
@@ -28,9 +28,9 @@ import httpx
 from quart import Response, request
 from werkzeug.datastructures import Headers as QuartHeaders
 
+from ..actors.placement import Elsewhere, NotOwner, Remote
 from ..cluster import hop
-from ..cluster.placement import Elsewhere, NotOwner, Remote
-from ..errors import ApiError, Unavailable
+from ..core.errors import ApiError, Unavailable
 
 log = logging.getLogger("foliot.forward")
 

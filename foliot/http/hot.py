@@ -30,9 +30,9 @@ import trio
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, HTTPScope, Scope
 from werkzeug.exceptions import RequestTimeout
 
-from ..actors.engine import Engine
-from ..cluster.placement import Elsewhere
-from ..errors import ApiError, Internal, PayloadTooLarge, StorageUnavailable, Unavailable
+from ..actors.placement import Elsewhere
+from ..core.errors import ApiError, Internal, PayloadTooLarge, StorageUnavailable, Unavailable
+from ..node import Node
 from .app import BODY_TIMEOUT_S, Call, UnsupportedMediaType, is_json_media_type
 from .forward import Incoming, relay
 from .runs import start_run_call
@@ -53,7 +53,7 @@ class Hot:
     """ASGI wrapper: plain starts, signals and task answers are served here, everything else
     by `app`."""
 
-    def __init__(self, app: ASGIFramework, engine: Engine, admin_token: str) -> None:
+    def __init__(self, app: ASGIFramework, engine: Node, admin_token: str) -> None:
         self.app = app
         self.engine = engine
         self.admin_token = admin_token

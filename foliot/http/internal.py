@@ -8,7 +8,7 @@ made on another node, whose page held a run owned here.
 (`foliot.cluster.tell`).
 
 `POST /internal/claim`: claim from this node's pull queue without waiting, for a long poll on
-another node (`foliot.cluster.pull`). The body names the poll: `{"kind": "tasks", "app",
+another node (`foliot.actors.pull`). The body names the poll: `{"kind": "tasks", "app",
 "queue", "maxTasks", "workerId"}` (a Foliot queue) or `{"kind": "swf", "region", "task":
 "decision" | "activity", "body": <the SWF poll's request>}`; the answer is `{"answer": ...}`,
 what the poll would answer (the tasks, or the SWF task), or null when nothing was offered here.
@@ -23,13 +23,14 @@ import trio
 from quart import Blueprint, Response
 
 from ..actors.messages import Envelope
+from ..actors.placement import Elsewhere, Local, NotOwner
 from ..cluster import tell as remote
-from ..cluster.placement import Elsewhere, Local, NotOwner
-from ..errors import InvalidRequest, NotFound, Unauthorized
-from ..swf import shapes, writes
-from ..swf.errors import SwfFault
-from ..swf.registry import Ctx
-from ..workflow import machine
+from ..core.errors import InvalidRequest, NotFound, Unauthorized
+from ..core.swf import shapes
+from ..core.swf.errors import SwfFault
+from ..core.workflow import machine
+from ..kinds.swf import writes
+from ..kinds.swf.registry import Ctx
 from . import bulk
 from .app import check_name, decode_json, engine, json_response, parse
 from .forward import quart_incoming
@@ -78,11 +79,11 @@ async def intervene() -> Response:
     if len(spec.run_id) > 64:
         raise InvalidRequest("is longer than 64 characters", field="runId")
     eng = engine()
-    run = await eng.run_document(spec.run_id)
+    run = await eng.runs.document(spec.run_id)
     if run is None or run.app != spec.app:
         raise NotFound(f"run {spec.run_id!r} not found")
     try:
-        reply, _ = await eng.ask(spec.run_id, bulk.VERBS[spec.verb][0](spec.reason), run)
+        reply, _ = await eng.runs.ask(spec.run_id, bulk.VERBS[spec.verb][0](spec.reason), run)
     except Elsewhere as elsewhere:
         raise NotOwner(
             f"this node does not own run {spec.run_id} (node {elsewhere.owner.node_id} does)"
@@ -139,7 +140,7 @@ async def claim() -> Response:
             )
         except SwfFault as fault:
             raise InvalidRequest(fault.message, field="body") from None
-        ctx = Ctx(eng.store, eng.clock.now(), spec.region, eng)
+        ctx = Ctx(eng.store, eng.clock.now(), spec.region, eng.swf)
         answer = await writes.poll_here(ctx, spec.body, spec.task, now)
     else:
         raise InvalidRequest("must be tasks or swf", field="kind")

@@ -12,8 +12,8 @@ from typing import Any
 from quart import Quart
 
 from .. import __version__
-from ..metrics import SWF_CLOSE_STATUSES
-from ..workflow.model import STATUSES
+from ..core.workflow.model import STATUSES
+from ..observe.metrics import SWF_CLOSE_STATUSES
 
 NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}
 DURATION = {"type": "string", "pattern": r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$", "examples": ["30s"]}

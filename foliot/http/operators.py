@@ -6,10 +6,10 @@ from __future__ import annotations
 import attrs
 from quart import Blueprint, Response
 
-from .. import credentials
-from ..errors import InvalidRequest, NotFound
+from ..core import credentials
+from ..core.errors import InvalidRequest, NotFound
+from ..core.workflow.duration import format_timestamp as ts
 from ..storage.console import ROLES, OperatorTokenRecord
-from ..workflow.duration import format_timestamp as ts
 from .app import EmptyBody, body, check_name, check_query, engine, json_response, require_admin
 
 blueprint = Blueprint("operators", __name__)

@@ -27,28 +27,13 @@ from typing import Any, Final
 
 from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallable, Scope
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+from ..core.networks import Network
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _HOST: Final = re.compile(r"[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]{2,45}\](:[0-9]{1,5})?")
 _PAIR: Final = re.compile(r'\s*([A-Za-z]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;,\s]*)\s*')
 _MAX_HEADER: Final = 4096
-
-
-def parse_networks(raw: str | None) -> tuple[Network, ...]:
-    """FOLIOT_TRUSTED_PROXIES: `10.0.0.5, 10.1.0.0/16, ::1`; `ValueError` naming a bad entry."""
-    if raw is None or not raw.strip():
-        return ()
-    out: list[Network] = []
-    for item in raw.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            out.append(ipaddress.ip_network(item, strict=False))
-        except ValueError:
-            raise ValueError(f"{item!r} is not an address or a CIDR range (10.0.0.0/8, ::1)") from None
-    return tuple(out)
 
 
 def _address(text: str) -> Address | None:

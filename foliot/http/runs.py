@@ -8,16 +8,16 @@ from typing import Any
 import attrs
 from quart import Blueprint, Response, request
 
-from ..digits import INT64_MAX
-from ..errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge
+from ..core.digits import INT64_MAX
+from ..core.errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge
+from ..core.views import event_view, run_view
+from ..core.workflow import machine
+from ..core.workflow.definition import canonical_json
+from ..core.workflow.duration import DurationError, parse_duration
+from ..core.workflow.jsonconv import is_name
+from ..core.workflow.model import STATUSES, Run
+from ..core.workflow.payload import PayloadError, payload_size
 from ..storage.base import RunFilter, decode_cursor, encode_cursor
-from ..views import event_view, run_view
-from ..workflow import machine
-from ..workflow.definition import canonical_json
-from ..workflow.duration import DurationError, parse_duration
-from ..workflow.jsonconv import is_name
-from ..workflow.model import STATUSES, Run
-from ..workflow.payload import PayloadError, payload_size
 from .app import (
     Call,
     body,
@@ -110,7 +110,7 @@ def rejected_error(reply: machine.Rejected) -> ApiError:
 
 
 async def owned_run(app_name: str, run_id: str) -> Run:
-    run = await engine().run_document(run_id) if len(run_id) <= 64 else None
+    run = await engine().runs.document(run_id) if len(run_id) <= 64 else None
     if run is None or run.app != app_name:
         raise NotFound(f"run {run_id!r} not found")
     return run
@@ -152,7 +152,7 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
             raise InvalidRequest(f"must be 1..{MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
         # Only a start with a key is ever compared with an earlier one.
         request_hash = "" if key is None else hashlib.sha256(canonical_json(raw).encode()).hexdigest()
-        view, created = await eng.start_run(
+        view, created = await eng.runs.start(
             app=app_name,
             workflow=spec.workflow,
             version=spec.version,
@@ -227,7 +227,7 @@ async def events(app_name: str, run_id: str) -> Response:
 
 async def _intervene(app_name: str, run_id: str, message: machine.Message) -> Response:
     known = await owned_run(app_name, run_id)
-    reply, run = await engine().ask(run_id, message, known)
+    reply, run = await engine().runs.ask(run_id, message, known)
     return reply_response(reply, run)
 
 

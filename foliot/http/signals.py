@@ -9,10 +9,10 @@ import attrs
 from quart import Blueprint, Response
 
 from ..actors.admission import Ticket
-from ..actors.signal_start import SignalStart, signal_with_start
-from ..errors import InvalidRequest, NotFound
-from ..workflow import machine
-from ..workflow.definition import canonical_json
+from ..core.errors import InvalidRequest, NotFound
+from ..core.workflow import machine
+from ..core.workflow.definition import canonical_json
+from ..kinds.run.signal_start import SignalStart, signal_with_start
 from .app import Call, check_name, decode_json, json_response, parse, quart_call, require_app_call
 from .runs import MAX_BUSINESS_KEY, MAX_IDEMPOTENCY_KEY, check_payload, rejected_error
 
@@ -67,7 +67,7 @@ async def signal_call(call: Call, app_name: str) -> tuple[dict[str, Any], int]:
             raise InvalidRequest("name the run by runId or by workflow+businessKey", field="runId")
         check_payload(spec.payload, "payload", limit)
         if spec.run_id is not None:
-            run = await eng.run_document(spec.run_id) if len(spec.run_id) <= 64 else None
+            run = await eng.runs.document(spec.run_id) if len(spec.run_id) <= 64 else None
             if run is None or run.app != app_name:
                 raise NotFound(f"run {spec.run_id!r} not found")
         else:
@@ -77,9 +77,9 @@ async def signal_call(call: Call, app_name: str) -> tuple[dict[str, Any], int]:
             if run is None:
                 raise NotFound(f"no open run of {spec.workflow!r} with businessKey {spec.business_key!r}")
         run_id = run.run_id
-        if eng.busy(run_id):
+        if eng.runs.busy(run_id):
             ticket.timed = False  # it waits behind its own run's messages (per-run back-pressure)
-        reply, _ = await eng.ask(run_id, machine.SignalIn(spec.name, spec.payload, spec.signal_id), run)
+        reply, _ = await eng.runs.ask(run_id, machine.SignalIn(spec.name, spec.payload, spec.signal_id), run)
         if isinstance(reply, machine.Rejected):
             raise rejected_error(reply)
         return {"runId": run_id, "status": reply.value}, 202
@@ -105,7 +105,7 @@ async def _signal_with_start(
     if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
         raise InvalidRequest(f"must be 1..{MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
     return await signal_with_start(
-        call.engine,
+        call.engine.runs,
         SignalStart(
             app=app_name,
             workflow=spec.workflow,

@@ -1,11 +1,11 @@
 """The AWS SWF JSON 1.0 face: `POST /` with `X-Amz-Target: SimpleWorkflowService.<Action>`,
 and the admin routes for SWF access keys (`/admin/swf/credentials`).
 
-A request goes: SigV4 (`foliot.swf.sigv4`, the key's secret from `foliot.swf.keys`) → target →
-JSON body → validation against the service model (`foliot.swf.shapes`) → the action. Every
+A request goes: SigV4 (`foliot.core.swf.sigv4`, the key's secret from `foliot.kinds.swf.keys`) → target →
+JSON body → validation against the service model (`foliot.core.swf.shapes`) → the action. Every
 refusal is an AWS fault (`{"__type", "message"}`, `application/x-amz-json-1.0`), never a
 Foliot error body, so SDKs raise their own exception classes. Routes only translate; the
-registry's logic is in `foliot.swf.registry`.
+registry's logic is in `foliot.kinds.swf.registry`.
 """
 
 from __future__ import annotations
@@ -21,13 +21,11 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from quart import Blueprint, Response, current_app, request
 from werkzeug.datastructures import Headers as QuartHeaders
 
-from ..actors.engine import Engine
-from ..cluster.placement import Elsewhere
-from ..errors import ApiError, InvalidRequest, NotFound, StorageUnavailable
-from ..errors import Conflict as ApiConflict
-from ..storage.swf import SwfLambdaFunction
-from ..swf import queries, registry, shapes, sigv4, writes
-from ..swf.errors import (
+from ..actors.placement import Elsewhere
+from ..core.errors import ApiError, InvalidRequest, NotFound, StorageUnavailable
+from ..core.errors import Conflict as ApiConflict
+from ..core.swf import shapes, sigv4
+from ..core.swf.errors import (
     InternalFailure,
     NotImplementedFault,
     SerializationException,
@@ -36,10 +34,13 @@ from ..swf.errors import (
     UnknownOperationException,
     UnrecognizedClientException,
 )
-from ..swf.keys import SwfKeys
-from ..swf.registry import Action, Ctx
-from ..workflow.duration import format_timestamp as ts
-from ..workflow.payload import DepthError, loads
+from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.payload import DepthError, loads
+from ..kinds.swf import queries, registry, writes
+from ..kinds.swf.keys import SwfKeys
+from ..kinds.swf.registry import Action, Ctx
+from ..node import Node
+from ..storage.swf import SwfLambdaFunction
 from .app import (
     EmptyBody,
     body,
@@ -75,7 +76,7 @@ def keys() -> SwfKeys:
     return key_book(current_app.config, engine())
 
 
-def key_book(config: Any, eng: Engine) -> SwfKeys:
+def key_book(config: Any, eng: Node) -> SwfKeys:
     """The key book kept in an app's config (made on first use): the Quart route and the edge
     (`SwfEdge`) share it, so a revocation drops the one cache."""
     found = config.get("FOLIOT_SWF_KEYS")
@@ -121,7 +122,7 @@ def signed_request(scope: Any, raw_body: bytes) -> sigv4.SignedRequest:
     )
 
 
-async def authenticate(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> str:
+async def authenticate(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> str:
     """The SigV4-verified request's region; an AWS fault otherwise."""
     auth = sigv4.parse_authorization(header(scope["headers"], b"authorization"))
     signed = signed_request(scope, raw_body)
@@ -156,7 +157,7 @@ def decode(raw_body: bytes) -> Any:
         raise SerializationException(f"The request body is not valid JSON: {exc}") from None
 
 
-async def handle(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> dict[str, Any]:
+async def handle(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> dict[str, Any]:
     region = await authenticate(eng, book, scope, raw_body)
     action = target(header(scope["headers"], b"x-amz-target") or "")
     body = decode(raw_body)
@@ -166,10 +167,10 @@ async def handle(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> dic
         raise NotImplementedFault(
             f"{action} is not implemented by this Foliot yet; docs/swf.md lists the actions served."
         )
-    return await run(Ctx(eng.store, eng.clock.now(), region, eng), body)
+    return await run(Ctx(eng.store, eng.clock.now(), region, eng.swf), body)
 
 
-async def answer(eng: Engine, book: SwfKeys, scope: Any, raw_body: bytes) -> Answer:
+async def answer(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> Answer:
     """One SWF call, its body read: the answer, or the owner's answer when the execution lives
     on another node. Every refusal is an AWS fault."""
     try:
@@ -214,7 +215,7 @@ class SwfEdge:
     refusals only apply to requests this wrapper passes on, and the body is read first (within
     `BODY_TIMEOUT_S`) as the Quart route does, so the connection stays in step."""
 
-    def __init__(self, app: ASGIFramework, engine: Engine, config: Any) -> None:
+    def __init__(self, app: ASGIFramework, engine: Node, config: Any) -> None:
         self.app = app
         self.engine = engine
         self.config = config
@@ -429,6 +430,6 @@ async def resume_parked(region: str, run_id: str) -> Response:
     await require_admin()
     check_query(set())
     await body(EmptyBody, empty_ok=True)
-    if not await engine().swf.resume(_region(region), run_id):
+    if not await engine().swf.kind.resume(_region(region), run_id):
         raise NotFound(f"no parked SWF execution {run_id!r} in {region}")
     return json_response({"region": region, "runId": run_id, "resumed": True})

@@ -10,11 +10,11 @@ import trio
 from quart import Blueprint, Response
 
 from ..actors.dispatcher import task_body
-from ..actors.engine import Engine
-from ..cluster.pull import long_poll
-from ..errors import Conflict, InvalidRequest, NotFound
-from ..workflow import machine
-from ..workflow.model import TaskRow
+from ..actors.pull import long_poll
+from ..core.errors import Conflict, InvalidRequest, NotFound
+from ..core.workflow import machine
+from ..core.workflow.model import TaskRow
+from ..node import Node
 from .app import (
     Call,
     EmptyBody,
@@ -91,16 +91,16 @@ async def poll(app_name: str) -> Response:
 
 
 async def claim_here(
-    eng: Engine, app_name: str, queue: str, count: int, worker_id: str | None, wait_until: float
+    eng: Node, app_name: str, queue: str, count: int, worker_id: str | None, wait_until: float
 ) -> list[dict[str, Any]] | None:
     """Up to `count` tasks claimed from this node's queue by `wait_until` (Trio time), as the
     poll answers them; None when none came. Another node's poll calls this through
-    `/internal/claim` (`foliot.cluster.pull`)."""
-    claimed = await eng.claim_queued(app_name, queue, count, wait_until, worker_id)
+    `/internal/claim` (`foliot.actors.pull`)."""
+    claimed = await eng.runs.claim_queued(app_name, queue, count, wait_until, worker_id)
     return [task_body(run, task) for run, task in claimed] or None
 
 
-async def _task(eng: Engine, app_name: str, token: str) -> TaskRow:
+async def _task(eng: Node, app_name: str, token: str) -> TaskRow:
     row = await eng.store.get_task(token) if len(token) <= 128 else None
     if row is None or row.app != app_name:
         raise NotFound("unknown task token")
@@ -135,7 +135,7 @@ async def complete_call(call: Call, app_name: str, token: str) -> tuple[dict[str
     row = await _task(eng, app_name, token)
     if row.status != "open":
         raise _closed(row)
-    reply, run = await eng.ask(row.run_id, machine.TaskAnswer(token, outcome, via_api=True))
+    reply, run = await eng.runs.ask(row.run_id, machine.TaskAnswer(token, outcome, via_api=True))
     if isinstance(reply, machine.Rejected):
         raise rejected_error(reply)
     assert run is not None
@@ -155,7 +155,7 @@ async def heartbeat_call(call: Call, app_name: str, token: str) -> tuple[dict[st
     parse(decode_json(await call.body(), empty_ok=True), EmptyBody)
     row = await _task(eng, app_name, token)
     if row.status == "open":
-        reply, _ = await eng.ask(row.run_id, machine.Heartbeat(token))
+        reply, _ = await eng.runs.ask(row.run_id, machine.Heartbeat(token))
         if isinstance(reply, machine.Ok):
             return {"cancelRequested": False}, 200
         if reply.code != "task_closed":

@@ -6,11 +6,11 @@ import json
 
 from quart import Blueprint, Response, request
 
-from ..errors import InvalidRequest, NotFound
+from ..core.errors import InvalidRequest, NotFound
+from ..core.workflow.definition import canonical_json, parse_definition
+from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.jsonconv import ValidationError, is_name
 from ..storage.base import WorkflowRecord
-from ..workflow.definition import canonical_json, parse_definition
-from ..workflow.duration import format_timestamp as ts
-from ..workflow.jsonconv import ValidationError, is_name
 from .app import (
     check_name,
     check_query,
@@ -51,7 +51,7 @@ async def register(app_name: str) -> Response:
     record, created = await eng.store.add_workflow_version(
         app_name, definition.name, canonical_json(raw), eng.clock.now()
     )
-    eng.forget_workflow(app_name, definition.name)
+    eng.directory.forget_workflow(app_name, definition.name)
     return json_response({"name": record.name, "version": record.version}, 201 if created else 200)
 
 

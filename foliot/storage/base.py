@@ -1,7 +1,7 @@
 """The `Store` protocol: what the engine needs from a database, one unit of work per transition.
 
 Both backends (SQLite, PostgreSQL) implement it and pass one contract suite
-(`tests/storage/`). Rows cross this boundary as the frozen records of `foliot.workflow.model`
+(`tests/storage/`). Rows cross this boundary as the frozen records of `foliot.core.workflow.model`
 or the small records below; SQL never leaks out.
 """
 
@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from ..workflow.model import Event, Run, TaskRow, run_to_dict
+from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .fence import Fence
 from .health import ProbeStore

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import asyncpg
 
-from ..cluster.leases import Lease, Node, View
+from ..core.leases import Lease, Node, View
 from .pg_calls import PgCalls
 
 NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"

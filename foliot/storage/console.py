@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import attrs
 
-from ..workflow.model import OPEN_STATUSES
+from ..core.workflow.model import OPEN_STATUSES
 
 ROLES: Final = ("viewer", "operator", "admin")
 

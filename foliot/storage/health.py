@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import attrs
 import trio
 
-from ..errors import StaleWrite, StorageError, UniqueViolation
+from ..core.errors import StaleWrite, StorageError, UniqueViolation
 from .pg_calls import PgCalls
 
 T = TypeVar("T")

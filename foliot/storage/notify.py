@@ -1,4 +1,4 @@
-"""PostgreSQL `LISTEN/NOTIFY` as the nodes' broadcast channel (`foliot.cluster.pull.Bus`).
+"""PostgreSQL `LISTEN/NOTIFY` as the nodes' broadcast channel (`foliot.actors.pull.Bus`).
 
 `notify` is one `pg_notify` through the read pool (each statement commits by itself, so the
 message leaves at once). `listen` holds one dedicated connection of its own (never a pool's: a

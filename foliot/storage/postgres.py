@@ -45,8 +45,8 @@ import attrs
 import outcome
 import trio
 
-from ..errors import Fenced, StaleWrite, StorageError, StorageUnavailable, UniqueViolation
-from ..workflow.model import Event, Run, TaskRow, run_from_dict
+from ..core.errors import Fenced, StaleWrite, StorageError, StorageUnavailable, UniqueViolation
+from ..core.workflow.model import Event, Run, TaskRow, run_from_dict
 from .base import (
     OVERDUE_SQL,
     PRUNE_EVENTS_PER_RUN,

@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from ..errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
-from ..workflow.model import Event, Run, TaskRow, run_from_dict
+from ..core.errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
+from ..core.workflow.model import Event, Run, TaskRow, run_from_dict
 from . import checkpoint
 from .base import (
     OVERDUE_SQL,

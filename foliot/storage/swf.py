@@ -17,8 +17,8 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from ..swf.events import HistoryEvent
-from ..swf.model import Execution, execution_from_dict, execution_to_dict
+from ..core.swf.events import HistoryEvent
+from ..core.swf.model import Execution, execution_from_dict, execution_to_dict
 from .fence import Fence
 
 REGISTERED = "REGISTERED"

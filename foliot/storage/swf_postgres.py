@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from ..swf.events import HistoryEvent
+from ..core.swf.events import HistoryEvent
 from .base import prune_keys
 from .pg_calls import PgCalls
 from .swf import (

@@ -15,8 +15,8 @@ from typing import Any, Final
 
 import attrs
 
-from ..errors import StaleWrite, StorageError, UniqueViolation
-from ..swf.timeouts import deadlines
+from ..core.errors import StaleWrite, StorageError, UniqueViolation
+from ..core.swf.timeouts import deadlines
 from .swf import (
     SWF_OPEN_WORKFLOW_UNIQUE,
     SwfCursor,

@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..swf.events import HistoryEvent
+from ..core.swf.events import HistoryEvent
 from .base import prune_keys
 from .swf import (
     DEPRECATED,

@@ -13,15 +13,15 @@ import pytest
 import trio
 from cryptography.fernet import Fernet
 
-from foliot.actors.engine import Engine
-from foliot.clock import Clock
-from foliot.config import Settings
-from foliot.credentials import Vault
+from foliot.actors.clock import Clock
+from foliot.core.config import Settings
+from foliot.core.credentials import Vault
+from foliot.core.views import run_view
+from foliot.core.workflow.definition import canonical_json
+from foliot.core.workflow.model import Run
+from foliot.node import Node
 from foliot.storage.base import ApiKeyRecord, AppRecord, SecretRecord
 from foliot.storage.sqlite import open_sqlite
-from foliot.views import run_view
-from foliot.workflow.definition import canonical_json
-from foliot.workflow.model import Run
 
 T0 = 1_800_000_000_000
 DAY = 86_400.0
@@ -38,8 +38,8 @@ class Pushed:
 
 @attrs.define
 class Env:
-    engine: Engine
-    make_engine: Callable[[], Engine]
+    engine: Node
+    make_engine: Callable[[], Node]
     nursery: trio.Nursery
     pushes: list[Pushed] = attrs.Factory(list)
     answers: dict[str, list[Any]] = attrs.Factory(dict)
@@ -56,7 +56,7 @@ class Env:
     scope: trio.CancelScope | None = None
 
     async def _serve(
-        self, engine: Engine, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+        self, engine: Node, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         with trio.CancelScope() as scope:
             self.scope = scope
@@ -81,7 +81,7 @@ class Env:
         )
 
     async def start(self, workflow: str, input: Any = None, **kw: Any) -> str:
-        body, _ = await self.engine.start_run(
+        body, _ = await self.engine.runs.start(
             app="app",
             workflow=workflow,
             version=None,
@@ -95,7 +95,7 @@ class Env:
         return str(body["runId"])
 
     async def until(self, run_id: str, *statuses: str, days: float = 60) -> Run:
-        run: Run = await self.engine.wait_for(run_id, lambda r: r.status in statuses, days * DAY)
+        run: Run = await self.engine.runs.wait_for(run_id, lambda r: r.status in statuses, days * DAY)
         return run
 
     async def until_pushes(self, count: int, days: float = 60) -> None:
@@ -163,8 +163,8 @@ async def env(
         )
         clock = Clock(T0)
 
-        def make_engine() -> Engine:
-            return Engine(settings, store, clock=clock, vault=vault, http_client=client)
+        def make_engine() -> Node:
+            return Node(settings, store, clock=clock, vault=vault, http_client=client)
 
         async with trio.open_nursery() as nursery:
             holder.append(Env(make_engine(), make_engine, nursery))

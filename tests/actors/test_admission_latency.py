@@ -246,7 +246,7 @@ async def test_the_same_burst_timed_as_engine_wide_queueing_would_shed_everyone(
 ) -> None:
     """What the per-run exclusion prevents: with every signal timed, the burst alone looks like
     a standing queue and the other runs' callers are refused."""
-    monkeypatch.setattr(type(env.engine), "busy", lambda self, run_id: False)
+    monkeypatch.setattr(type(env.engine.runs), "busy", lambda self, run_id: False)
     seen = await _burst_to_one_run(env)
     assert env.engine.admission.gate.episodes >= 1
     assert env.engine.admission.refused["latency"] > 0

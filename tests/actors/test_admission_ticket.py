@@ -11,8 +11,8 @@ import trio
 from trio.testing import MockClock
 
 from foliot.actors.admission import Admission
-from foliot.config import Settings
-from foliot.errors import Overloaded
+from foliot.core.config import Settings
+from foliot.core.errors import Overloaded
 
 
 class Dispatcher:

@@ -12,9 +12,9 @@ import trio
 from trio.testing import MockClock
 
 from foliot.actors.messages import Envelope, ReplySlot
-from foliot.errors import Overloaded
-from foliot.workflow import machine
-from foliot.workflow.duration import parse_timestamp
+from foliot.core.errors import Overloaded
+from foliot.core.workflow import machine
+from foliot.core.workflow.duration import parse_timestamp
 
 from .conftest import Env, advance, ok
 
@@ -113,7 +113,7 @@ async def test_cancel_drops_a_queued_push(env: Env, autojump_clock: MockClock) -
     second = await env.start("one")
     await env.until_pushes(1)
     assert env.engine.dispatcher.backlog == 1
-    reply, run = await env.engine.ask(second, machine.Cancel("no longer needed"))
+    reply, run = await env.engine.runs.ask(second, machine.Cancel("no longer needed"))
     assert isinstance(reply, machine.Ok) and run is not None and run.status == "cancelled"
     assert env.engine.dispatcher.backlog == 0
     release.set()
@@ -192,12 +192,15 @@ async def test_a_mailbox_that_stays_full_answers_429_after_a_second(
     async with trio.open_nursery() as nursery:
         for i, slot in enumerate(slots):
             nursery.start_soon(
-                env.engine.supervisor.ask, env.engine.runs, run_id, Envelope(machine.SignalIn("x", i), slot)
+                env.engine.supervisor.ask,
+                env.engine.runs.kind,
+                run_id,
+                Envelope(machine.SignalIn("x", i), slot),
             )
         await trio.testing.wait_all_tasks_blocked()
         t0 = trio.current_time()
         with pytest.raises(Overloaded) as info:
-            await env.engine.ask(run_id, machine.SignalIn("x", 99))
+            await env.engine.runs.ask(run_id, machine.SignalIn("x", 99))
         assert trio.current_time() - t0 == pytest.approx(1.0)
         assert info.value.reason == "mailbox" and info.value.status == 429
         assert env.engine.admission.refused["mailbox"] == 1

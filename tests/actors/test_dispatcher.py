@@ -13,11 +13,12 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from foliot.actors.clock import Clock
 from foliot.actors.dispatcher import Dispatcher, Target
-from foliot.clock import Clock
-from foliot.workflow.duration import parse_timestamp
-from foliot.workflow.machine import Accepted, Completed, Failed, TaskAnswer
-from foliot.workflow.model import Run, TaskRef
+from foliot.core.workflow.duration import parse_timestamp
+from foliot.core.workflow.machine import Accepted, Completed, Failed, TaskAnswer
+from foliot.core.workflow.model import Run, TaskRef
+from foliot.observe.metrics import Metrics
 
 from .conftest import advance
 
@@ -122,6 +123,7 @@ async def rig(autojump_clock: MockClock, limits: dict[str, int]) -> AsyncIterato
             answer=answer,
             sync_cap_ms=30_000,
             max_body=1 << 20,
+            metrics=Metrics(),
             **limits,
         )
         async with trio.open_nursery() as nursery:

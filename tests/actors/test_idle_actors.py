@@ -12,8 +12,8 @@ from trio.testing import MockClock
 
 from foliot.actors import supervisor as supervisor_module
 from foliot.actors.messages import Envelope, ReplySlot
-from foliot.errors import ApiError
-from foliot.workflow import machine
+from foliot.core.errors import ApiError
+from foliot.core.workflow import machine
 
 from .conftest import Env, advance
 
@@ -62,7 +62,7 @@ async def test_an_idle_parked_actor_has_no_task(env: Env, autojump_clock: MockCl
     assert sup.draining == 0 and _tasks() == one  # 20 more live actors, not one more task
     assert all(not a.draining and a.mailbox is None for a in sup.actors.values())
     # A message starts a drain task, which ends once the mailbox is empty.
-    reply, _ = await env.engine.ask(ids[0], machine.SignalIn("other", 1))
+    reply, _ = await env.engine.runs.ask(ids[0], machine.SignalIn("other", 1))
     assert reply == machine.Ok("buffered")
     await trio.testing.wait_all_tasks_blocked()
     assert sup.draining == 0 and _tasks() == one
@@ -75,7 +75,7 @@ async def test_the_sweeper_passivates_idle_parked_actors_after_the_idle_period(
     ids = await _parked(env, 3)
     sup = env.engine.supervisor
     await advance(30)
-    await env.engine.ask(ids[1], machine.SignalIn("other"))  # active again: its period restarts
+    await env.engine.runs.ask(ids[1], machine.SignalIn("other"))  # active again: its period restarts
     await advance(29.5)
     assert list(sup.actors) == [ids[0], ids[2], ids[1]]  # least recently active first
     await advance(1)
@@ -91,8 +91,8 @@ async def test_the_sweeper_never_drops_an_actor_with_messages(
     (run_id,) = await _parked(env, 1)
     sup = env.engine.supervisor
     entered = _slow_commits(env, monkeypatch, 300)
-    env.engine.tell(run_id, machine.SignalIn("other", 1))
-    env.engine.tell(run_id, machine.SignalIn("other", 2))
+    env.engine.runs.tell(run_id, machine.SignalIn("other", 1))
+    env.engine.runs.tell(run_id, machine.SignalIn("other", 2))
     await entered.wait()
     await advance(200)  # far past the idle period, the first commit still under way
     actor = sup.actors[run_id]
@@ -122,7 +122,7 @@ async def test_messages_sent_while_the_sweeper_runs_are_delivered(
     replies: list[machine.Reply] = []
 
     async def signal(run_id: str) -> None:
-        replies.append((await env.engine.ask(run_id, machine.SignalIn("go")))[0])
+        replies.append((await env.engine.runs.ask(run_id, machine.SignalIn("go")))[0])
 
     async with trio.open_nursery() as nursery:
         await first_drop.wait()  # resumed at the sweeper's checkpoint, the pass half done
@@ -141,14 +141,16 @@ async def test_a_full_mailbox_is_back_pressure(
     (run_id,) = await _parked(env, 1)
     sup = env.engine.supervisor
     entered = _slow_commits(env, monkeypatch, 10)
-    told = [sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("other", i))) for i in range(5)]
+    told = [sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("other", i))) for i in range(5)]
     assert told == [True] * 4 + [False]
     await entered.wait()  # the first is being handled: room for one more
-    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("other", 4)))
-    assert not sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("other", 5)))
+    assert sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("other", 4)))
+    assert not sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("other", 5)))
     slot = ReplySlot()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(sup.ask, env.engine.runs, run_id, Envelope(machine.SignalIn("other", 6), slot))
+        nursery.start_soon(
+            sup.ask, env.engine.runs.kind, run_id, Envelope(machine.SignalIn("other", 6), slot)
+        )
         await trio.testing.wait_all_tasks_blocked()
         assert sup.actors[run_id].mailbox_depth == 4 and not slot.event.is_set()  # the asker waits
     assert await slot.wait() == machine.Ok("buffered")
@@ -171,8 +173,8 @@ async def test_a_crash_restarts_from_the_checkpoint_and_the_next_message_is_hand
     sup = env.engine.supervisor
     actor = sup.actors[run_id]
     slots = [ReplySlot(), ReplySlot()]
-    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("boom"), slots[0]))
-    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("go", {"n": 1}), slots[1]))
+    assert sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("boom"), slots[0]))
+    assert sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("go", {"n": 1}), slots[1]))
     with pytest.raises(ApiError) as info:
         await slots[0].wait()
     assert info.value.status == 500
@@ -199,7 +201,7 @@ async def test_crashes_within_the_window_in_one_drain_park_the_run_as_stuck(
     sup = env.engine.supervisor
     slots = [ReplySlot() for _ in range(3)]
     for slot in slots:
-        assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("go"), slot))
+        assert sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("go"), slot))
     for slot in slots:
         with pytest.raises(ApiError):
             await slot.wait()
@@ -218,8 +220,8 @@ async def test_at_shutdown_the_commit_under_way_finishes_and_queued_callers_get_
     sup = env.engine.supervisor
     entered = _slow_commits(env, monkeypatch, 2)
     first, second = ReplySlot(), ReplySlot()
-    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("go", {"n": 1}), first))
-    assert sup.tell(env.engine.runs, run_id, Envelope(machine.SignalIn("other"), second))
+    assert sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("go", {"n": 1}), first))
+    assert sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("other"), second))
     await entered.wait()
     assert env.scope is not None
     env.scope.cancel()
@@ -240,7 +242,7 @@ async def test_past_the_live_cap_the_least_recently_active_idle_actors_go_at_onc
     sup = env.engine.supervisor
     assert list(sup.actors) == ids[-3:]
     assert sup.passivated == 7
-    reply, _ = await env.engine.ask(ids[0], machine.SignalIn("go"))  # rehydrated, one more goes
+    reply, _ = await env.engine.runs.ask(ids[0], machine.SignalIn("go"))  # rehydrated, one more goes
     assert reply == machine.Ok("delivered")
     await trio.testing.wait_all_tasks_blocked()
     assert len(sup.actors) <= 3 and sup.draining == 0

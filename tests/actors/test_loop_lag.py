@@ -12,7 +12,7 @@ import trio.testing
 from trio.testing import MockClock
 
 from foliot.actors.admission import Admission
-from foliot.config import Settings
+from foliot.core.config import Settings
 
 from .conftest import advance
 

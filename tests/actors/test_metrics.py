@@ -10,7 +10,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 from trio.testing import MockClock
 
-from foliot import gcwatch
+from foliot.observe import gcwatch
 
 from .conftest import Env, ok
 
@@ -98,7 +98,7 @@ def test_start_up_objects_are_frozen_out_of_the_collector_walks() -> None:
     # In a process of its own: a freeze lasts for the life of the process.
     code = (
         "import gc, foliot.server\n"
-        "from foliot.gcwatch import freeze_startup\n"
+        "from foliot.observe.gcwatch import freeze_startup\n"
         "before = len(gc.get_objects())\n"
         "frozen = freeze_startup()\n"
         "print(before, frozen, len(gc.get_objects()))\n"

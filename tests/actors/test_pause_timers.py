@@ -5,7 +5,7 @@ from __future__ import annotations
 import trio
 from trio.testing import MockClock
 
-from foliot.workflow import machine
+from foliot.core.workflow import machine
 
 from .conftest import DAY, Env, advance
 
@@ -13,7 +13,7 @@ HOUR = 3600.0
 
 
 async def _ask(env: Env, run_id: str, message: machine.Message) -> machine.Reply:
-    reply, _ = await env.engine.ask(run_id, message)
+    reply, _ = await env.engine.runs.ask(run_id, message)
     return reply
 
 
@@ -40,7 +40,7 @@ async def test_sleeps_due_during_a_pause_end_at_unpause_in_due_order(
     assert isinstance(await _ask(env, long, machine.Pause()), machine.Ok)
     await advance(2 * HOUR)
     # The 1 h sleep came due an hour ago; the paused run did not move and nothing was pushed.
-    assert (await env.engine.run_document(short)).status == "paused"  # type: ignore[union-attr]
+    assert (await env.engine.runs.document(short)).status == "paused"  # type: ignore[union-attr]
     assert env.pushes == []
     stored = await env.engine.store.timers_due_before(2**62, 100)
     assert {(t.run_id, t.slot) for t in stored} == set()  # no step timers while paused
@@ -77,7 +77,7 @@ async def test_a_pause_survives_a_restart(env: Env, autojump_clock: MockClock) -
     await _ask(env, run_id, machine.SignalIn("go", {"n": 1}))  # before the timeout came due
     await env.crash_and_restart(down_for=2 * HOUR)
     await advance(DAY)
-    assert (await env.engine.run_document(run_id)).status == "paused"  # type: ignore[union-attr]
+    assert (await env.engine.runs.document(run_id)).status == "paused"  # type: ignore[union-attr]
     assert env.pushes == []
     await _ask(env, run_id, machine.Unpause())
     done = await env.until(run_id, "completed")

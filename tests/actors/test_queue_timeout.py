@@ -39,10 +39,10 @@ async def test_nobody_claims_in_time_then_a_retry_is_claimed(env: Env, autojump_
     assert ("task_timed_out", 1, {"class": "queue_timeout"}) in events
     await advance(2)  # the 1 s backoff: attempt 2 is offered, attempt 1 was withdrawn
     assert env.engine.queues.depth("app", "warehouse") == 1
-    claimed = await env.engine.claim_queued("app", "warehouse", 5, trio.current_time() + 1, "w1")
+    claimed = await env.engine.runs.claim_queued("app", "warehouse", 5, trio.current_time() + 1, "w1")
     assert [task.attempt for _, task in claimed] == [2]
     await advance(20 * MINUTE)  # claimed: the queue timeout no longer applies, the deadline does
-    run = await env.engine.run_document(run_id)
+    run = await env.engine.runs.document(run_id)
     assert run is not None and run.status == "failed" and run.error is not None
     assert run.error.cls == "timeout"
 

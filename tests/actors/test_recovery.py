@@ -62,7 +62,7 @@ async def test_an_accepted_task_whose_deadline_passed_while_down_is_retried(
         }
     )
     run_id = await env.start("slow")
-    await env.engine.wait_for(run_id, lambda r: r.task is not None and r.task.accepted, 60)
+    await env.engine.runs.wait_for(run_id, lambda r: r.task is not None and r.task.accepted, 60)
     await env.crash_and_restart(down_for=600)
     run = await env.until(run_id, "completed")
     assert [p.body["attempt"] for p in env.pushes] == [1, 2]  # the 202 attempt was not pushed again
@@ -77,7 +77,7 @@ async def test_an_unclaimed_queued_task_is_offered_again(env: Env, autojump_cloc
     assert env.engine.queues.depth("app", "work") == 1
     await env.crash_and_restart(down_for=30)
     assert env.engine.queues.depth("app", "work") == 1
-    ((offered_run, task),) = await env.engine.claim_queued("app", "work", 5, trio.current_time(), "w")
+    ((offered_run, task),) = await env.engine.runs.claim_queued("app", "work", 5, trio.current_time(), "w")
     assert offered_run.run_id == run_id
     run = await env.engine.store.get_run(run_id)
     assert run is not None and run.task is not None and run.task.token == task.token

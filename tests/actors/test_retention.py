@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from trio.testing import MockClock
 
+from foliot.core.swf import messages as m
+from foliot.core.views import run_view
 from foliot.storage.swf import REGISTERED, SwfDomain
-from foliot.swf import messages as m
-from foliot.views import run_view
 
 from ..swf.store_kit import start as start_swf
 from .conftest import DAY, Env, advance
@@ -20,7 +20,7 @@ WAIT = {"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]}
 
 
 async def start(env: Env, key: str, request_hash: str = "h") -> tuple[str, bool]:
-    body, created = await env.engine.start_run(
+    body, created = await env.engine.runs.start(
         app="app",
         workflow="w",
         version=None,

@@ -9,7 +9,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from foliot.workflow import machine
+from foliot.core.workflow import machine
 
 from .conftest import Env, advance
 
@@ -37,7 +37,7 @@ async def test_a_commit_under_way_when_the_engine_stops_finishes(
     run_id = await env.start("w")
     await env.until(run_id, "waiting")
     entered = await _slow_commits(env, monkeypatch, 2)
-    env.engine.tell(run_id, machine.SignalIn("go", {"n": 1}))
+    env.engine.runs.tell(run_id, machine.SignalIn("go", {"n": 1}))
     await entered.wait()
     assert env.scope is not None
     env.scope.cancel()
@@ -55,7 +55,7 @@ async def test_a_commit_that_outlasts_the_grace_is_cut(
     run_id = await env.start("w")
     await env.until(run_id, "waiting")
     entered = await _slow_commits(env, monkeypatch, 3600)
-    env.engine.tell(run_id, machine.SignalIn("go"))
+    env.engine.runs.tell(run_id, machine.SignalIn("go"))
     await entered.wait()
     assert env.scope is not None
     t0 = trio.current_time()

@@ -7,8 +7,8 @@ import json
 import pytest
 from trio.testing import MockClock
 
+from foliot.core.workflow import machine
 from foliot.storage.sqlite import SqliteStore
-from foliot.workflow import machine
 
 from .conftest import Env, advance
 
@@ -27,7 +27,7 @@ def stored_doc(env: Env, run_id: str) -> dict[str, object]:
 
 
 async def signal(env: Env, run_id: str, name: str, payload: object = None, sid: str | None = None) -> object:
-    reply, _ = await env.engine.ask(run_id, machine.SignalIn(name, payload, sid))
+    reply, _ = await env.engine.runs.ask(run_id, machine.SignalIn(name, payload, sid))
     return reply
 
 
@@ -44,7 +44,7 @@ async def test_a_signal_id_taken_before_is_a_duplicate_even_after_passivation_an
     # and nothing is committed (no event, the run still waits at w2).
     assert await signal(env, run_id, "go", 2, "s1") == machine.Ok("duplicate")
     assert len(await env.engine.store.list_events(run_id, 0, 1000)) == events
-    run = await env.engine.run_document(run_id)
+    run = await env.engine.runs.document(run_id)
     assert run is not None and run.current_step == "w2" and run.status == "waiting"
     assert await env.engine.store.signal_taken(run_id, "s1")
     assert "signal_ids" not in stored_doc(env, run_id)  # the ids live in their own table

@@ -9,8 +9,8 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from foliot.errors import ApiError, StaleWrite, StorageUnavailable
-from foliot.workflow import machine
+from foliot.core.errors import ApiError, StaleWrite, StorageUnavailable
+from foliot.core.workflow import machine
 
 from .conftest import Env, advance
 
@@ -21,7 +21,7 @@ async def _parked(env: Env) -> str:
     await env.register(WAIT)
     run_id = await env.start("w")
     await env.until(run_id, "waiting")
-    env.engine._definitions.clear()  # the next message loads the definition from storage
+    env.engine.directory._definitions.clear()  # the next message loads the definition from storage
     return run_id
 
 
@@ -37,11 +37,11 @@ async def test_a_definition_load_that_fails_answers_503_not_500(
     monkeypatch.setattr(env.engine.store, "get_workflow", down)
     for _ in range(5):  # more than the crash limit: an outage is not a crash
         with pytest.raises(ApiError) as info:
-            await env.engine.ask(run_id, machine.SignalIn("go"))
+            await env.engine.runs.ask(run_id, machine.SignalIn("go"))
         assert info.value.status == 503
     assert env.engine.supervisor.restarts == 0
     monkeypatch.setattr(env.engine.store, "get_workflow", real)
-    assert (await env.engine.ask(run_id, machine.SignalIn("go")))[0] == machine.Ok("delivered")
+    assert (await env.engine.runs.ask(run_id, machine.SignalIn("go")))[0] == machine.Ok("delivered")
 
 
 async def test_a_message_without_a_caller_is_retried_after_a_failed_definition_load(
@@ -54,7 +54,7 @@ async def test_a_message_without_a_caller_is_retried_after_a_failed_definition_l
         raise StorageUnavailable("database is down")
 
     monkeypatch.setattr(env.engine.store, "get_workflow", down)
-    env.engine.tell(run_id, machine.SignalIn("go", {"n": 1}))
+    env.engine.runs.tell(run_id, machine.SignalIn("go", {"n": 1}))
     await advance(3)
     assert env.engine.supervisor.restarts == 0
     monkeypatch.setattr(env.engine.store, "get_workflow", real)
@@ -76,7 +76,7 @@ async def test_a_reload_after_a_stale_write_that_fails_answers_503(
     monkeypatch.setattr(env.engine.store, "commit", stale)
     monkeypatch.setattr(env.engine.store, "get_run", down)
     with pytest.raises(ApiError) as info:
-        await env.engine.ask(run_id, machine.SignalIn("go"))
+        await env.engine.runs.ask(run_id, machine.SignalIn("go"))
     assert info.value.status == 503
     assert env.engine.supervisor.restarts == 0
 
@@ -94,7 +94,7 @@ async def test_stale_writes_without_end_are_bounded(
 
     monkeypatch.setattr(env.engine.store, "commit", stale)
     with pytest.raises(ApiError) as info:
-        await env.engine.ask(run_id, machine.SignalIn("go"))
+        await env.engine.runs.ask(run_id, machine.SignalIn("go"))
     assert info.value.status == 503
     assert tries <= 5 and env.engine.supervisor.restarts == 0
 
@@ -112,7 +112,7 @@ async def test_a_stale_write_whose_run_is_gone_answers_404(
 
     monkeypatch.setattr(env.engine.store, "commit", stale)
     monkeypatch.setattr(env.engine.store, "get_run", gone)
-    reply, _ = await env.engine.ask(run_id, machine.SignalIn("go"))
+    reply, _ = await env.engine.runs.ask(run_id, machine.SignalIn("go"))
     assert isinstance(reply, machine.Rejected) and reply.status == 404
 
 
@@ -125,7 +125,7 @@ def _sizes(env: Env) -> dict[str, int]:
     return {
         "actors": len(engine.supervisor.actors),
         "crashes": len(engine.supervisor._crashes),
-        "watchers": len(engine._watchers),
+        "watchers": len(engine.runs._watchers),
         "pending": len(queues._pending),
         "lots": len(queues._lots),
         "where": len(queues._where),
@@ -149,18 +149,18 @@ async def test_per_run_maps_are_empty_once_runs_come_and_go(
     waiting = [await env.start("w") for _ in range(10)]
     for run_id in waiting:
         with pytest.raises(ApiError):
-            await env.engine.ask(run_id, machine.SignalIn("go"))
-        await env.engine.ask(run_id, machine.SignalIn("go"))
+            await env.engine.runs.ask(run_id, machine.SignalIn("go"))
+        await env.engine.runs.ask(run_id, machine.SignalIn("go"))
         await env.until(run_id, "completed", days=1)
         # Someone watches for what never comes, and gives up.
         with trio.move_on_after(1):
-            await env.engine.wait_for(run_id, lambda r: r.status == "failed")
+            await env.engine.runs.wait_for(run_id, lambda r: r.status == "failed")
     await advance(120)  # past the crash window and the passivation delay
     await env.until(await env.start("w"), "waiting")  # one more actor comes and goes
     await advance(120)
     await trio.testing.wait_all_tasks_blocked()
     sup = env.engine.supervisor
-    assert (len(sup.actors), len(sup._crashes), len(env.engine._watchers)) == (0, 0, 0)
+    assert (len(sup.actors), len(sup._crashes), len(env.engine.runs._watchers)) == (0, 0, 0)
 
 
 async def test_queue_maps_are_empty_once_tasks_are_claimed_and_pollers_gone(
@@ -170,12 +170,12 @@ async def test_queue_maps_are_empty_once_tasks_are_claimed_and_pollers_gone(
     queued = [await env.start("q") for _ in range(10)]
     async with trio.open_nursery() as nursery:
         for _ in range(3):  # pollers that give up
-            nursery.start_soon(env.engine.claim_queued, "app", "other", 1, trio.current_time() + 5, "w")
+            nursery.start_soon(env.engine.runs.claim_queued, "app", "other", 1, trio.current_time() + 5, "w")
         await trio.testing.wait_all_tasks_blocked()
-        claimed = await env.engine.claim_queued("app", "work", 100, trio.current_time(), "w")
+        claimed = await env.engine.runs.claim_queued("app", "work", 100, trio.current_time(), "w")
         nursery.cancel_scope.cancel()
     assert sorted(run.run_id for run, _ in claimed) == sorted(queued)
     for run, task in claimed:
-        await env.engine.ask(run.run_id, machine.TaskAnswer(task.token, machine.Completed(1)))
+        await env.engine.runs.ask(run.run_id, machine.TaskAnswer(task.token, machine.Completed(1)))
         await env.until(run.run_id, "completed", days=1)
     assert env.engine.queues.sizes() == {"pending": 0, "lots": 0, "where": 0, "reserved": 0}

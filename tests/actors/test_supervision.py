@@ -10,9 +10,9 @@ import trio
 from trio.testing import MockClock
 
 from foliot.actors.messages import Envelope, ReplySlot
-from foliot.errors import ApiError
-from foliot.workflow import machine
-from foliot.workflow.model import Run, TaskRef
+from foliot.core.errors import ApiError
+from foliot.core.workflow import machine
+from foliot.core.workflow.model import Run, TaskRef
 
 from .conftest import Env, advance, ok
 
@@ -27,7 +27,7 @@ async def test_parked_runs_passivate_and_rehydrate(env: Env, autojump_clock: Moc
     assert len(env.engine.supervisor.actors) == 5
     await advance(61)  # past FOLIOT_PASSIVATE_AFTER_MS
     assert env.engine.supervisor.actors == {}
-    reply, _run = await env.engine.ask(ids[0], machine.SignalIn("go", {"n": 1}))
+    reply, _run = await env.engine.runs.ask(ids[0], machine.SignalIn("go", {"n": 1}))
     assert reply == machine.Ok("delivered")
     done = await env.until(ids[0], "completed")
     assert done.state == {"w": {"n": 1}, "t": None}
@@ -59,7 +59,7 @@ async def test_a_crashing_actor_is_restarted_then_parked_as_stuck(
     monkeypatch.setattr(machine, "transition", buggy)
     for _ in range(3):
         with pytest.raises(ApiError) as info:
-            await env.engine.ask(run_id, machine.SignalIn("go"))
+            await env.engine.runs.ask(run_id, machine.SignalIn("go"))
         assert info.value.status == 500
     run = await env.until(run_id, "stuck")
     assert run.error is not None and run.error.cls == "internal_error"
@@ -67,7 +67,7 @@ async def test_a_crashing_actor_is_restarted_then_parked_as_stuck(
     monkeypatch.setattr(machine, "transition", real)
     # The server and other runs are unaffected.
     other = await env.start("w")
-    assert (await env.engine.ask(other, machine.SignalIn("go")))[0] == machine.Ok("delivered")
+    assert (await env.engine.runs.ask(other, machine.SignalIn("go")))[0] == machine.Ok("delivered")
 
 
 async def test_cancel_aborts_an_in_flight_push_and_ignores_its_answer(
@@ -84,7 +84,7 @@ async def test_cancel_aborts_an_in_flight_push_and_ignores_its_answer(
     run_id = await env.start("one")
     await env.until_pushes(1)
     assert env.engine.dispatcher.inflight == 1
-    reply, run = await env.engine.ask(run_id, machine.Cancel("stop"))
+    reply, run = await env.engine.runs.ask(run_id, machine.Cancel("stop"))
     assert isinstance(reply, machine.Ok) and run is not None and run.status == "cancelled"
     assert env.engine.dispatcher.inflight == 0
     release.set()
@@ -103,7 +103,7 @@ async def test_messages_to_a_full_mailbox_wait(env: Env, autojump_clock: MockClo
         for i, slot in enumerate(slots):
             nursery.start_soon(
                 env.engine.supervisor.ask,
-                env.engine.runs,
+                env.engine.runs.kind,
                 run_id,
                 Envelope(machine.SignalIn("other", i), slot),
             )
@@ -134,7 +134,7 @@ async def test_a_parked_poller_gets_the_task_the_moment_it_is_offered(
     got: list[tuple[float, list[tuple[Run, TaskRef]]]] = []
 
     async def poller() -> None:
-        offers = await env.engine.claim_queued("app", "warehouse", 1, trio.current_time() + 60, "w")
+        offers = await env.engine.runs.claim_queued("app", "warehouse", 1, trio.current_time() + 60, "w")
         got.append((trio.current_time(), offers))
 
     async with trio.open_nursery() as nursery:
@@ -151,7 +151,7 @@ async def test_two_pollers_never_share_a_task(env: Env, autojump_clock: MockCloc
     got: list[list[tuple[Run, TaskRef]]] = []
 
     async def poller() -> None:
-        got.append(await env.engine.claim_queued("app", "warehouse", 5, trio.current_time() + 60, "w"))
+        got.append(await env.engine.runs.claim_queued("app", "warehouse", 5, trio.current_time() + 60, "w"))
 
     async with trio.open_nursery() as nursery:
         for _ in range(4):
@@ -168,13 +168,13 @@ async def test_a_claimed_task_not_completed_by_its_deadline_is_retried(
 ) -> None:
     await env.register(QUEUED)
     run_id = await env.start("q")
-    ((_, task),) = await env.engine.claim_queued("app", "warehouse", 10, trio.current_time(), "w1")
+    ((_, task),) = await env.engine.runs.claim_queued("app", "warehouse", 10, trio.current_time(), "w1")
     token = task.token
     assert task.deadline is not None
     t0 = trio.current_time()
-    await env.engine.wait_for(run_id, lambda r: r.attempt == 2, 120)
+    await env.engine.runs.wait_for(run_id, lambda r: r.attempt == 2, 120)
     assert 61 <= trio.current_time() - t0 <= 62  # 1m deadline + 1s backoff
-    ((_, task2),) = await env.engine.claim_queued("app", "warehouse", 10, trio.current_time(), "w1")
+    ((_, task2),) = await env.engine.runs.claim_queued("app", "warehouse", 10, trio.current_time(), "w1")
     assert task2.token != token
     run = await env.engine.store.get_run(run_id)
     assert run is not None and run.attempt == 2
@@ -183,7 +183,7 @@ async def test_a_claimed_task_not_completed_by_its_deadline_is_retried(
 async def test_rehydrating_while_storage_is_down_answers_503_and_recovers(
     env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from foliot.errors import StorageUnavailable
+    from foliot.core.errors import StorageUnavailable
 
     await env.register({"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]})
     run_id = await env.start("w")
@@ -198,9 +198,9 @@ async def test_rehydrating_while_storage_is_down_answers_503_and_recovers(
     monkeypatch.setattr(env.engine.store, "get_run", down)
     for _ in range(5):  # more than the crash limit: an outage is not a crash
         with pytest.raises(ApiError) as info:
-            await env.engine.ask(run_id, machine.SignalIn("go"))
+            await env.engine.runs.ask(run_id, machine.SignalIn("go"))
         assert info.value.status == 503
     assert env.engine.supervisor.restarts == 0
     monkeypatch.setattr(env.engine.store, "get_run", real)
-    reply, _ = await env.engine.ask(run_id, machine.SignalIn("go"))
+    reply, _ = await env.engine.runs.ask(run_id, machine.SignalIn("go"))
     assert reply == machine.Ok("delivered")

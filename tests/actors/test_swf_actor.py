@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 from trio.testing import MockClock
 
+from foliot.core.swf import messages as m
+from foliot.core.swf.faults import Fault
+from foliot.core.swf.model import TypeRef
+from foliot.kinds.swf.actor import SwfState, actor_id, queue_of, task_token
 from foliot.storage.swf import ACTIVITY, REGISTERED, WORKFLOW, SwfDomain, SwfType
-from foliot.swf import messages as m
-from foliot.swf.actor import SwfState, actor_id, queue_of, task_token
-from foliot.swf.faults import Fault
-from foliot.swf.model import TypeRef
 
 from .conftest import Env, advance
 
@@ -61,13 +61,13 @@ async def swf(env: Env) -> Env:
 
 
 async def start(env: Env, workflow_id: str = "order-1", **request: Any) -> str:
-    tr = await env.engine.swf_start(REGION, m.StartRequest("d", workflow_id, WF, **request))
+    tr = await env.engine.swf.start(REGION, m.StartRequest("d", workflow_id, WF, **request))
     assert isinstance(tr, m.Transition), tr
     return tr.execution.run_id
 
 
 async def ask(env: Env, run_id: str, msg: Any) -> tuple[m.Transition, SwfState]:
-    tr, state = await env.engine.swf_ask(REGION, run_id, msg)
+    tr, state = await env.engine.swf.ask(REGION, run_id, msg)
     assert isinstance(tr, m.Transition), tr
     assert state is not None
     return tr, state
@@ -96,7 +96,7 @@ async def test_a_start_offers_its_decision_task_and_an_unknown_type_is_a_fault(
     actor = swf.engine.supervisor.actors[actor_id(REGION, run_id)]
     view = actor.describe()
     assert view["kind"] == "swf" and view["workflowId"] == "order-1" and view["status"] == "OPEN"
-    fault = await swf.engine.swf_start(REGION, m.StartRequest("d", "x", TypeRef("Nope", "1")))
+    fault = await swf.engine.swf.start(REGION, m.StartRequest("d", "x", TypeRef("Nope", "1")))
     assert isinstance(fault, Fault) and fault.code == "UnknownResourceFault"
     assert await history(swf, run_id) == ["WorkflowExecutionStarted", "DecisionTaskScheduled"]
 
@@ -185,7 +185,7 @@ async def test_signal_request_cancel_and_terminate(swf: Env, autojump_clock: Moc
         "WorkflowExecutionTerminated",
     ]
     assert actor_id(REGION, run_id) not in swf.engine.supervisor.actors  # closed: left memory
-    fault, _ = await swf.engine.swf_ask(REGION, run_id, m.Signal("late"))
+    fault, _ = await swf.engine.swf.ask(REGION, run_id, m.Signal("late"))
     assert isinstance(fault, Fault)
     assert len(await history(swf, run_id)) == 5
 
@@ -234,10 +234,10 @@ async def test_a_long_poll_with_no_task_answers_the_empty_task_after_60_s(
 ) -> None:
     import trio
 
-    from foliot.swf import writes
-    from foliot.swf.registry import Ctx
+    from foliot.kinds.swf import writes
+    from foliot.kinds.swf.registry import Ctx
 
-    ctx = Ctx(swf.engine.store, swf.engine.clock.now(), REGION, swf.engine)
+    ctx = Ctx(swf.engine.store, swf.engine.clock.now(), REGION, swf.engine.swf)
     body = {"domain": "d", "taskList": {"name": "deciders"}, "identity": "decider-1"}
     t0 = trio.current_time()
     assert await writes.poll_for_decision_task(ctx, body) == {
@@ -351,12 +351,14 @@ async def test_a_child_start_retried_after_it_committed_reports_the_child_not_a_
     request = m.StartRequest(
         "d", "child-1", WF, parent=state.execution.ref, parent_initiated_event_id=initiated.initiated_event_id
     )
-    swf.engine.swf._start_child(REGION, state.execution, m.StartChild(initiated.initiated_event_id, request))
+    swf.engine.swf.kind._start_child(
+        REGION, state.execution, m.StartChild(initiated.initiated_event_id, request)
+    )
     await advance(1)
     assert told == [m.ChildStarted(initiated.initiated_event_id, child.execution.run_id)]
     # Another parent's start of the same open workflow id is refused.
     other = m.StartRequest("d", "child-1", WF)
-    swf.engine.swf._start_child(REGION, state.execution, m.StartChild(99, other))
+    swf.engine.swf.kind._start_child(REGION, state.execution, m.StartChild(99, other))
     await advance(1)
     assert told[1:] == [m.ChildStartFailed(99, "WORKFLOW_ALREADY_RUNNING")]
 

@@ -13,11 +13,11 @@ import trio
 import trio.testing
 from trio.testing import MockClock
 
-from foliot.errors import Unavailable
+from foliot.core.errors import Unavailable
+from foliot.core.swf import machine
+from foliot.core.swf import messages as m
+from foliot.kinds.swf.actor import actor_id, queue_of, task_token
 from foliot.storage.swf import SwfLambdaFunction, SwfStored
-from foliot.swf import machine
-from foliot.swf import messages as m
-from foliot.swf.actor import actor_id, queue_of, task_token
 
 from ..swf.store_kit import Live
 from .conftest import Env, advance, ok
@@ -323,20 +323,20 @@ async def test_an_execution_whose_actor_keeps_crashing_is_parked_and_resumed(
     monkeypatch.setattr(machine, "transition", broken)
     for _ in range(swf.engine.supervisor.max_crashes):
         with pytest.raises(Exception, match="actor failed"):
-            await swf.engine.swf_ask(REGION, run_id, m.Signal("poison"))
+            await swf.engine.swf.ask(REGION, run_id, m.Signal("poison"))
     parked = await swf.engine.store.swf_get_parked(REGION, run_id)
     assert parked is not None and "crashed 3 times: RuntimeError" in parked.reason
     app, queue = queue_of(REGION, "d", "activity", "workers")
     assert swf.engine.queues.depth(app, queue) == 0  # its task left the task list
     with pytest.raises(Unavailable, match="parked"):
-        await swf.engine.swf_ask(REGION, run_id, m.PollActivity(5, "w"))
+        await swf.engine.swf.ask(REGION, run_id, m.PollActivity(5, "w"))
     assert swf.engine.supervisor.actors[actor_id(REGION, run_id)].describe()["parked"] == parked.reason
     await advance(60)  # the timer is due while parked: it waits
     assert "TimerFired" not in await history(swf, run_id)
 
     monkeypatch.setattr(machine, "transition", real)  # fixed, an operator resumes it
-    assert await swf.engine.swf.resume(REGION, run_id)
-    assert not await swf.engine.swf.resume(REGION, run_id)
+    assert await swf.engine.swf.kind.resume(REGION, run_id)
+    assert not await swf.engine.swf.kind.resume(REGION, run_id)
     await advance(1)
     assert await swf.engine.store.swf_get_parked(REGION, run_id) is None
     assert "TimerFired" in await history(swf, run_id)  # the overdue deadline fired at once
@@ -358,7 +358,7 @@ async def test_a_parked_execution_can_be_terminated(
     )
     for _ in range(swf.engine.supervisor.max_crashes):
         with pytest.raises(Exception, match="actor failed"):
-            await swf.engine.swf_ask(REGION, run_id, m.Signal("poison"))
+            await swf.engine.swf.ask(REGION, run_id, m.Signal("poison"))
     assert await swf.engine.store.swf_get_parked(REGION, run_id) is not None
     _, state = await ask(swf, run_id, m.Terminate(reason="operator"))
     assert state.execution.close_status == "TERMINATED"

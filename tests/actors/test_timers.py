@@ -13,8 +13,8 @@ import trio
 import trio.lowlevel
 from trio.testing import MockClock
 
+from foliot.actors.clock import Clock
 from foliot.actors.timer_wheel import TimerWheel
-from foliot.clock import Clock
 from foliot.signing import verify_signature
 from foliot.storage.base import TimerRecord
 
@@ -47,7 +47,7 @@ async def test_signature_verifies_over_the_raw_body(env: Env, autojump_clock: Mo
     await env.start("one", {"html": "<b>&amp;</b>", "ls": "\u2028"})
     await env.until_pushes(1)
     # The transport saw the body as sent; rebuild the exact bytes from the engine's own encoder.
-    from foliot.workflow.payload import compact_json
+    from foliot.core.workflow.payload import compact_json
 
     raw = compact_json(env.pushes[0].body)
     header = env.pushes[0].headers["foliot-signature"]
@@ -196,10 +196,10 @@ async def test_timers_beyond_the_window_are_paged_in(env: Env, autojump_clock: M
 async def test_a_push_waits_for_storage_instead_of_burning_an_attempt(
     env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from foliot.errors import StorageUnavailable
+    from foliot.core.errors import StorageUnavailable
 
     await env.register({"name": "one", "steps": [{"name": "t", "type": "task", "timeout": "1m"}]})
-    env.engine.forget_app("app")
+    env.engine.directory.forget_app("app")
     real = env.engine.store.get_app
     calls = 0
 
@@ -251,7 +251,7 @@ def _sleeps(events: list[Any]) -> list[int]:
 
 def _fail_commits(env: Env, monkeypatch: pytest.MonkeyPatch, start: float, end: float) -> None:
     """Every commit between trio times `start` and `end` fails as if the database were down."""
-    from foliot.errors import StorageUnavailable
+    from foliot.core.errors import StorageUnavailable
 
     real = env.engine.store.commit
 
@@ -267,14 +267,14 @@ def _fail_commits(env: Env, monkeypatch: pytest.MonkeyPatch, start: float, end: 
 async def test_a_looping_sleep_is_never_cut_short_by_a_stale_firing(
     env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from foliot.workflow import machine
+    from foliot.core.workflow import machine
 
     await env.register(LOOP)
     t0 = trio.current_time()
     run_id = await env.start("loop", {"stop": False})
     _fail_commits(env, monkeypatch, t0 + 25, t0 + 65)  # writes fail for 40 s
     await advance(200)
-    await env.engine.ask(run_id, machine.Cancel())
+    await env.engine.runs.ask(run_id, machine.Cancel())
     events = await env.engine.store.list_events(run_id, 0, 1000)
     lengths = _sleeps(events)
     assert len(lengths) >= 10
@@ -284,7 +284,7 @@ async def test_a_looping_sleep_is_never_cut_short_by_a_stale_firing(
 async def test_a_heartbeat_whose_commit_straddles_the_deadline_extends_it(
     env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from foliot.workflow import machine
+    from foliot.core.workflow import machine
 
     env.answer("t", ok(None, 202))
     await env.register(
@@ -305,7 +305,7 @@ async def test_a_heartbeat_whose_commit_straddles_the_deadline_extends_it(
 
     await advance(9.9 - _elapsed(t0))
     monkeypatch.setattr(env.engine.store, "commit", slow)
-    reply, _ = await env.engine.ask(run_id, machine.Heartbeat(token))
+    reply, _ = await env.engine.runs.ask(run_id, machine.Heartbeat(token))
     assert isinstance(reply, machine.Ok)
     monkeypatch.setattr(env.engine.store, "commit", real)
     await advance(15 - _elapsed(t0))
@@ -501,7 +501,7 @@ async def test_a_firing_never_settled_is_handed_out_again_after_its_lease(
 async def test_an_arming_committed_while_a_page_is_read_wins_over_the_row(
     autojump_clock: MockClock,
 ) -> None:
-    from foliot.workflow.model import Run, Timer
+    from foliot.core.workflow.model import Run, Timer
 
     rows = _Rows()
     rows.arm("run_a", T0 + 5_000, key="old#1")
@@ -528,9 +528,9 @@ async def test_5000_sleeps_due_in_the_same_ms_each_finish_once(env: Env, autojum
     """5,000 parked runs (written straight to the store, then a restart: nothing is live) whose
     sleeps end in the same millisecond: each sleep finishes once, in storage order, and never
     more than FOLIOT_TIMER_MAX_INFLIGHT firings (hence rehydrations) are out at a time."""
+    from foliot.core.workflow import machine
+    from foliot.core.workflow.duration import format_timestamp
     from foliot.storage.base import UnitOfWork
-    from foliot.workflow import machine
-    from foliot.workflow.duration import format_timestamp
 
     due = env.engine.clock.now() + 3_600_000
     definition = {
@@ -541,7 +541,7 @@ async def test_5000_sleeps_due_in_the_same_ms_each_finish_once(env: Env, autojum
         ],
     }
     await env.register(definition)
-    parsed = await env.engine.definition("app", "storm", 1)
+    parsed = await env.engine.directory.definition("app", "storm", 1)
     ids = [f"run_{i:05d}" for i in range(5_000)]
     for run_id in ids:
         tr = machine.start(
@@ -553,7 +553,7 @@ async def test_5000_sleeps_due_in_the_same_ms_each_finish_once(env: Env, autojum
             business_key=None,
             run_timeout_ms=None,
             trace_id="0" * 32,
-            ctx=env.engine.context(),
+            ctx=env.engine.runs.context(),
         )
         await env.engine.store.commit(UnitOfWork(tr.run, None, tr.events, tr.tasks))
     await env.crash_and_restart()

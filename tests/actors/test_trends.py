@@ -69,7 +69,7 @@ async def test_per_app_runs_and_per_queue_pollers_are_sampled_per_interval(
     queued = [await env.start("q") for _ in range(2)]
 
     async def poll_idle() -> None:  # a worker long-polling a queue nobody feeds
-        await env.engine.claim_queued("app", "idle", 1, trio.current_time() + 25, "w1")
+        await env.engine.runs.claim_queued("app", "idle", 1, trio.current_time() + 25, "w1")
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poll_idle)
@@ -83,7 +83,7 @@ async def test_per_app_runs_and_per_queue_pollers_are_sampled_per_interval(
         assert warehouse["backlog"].points()[-1][1] == 2.0 and warehouse["pollers"].points()[-1][1] == 0.0
         assert idle["backlog"].points()[-1][1] == 0.0 and idle["pollers"].points()[-1][1] == 1.0
 
-        claimed = await env.engine.claim_queued("app", "warehouse", 2, trio.current_time() + 1, "w2")
+        claimed = await env.engine.runs.claim_queued("app", "warehouse", 2, trio.current_time() + 1, "w2")
         assert {run.run_id for run, _ in claimed} == set(queued)
         await advance(10)  # the next slot: nothing started; the backlog is claimed
         assert app["started"].points()[-1][1] == 0.0 and app["completed"].points()[-1][1] == 0.0

@@ -8,7 +8,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from foliot.errors import ApiError, StorageUnavailable, UniqueViolation
+from foliot.core.errors import ApiError, StorageUnavailable, UniqueViolation
 from foliot.storage.health import WriteHealth, refuses_writes
 
 from .conftest import Env

@@ -11,9 +11,9 @@ import httpx
 import pytest
 import trio
 
-from foliot.errors import StorageUnavailable
+from foliot.core.errors import StorageUnavailable
+from foliot.core.workflow import machine
 from foliot.storage.base import UnitOfWork
-from foliot.workflow import machine
 
 from ..conftest import Api
 
@@ -41,7 +41,7 @@ async def _claims_settled(api: Api, run_ids: list[str]) -> None:
     with trio.fail_after(10):
         while api.engine.queues.sizes()["reserved"]:
             for run_id in run_ids:
-                await api.engine.ask(run_id, machine.Heartbeat("tt_not_a_token"))
+                await api.engine.runs.ask(run_id, machine.Heartbeat("tt_not_a_token"))
 
 
 async def _drain(api: Api, expected: int) -> list[str]:
@@ -65,7 +65,7 @@ async def test_a_poll_whose_client_gives_up_loses_no_task(api: Api) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(impatient)
         # Give up the moment the first claim is committed: the others are in flight.
-        await api.engine.wait_for(ids[0], lambda r: r.task is not None and r.task.claimed_by is not None)
+        await api.engine.runs.wait_for(ids[0], lambda r: r.task is not None and r.task.claimed_by is not None)
         nursery.cancel_scope.cancel()
     await _claims_settled(api, ids)
     claimed_then = await _claimed(api, ids)

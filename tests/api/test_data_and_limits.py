@@ -11,7 +11,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
-from foliot.config import Settings
+from foliot.core.config import Settings
 from foliot.server import Running, serve
 
 from ..conftest import ADMIN, Api

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import trio
 
-from foliot.workflow.payload import MAX_DEPTH
+from foliot.core.workflow.payload import MAX_DEPTH
 
 from ..conftest import Api
 from .test_bad_input import SMALL, snapshot
@@ -166,7 +166,7 @@ async def _accepted(api: Api) -> tuple[str, str]:
     await api.register(HANDLED)
     run = await api.start("handled")
     await api.handler.wait_for(1)
-    await api.engine.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
+    await api.engine.runs.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
     return run["runId"], str(api.handler.received[0].body["taskToken"])
 
 

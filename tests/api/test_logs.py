@@ -12,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from foliot.logs import JsonFormatter
+from foliot.core.logs import JsonFormatter
 from foliot.server import Running, serve
 
 from ..conftest import ADMIN, Api, make_settings

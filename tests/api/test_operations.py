@@ -6,7 +6,7 @@ import trio
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from foliot.metrics import OUTCOMES
+from foliot.observe.metrics import OUTCOMES
 
 from ..conftest import Api
 from ..helpers import answer_json

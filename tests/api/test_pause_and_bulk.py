@@ -71,7 +71,7 @@ async def test_an_in_flight_push_finishes_while_paused_and_the_run_waits_for_unp
     r = await post(api, f"runs/{rid}/pause")
     assert r.status_code == 200 and r.json()["status"] == "paused"
     release.set()
-    recorded = await api.engine.wait_for(rid, lambda run: "a" in run.state)
+    recorded = await api.engine.runs.wait_for(rid, lambda run: "a" in run.state)
     assert recorded.status == "paused" and recorded.state["a"] == {"made": True}
     assert [x.body["step"] for x in api.handler.received] == ["a"]  # b was not dispatched
     r = await post(api, f"runs/{rid}/unpause")

@@ -8,7 +8,7 @@ import ipaddress
 
 import pytest
 
-from foliot.config import Settings
+from foliot.core.config import Settings
 from foliot.http.proxy import Proxies, behind_proxies, parse_networks
 
 from ..conftest import Api

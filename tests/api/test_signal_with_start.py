@@ -91,7 +91,7 @@ async def test_idempotency_key_replays_the_first_answer(api: Api) -> None:
         == replay.json()
         == {"runId": first.json()["runId"], "status": "buffered", "started": False}
     )
-    run = await api.engine.run_document(first.json()["runId"])
+    run = await api.engine.runs.document(first.json()["runId"])
     assert [b.payload for b in run.buffer] == [1, 2]
     reused = await signal(api, sws(payload=3), headers=headers2)
     assert reused.status_code == 409 and reused.json()["error"]["code"] == "idempotency_key_reused"

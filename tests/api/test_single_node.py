@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from foliot.config import Settings
+from foliot.core.config import Settings
 from foliot.server import Running, serve
 from foliot.storage.node_lock import sqlite_node_lock
 

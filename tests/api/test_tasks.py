@@ -106,7 +106,7 @@ async def test_a_202_with_a_body_too_large_to_read_is_accepted(api: Api) -> None
     api.handler.route("a", lambda b, h: (202, {}, big))
     await api.register(NO_COMP)
     run = await api.start("nocomp")
-    await api.engine.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
+    await api.engine.runs.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
     assert (await api.run(run["runId"]))["status"] == "running"
 
 
@@ -117,7 +117,7 @@ async def accepted_task(api: Api, workflow: dict[str, Any]) -> tuple[dict[str, A
     run = await api.start(workflow["name"])
     await api.handler.wait_for(1)
     token = api.handler.received[0].body["taskToken"]
-    await api.engine.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
+    await api.engine.runs.wait_for(run["runId"], lambda r: r.task is not None and r.task.accepted)
     return run, str(token)
 
 

@@ -10,8 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 import attrs
 import trio
 
-from foliot.cluster.leases import PARTITIONS, Lease, Node, View
-from foliot.errors import StorageUnavailable
+from foliot.core.errors import StorageUnavailable
+from foliot.core.leases import PARTITIONS, Lease, Node, View
 
 
 class FakeCluster:

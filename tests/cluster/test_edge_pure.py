@@ -6,14 +6,14 @@ import json
 
 import pytest
 
+from foliot.actors.pull import PAYLOAD_MAX, announcement
 from foliot.cluster import hop
 from foliot.cluster import tell as remote
-from foliot.cluster.leases import Lease, Node, View
-from foliot.cluster.pull import PAYLOAD_MAX, announcement
 from foliot.cluster.report import report, single_node
-from foliot.swf import messages as m
-from foliot.swf.model import ExecutionRef
-from foliot.workflow.duration import format_timestamp as ts
+from foliot.core.leases import Lease, Node, View
+from foliot.core.swf import messages as m
+from foliot.core.swf.model import ExecutionRef
+from foliot.core.workflow.duration import format_timestamp as ts
 
 KEY = b"k" * 32
 NOW = 1_800_000_000_000

@@ -17,22 +17,21 @@ import trio
 import trio.testing
 from cryptography.fernet import Fernet
 
-from foliot.actors import engine as engine_module
-from foliot.actors.engine import Engine
-from foliot.actors.ownership import Local, Remote, Unowned
-from foliot.clock import Clock
-from foliot.cluster.leases import PARTITIONS, Lease, partition_of
-from foliot.cluster.placement import Elsewhere
-from foliot.config import Settings
-from foliot.credentials import Vault
-from foliot.errors import Fenced, Unavailable
+from foliot.actors.clock import Clock
+from foliot.actors.placement import Elsewhere, Local, Remote, Unowned
+from foliot.core.config import Settings
+from foliot.core.credentials import Vault
+from foliot.core.errors import Fenced, Unavailable
+from foliot.core.leases import PARTITIONS, Lease, partition_of
+from foliot.core.views import run_view
+from foliot.core.workflow.definition import canonical_json
+from foliot.core.workflow.machine import SignalIn
+from foliot.kinds.run import service as runs_module
+from foliot.node import Node as Engine
 from foliot.storage.base import ApiKeyRecord, AppRecord, RunFilter, SecretRecord, UnitOfWork
 from foliot.storage.fence import Fence
 from foliot.storage.sqlite import SqliteStore, open_sqlite
 from foliot.storage.swf import SwfUnit
-from foliot.views import run_view
-from foliot.workflow.definition import canonical_json
-from foliot.workflow.machine import SignalIn
 
 from .fake import FakeCluster, FakeClusterStore, advance
 
@@ -102,7 +101,7 @@ class Cluster:
         await self.store.add_workflow_version("app", definition["name"], canonical_json(definition), T0)
 
     async def start(self, engine: Engine, workflow: str) -> str:
-        body, _ = await engine.start_run(
+        body, _ = await engine.runs.start(
             app="app",
             workflow=workflow,
             version=None,
@@ -136,7 +135,7 @@ async def spread(
     a = await cluster.boot("a")
     await cluster.register(workflow)
     ids = run_ids_in(list(range(0, PARTITIONS, every)))
-    monkeypatch.setattr(engine_module, "_new_run_id", lambda: next(ids))
+    monkeypatch.setattr(runs_module, "new_run_id", lambda: next(ids))
     return a, [await cluster.start(a, workflow["name"]) for _ in range(PARTITIONS // every)]
 
 
@@ -214,7 +213,7 @@ async def test_one_node_holds_every_partition_and_runs_as_alone(
     await cluster.register(NAP)
     run_id = await cluster.start(a, "nap")
     assert a.ownership.where(run_id) == Local()
-    await a.wait_for(run_id, lambda r: r.status == "completed", 3600)
+    await a.runs.wait_for(run_id, lambda r: r.status == "completed", 3600)
     assert (await cluster.events(run_id)).count("sleep_finished") == 1
     assert {w[1] for w in cluster.writes} == {"a"}  # every write carried a's fence
 
@@ -235,7 +234,7 @@ async def test_a_joining_node_takes_its_share_and_the_moved_timers_fire_once_the
     assert a.ownership.where(moved[0]) == Remote("b", "http://b.test")
     assert not any(r in a.supervisor.actors for r in moved)
     with pytest.raises(Elsewhere):  # the HTTP layer forwards it to b
-        await a.ask(moved[0], SignalIn("x"))
+        await a.runs.ask(moved[0], SignalIn("x"))
 
     await advance(11 * 60)
     for run_id in runs:
@@ -270,7 +269,7 @@ async def test_a_push_in_flight_at_the_hand_over_is_sent_again_by_the_new_owner_
     for run_id in moved:  # a stopped waiting for the answers of the attempts it handed over
         assert not a.dispatcher.is_inflight(tokens[run_id]) and run_id not in a.supervisor.actors
     for run_id in moved:
-        await b.wait_for(run_id, lambda r: r.status == "completed", 600)
+        await b.runs.wait_for(run_id, lambda r: r.status == "completed", 600)
         keys = [(p.node, p.key) for p in cluster.pushes if p.key.startswith(run_id)]
         assert keys == [("a", f"{run_id}:1:t:1"), ("b", f"{run_id}:1:t:1")]  # the same attempt
         assert (await cluster.events(run_id)).count("task_completed") == 1
@@ -290,14 +289,14 @@ async def test_a_node_cut_off_drops_its_actors_and_writes_nothing_more(
     with pytest.raises(Fenced):  # refused before it reaches storage
         run = await cluster.store.get_run(run_id)
         assert run is not None
-        await a.commit(UnitOfWork(attrs.evolve(run, seq=run.seq + 1), run.seq))
+        await a.runs.commit(UnitOfWork(attrs.evolve(run, seq=run.seq + 1), run.seq))
     cut_at = trio.current_time()
 
     b = await cluster.boot("b")  # takes everything over once a's leases expired
     with trio.fail_after(60):
         while len(b.ownership.held) < PARTITIONS:
             await advance(0.5)
-    await b.wait_for(run_id, lambda r: r.status == "completed", 3600)
+    await b.runs.wait_for(run_id, lambda r: r.status == "completed", 3600)
     assert (await cluster.events(run_id)).count("sleep_finished") == 1
     assert [w for w in cluster.writes if w[1] == "a" and w[0] >= cut_at] == []
 
@@ -308,7 +307,7 @@ async def test_a_paused_node_that_missed_its_lease_end_is_fenced_and_acts_on_not
     a = await cluster.boot("a")
     await cluster.register(WAIT)
     ids = run_ids_in([5, 5])
-    monkeypatch.setattr(engine_module, "_new_run_id", lambda: next(ids))
+    monkeypatch.setattr(runs_module, "new_run_id", lambda: next(ids))
     run_id = await cluster.start(a, "wait")
     events = await cluster.events(run_id)
     p = partition_of(run_id)
@@ -316,7 +315,7 @@ async def test_a_paused_node_that_missed_its_lease_end_is_fenced_and_acts_on_not
     lease = cluster.fake.leases[p]
     cluster.fake.leases[p] = Lease(p, "b", lease.epoch + 1, lease.expires_at + 60_000)
     with pytest.raises(Unavailable):
-        await a.ask(run_id, SignalIn("go"))
+        await a.runs.ask(run_id, SignalIn("go"))
     assert run_id not in a.supervisor.actors  # dropped without performing anything
     assert await cluster.events(run_id) == events
     assert cluster.pushes == []

@@ -12,17 +12,17 @@ import attrs
 import pytest
 import trio
 
-from foliot.cluster.leases import partition_of
-from foliot.errors import Fenced
+from foliot.core.errors import Fenced
+from foliot.core.leases import partition_of
+from foliot.core.swf import machine as swf_machine
+from foliot.core.swf import messages as m
+from foliot.core.workflow.model import Event, Timer
+from foliot.kinds.swf.actor import transition_unit
 from foliot.storage.base import UnitOfWork
 from foliot.storage.cluster import NOW_MS
 from foliot.storage.fence import Fence
 from foliot.storage.postgres import PostgresStore, open_postgres
 from foliot.storage.swf import SwfStored, SwfUnit, swf_actor_id
-from foliot.swf import machine as swf_machine
-from foliot.swf import messages as m
-from foliot.swf.actor import transition_unit
-from foliot.workflow.model import Event, Timer
 
 from ..storage.test_contract import T0, make_run, seed_app
 from ..storage.test_group_commit import (

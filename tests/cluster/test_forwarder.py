@@ -7,9 +7,9 @@ import httpx
 import pytest
 import trio
 
+from foliot.actors.placement import Elsewhere, NotOwner, Remote
 from foliot.cluster import hop
-from foliot.cluster.placement import Elsewhere, NotOwner, Remote
-from foliot.errors import Unavailable
+from foliot.core.errors import Unavailable
 from foliot.http.forward import Forwarder, GatewayTimeout, Incoming, relay
 
 KEY = b"k" * 32

@@ -21,11 +21,11 @@ import trio
 from cryptography.fernet import Fernet
 
 from foliot.actors.messages import Envelope
+from foliot.actors.placement import LOCAL, Placement, Remote, Unowned, Where
 from foliot.cluster import hop, tell
-from foliot.cluster.placement import LOCAL, Placement, Remote, Unowned, Where
+from foliot.core.swf import messages as m
 from foliot.server import Running, serve
 from foliot.storage.swf import swf_actor_id
-from foliot.swf import messages as m
 
 from ..conftest import ADMIN, make_settings
 from ..helpers import HandlerServer, quart_only, start_handler
@@ -406,7 +406,7 @@ async def test_an_execution_messages_one_that_lives_on_another_node(cluster: Clu
     b = c.nodes["b"].engine
     # What b's runtime does with a message for an actor it does not own (a signal from a parent).
     signal = Envelope(m.Signal("from-b", "hello"))
-    assert b.remote_tell(b.swf, actor, signal) is True
+    assert b.remote_tell(b.swf.kind, actor, signal) is True
     await until(lambda: b.remote_tell.sent == 1)
     with trio.fail_after(10):  # a's actor commits it on its own, after a answered b
         while "WorkflowExecutionSignaled" not in await history(on_a, "o-1", run_id):  # noqa: ASYNC110

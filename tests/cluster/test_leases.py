@@ -8,7 +8,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from foliot.cluster.leases import PARTITIONS, Lease, Node, Plan, View, partition_of, plan, shares
+from foliot.core.leases import PARTITIONS, Lease, Node, Plan, View, partition_of, plan, shares
 
 from .fake import FakeCluster
 

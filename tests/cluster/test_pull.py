@@ -10,8 +10,8 @@ import attrs
 import trio
 import trio.testing
 
+from foliot.actors.pull import Pull, long_poll
 from foliot.actors.queues import Queues
-from foliot.cluster.pull import Pull, long_poll
 
 from .fake import advance
 

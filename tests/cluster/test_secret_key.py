@@ -9,8 +9,8 @@ import pytest
 import trio
 from cryptography.fernet import Fernet
 
-from foliot.config import Settings
-from foliot.credentials import Vault
+from foliot.core.config import Settings
+from foliot.core.credentials import Vault
 from foliot.server import KeyMismatch, Running, check_secret_key, serve
 from foliot.storage.factory import open_store
 

@@ -31,8 +31,8 @@ import pytest
 import trio
 from cryptography.fernet import Fernet
 
-from foliot.actors.engine import Engine
-from foliot.cluster.leases import PARTITIONS, partition_of
+from foliot.core.leases import PARTITIONS, partition_of
+from foliot.node import Node
 
 from ..cluster.history import AUDIT_SQL, LeaseChange, LeaseHistory, Write, fencing_problems, history_problems
 from ..helpers import HandlerServer, answer_json, start_handler
@@ -40,7 +40,7 @@ from ..pg import Cluster, _bin, free_port
 from .test_crash_recovery import ADMIN, Server, setup_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
-if not hasattr(Engine, "join_cluster"):  # until the engine owns partitions (issue 10, branch own)
+if not hasattr(Node, "join_cluster"):  # until the engine owns partitions (issue 10, branch own)
     pytestmark.append(pytest.mark.skip(reason="the nodes do not lease partitions yet"))
 
 TTL_MS = 3_000

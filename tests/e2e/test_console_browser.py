@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import trio
 
-from foliot.views import run_view
+from foliot.core.views import run_view
 
 from ..conftest import ADMIN, Api
 
@@ -116,7 +116,7 @@ class Page:
 async def until(api: Api, run_id: str, status: str) -> dict[str, Any]:
     """Wait for a status on the engine's commit notifications, bounded by WAIT_S (not the
     fixture's 10 s: the machine may be loaded)."""
-    run = await api.engine.wait_for(run_id, lambda r: r.status == status, WAIT_S)
+    run = await api.engine.runs.wait_for(run_id, lambda r: r.status == status, WAIT_S)
     return run_view(run)
 
 

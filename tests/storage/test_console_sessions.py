@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from foliot.console.session import (
+from foliot.http.sessions import (
     TOUCH_MS,
     key_check,
     new_session,

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 import attrs
 import pytest
 
+from foliot.core.workflow.model import ErrorInfo, Run, Timer
 from foliot.storage.base import Store, UnitOfWork
 from foliot.storage.console import OperatorTokenRecord, RunQuery, run_query_sql
 from foliot.storage.factory import open_store
-from foliot.workflow.model import ErrorInfo, Run, Timer
 
 from .test_contract import T0, make_run, query_plan, raw
 

@@ -10,7 +10,8 @@ import attrs
 import pytest
 import trio
 
-from foliot.errors import StaleWrite, UniqueViolation
+from foliot.core.errors import StaleWrite, UniqueViolation
+from foliot.core.workflow.model import Event, Run, TaskRow, Timer, run_to_dict
 from foliot.storage.base import (
     SIGNAL_ID_UNIQUE,
     ApiKeyRecord,
@@ -23,7 +24,6 @@ from foliot.storage.base import (
     json_dumps,
 )
 from foliot.storage.factory import open_store
-from foliot.workflow.model import Event, Run, TaskRow, Timer, run_to_dict
 
 T0 = 1_800_000_000_000
 

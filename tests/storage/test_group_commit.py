@@ -16,12 +16,12 @@ import attrs
 import pytest
 import trio
 
-from foliot.errors import StaleWrite, StorageError, UniqueViolation
+from foliot.core.errors import StaleWrite, StorageError, UniqueViolation
+from foliot.core.workflow.model import Event, TaskRow, Timer
 from foliot.storage.base import SIGNAL_ID_UNIQUE, IdempotencyRecord, UnitOfWork
 from foliot.storage.batch import batch_rows, chunks
 from foliot.storage.postgres import PostgresStore, open_postgres
 from foliot.storage.sqlite import SqliteStore, open_sqlite
-from foliot.workflow.model import Event, TaskRow, Timer
 
 from .test_contract import T0, make_run, seed_app
 

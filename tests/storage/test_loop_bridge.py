@@ -89,7 +89,7 @@ async def test_a_stopped_loop_refuses_new_calls(bridge: _LoopThread) -> None:
         return "fine"
 
     await bridge.stop()
-    from foliot.errors import StorageUnavailable
+    from foliot.core.errors import StorageUnavailable
 
     with pytest.raises(StorageUnavailable):
         await bridge.run(fine, 5)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import attrs
 
+from foliot.core.workflow.model import run_to_dict
 from foliot.storage.base import OVERDUE_SQL, OverdueGroup, Store, UnitOfWork, json_dumps
-from foliot.workflow.model import run_to_dict
 
 from .test_contract import T0, make_run, query_plan, raw, store  # noqa: F401  (fixture)
 

@@ -13,10 +13,10 @@ import pytest
 import trio
 import trio.testing
 
-from foliot.errors import StaleWrite, StorageUnavailable
+from foliot.core.errors import StaleWrite, StorageUnavailable
+from foliot.core.workflow.model import Event
 from foliot.storage.base import UnitOfWork
 from foliot.storage.postgres import PostgresStore, open_postgres
-from foliot.workflow.model import Event
 
 from ..pg import Cluster, terminate_connections
 from .test_contract import make_run

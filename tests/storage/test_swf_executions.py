@@ -12,7 +12,9 @@ import attrs
 import pytest
 import trio
 
-from foliot.errors import StaleWrite, UniqueViolation
+from foliot.core.errors import StaleWrite, UniqueViolation
+from foliot.core.swf import messages as m
+from foliot.core.swf.events import HistoryEvent
 from foliot.storage import swf_postgres, swf_sql, swf_sqlite
 from foliot.storage.base import PRUNE_EVENTS_PER_RUN, Store
 from foliot.storage.factory import open_store
@@ -30,8 +32,6 @@ from foliot.storage.swf import (
     facet_type,
     facet_workflow_id,
 )
-from foliot.swf import messages as m
-from foliot.swf.events import HistoryEvent
 
 from ..swf.store_kit import REFUND, T0, WF2, decision, schedule, start
 
@@ -385,8 +385,8 @@ def test_numbered_placeholders() -> None:
 async def test_timer_rows_follow_the_deadlines(store: Store) -> None:
     """Each commit replaces the execution's rows in `timers` (kind "swf") with its deadlines,
     so the shared timer wheel pages them in like a run's; a closed execution has none."""
+    from foliot.core.swf.timeouts import deadlines
     from foliot.storage.swf import swf_actor_id
-    from foliot.swf.timeouts import deadlines
 
     async def rows() -> dict[str, tuple[str, str, int]]:
         found = await store.timers_due_before(2**62, 100)

@@ -7,11 +7,11 @@ from typing import Any
 
 import attrs
 
+from foliot.core.swf import machine
+from foliot.core.swf import messages as m
+from foliot.core.swf.model import Execution, TypeRef
+from foliot.kinds.swf.actor import transition_unit
 from foliot.storage.swf import SwfExecutionStore, SwfStored, SwfUnit
-from foliot.swf import machine
-from foliot.swf import messages as m
-from foliot.swf.actor import transition_unit
-from foliot.swf.model import Execution, TypeRef
 
 from ..unit.swf_kit import ACT_INFO, T0, WF, WF_INFO, decision, schedule
 

@@ -250,8 +250,8 @@ async def test_unknown_action_malformed_json_and_invalid_input(swf: Swf) -> None
 async def test_every_model_action_answers_in_aws_shape(swf: Swf) -> None:
     """Each of the 39 actions answers a signed `{}` with an AWS-shaped answer, never a 5xx
     other than 501 for the ones not built yet, never a Foliot error body."""
+    from foliot.core.swf.shapes import actions
     from foliot.http.swf import ACTIONS
-    from foliot.swf.shapes import actions
 
     assert len(actions()) == 39
     for action in actions():

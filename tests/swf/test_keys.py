@@ -8,11 +8,11 @@ from collections.abc import AsyncIterator
 import pytest
 from cryptography.fernet import Fernet
 
-from foliot.config import Settings, swf_credentials
-from foliot.credentials import Vault
+from foliot.core.config import Settings, swf_credentials
+from foliot.core.credentials import Vault
+from foliot.kinds.swf.keys import SwfKeys
 from foliot.storage.base import Store
 from foliot.storage.factory import open_store
-from foliot.swf.keys import SwfKeys
 
 
 @pytest.fixture

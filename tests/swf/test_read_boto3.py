@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from foliot.core.swf import messages as m
+from foliot.kinds.swf import queries
 from foliot.storage.base import Store
-from foliot.swf import messages as m
-from foliot.swf import queries
 
 from ..unit.swf_kit import shape_errors
 from .conftest import Swf, call, raises

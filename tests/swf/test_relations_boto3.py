@@ -195,7 +195,7 @@ async def test_every_timeout_in_bounded_real_time(swf: Swf) -> None:
 
 
 async def test_limit_exceeded_fault(swf: Swf, monkeypatch: pytest.MonkeyPatch) -> None:
-    from foliot.swf import registry
+    from foliot.kinds.swf import registry
 
     monkeypatch.setattr(registry, "MAX_DOMAINS", 2)
     c = swf.client("ap-south-1")

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from foliot.swf import registry, shapes
-from foliot.swf.errors import UnknownOperationException, ValidationException
+from foliot.core.swf import shapes
+from foliot.core.swf.errors import UnknownOperationException, ValidationException
+from foliot.kinds.swf import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,7 +22,7 @@ def test_committed_table_is_what_the_generator_makes_from_botocore() -> None:
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     fresh = json.loads(json.dumps(gen.table()))
-    committed = json.loads((ROOT / "foliot" / "swf" / "shapes.json").read_text())
+    committed = json.loads((ROOT / "foliot" / "core" / "swf" / "shapes.json").read_text())
     assert fresh["operations"] == committed["operations"]
     assert fresh["shapes"] == committed["shapes"]
 

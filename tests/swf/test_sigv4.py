@@ -12,8 +12,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from foliot.swf import sigv4
-from foliot.swf.errors import (
+from foliot.core.swf import sigv4
+from foliot.core.swf.errors import (
     IncompleteSignatureException,
     InvalidSignatureException,
     MissingAuthenticationTokenException,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from foliot.workflow import machine
-from foliot.workflow.definition import Definition, parse_definition
-from foliot.workflow.machine import Context, Transition
-from foliot.workflow.model import Run
+from foliot.core.workflow import machine
+from foliot.core.workflow.definition import Definition, parse_definition
+from foliot.core.workflow.machine import Context, Transition
+from foliot.core.workflow.model import Run
 
 T0 = 1_800_000_000_000  # a fixed "now" in epoch ms
 

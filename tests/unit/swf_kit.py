@@ -10,11 +10,11 @@ from typing import Any
 
 import botocore  # type: ignore[import-untyped]
 
-from foliot.swf import machine
-from foliot.swf import messages as m
-from foliot.swf.events import HistoryEvent
-from foliot.swf.faults import Fault
-from foliot.swf.model import ActivityTypeInfo, Execution, TypeRef, WorkflowTypeInfo
+from foliot.core.swf import machine
+from foliot.core.swf import messages as m
+from foliot.core.swf.events import HistoryEvent
+from foliot.core.swf.faults import Fault
+from foliot.core.swf.model import ActivityTypeInfo, Execution, TypeRef, WorkflowTypeInfo
 
 T0 = 1_800_000_000_000
 

@@ -7,15 +7,15 @@ import json
 import pytest
 
 from foliot import signing
-from foliot.workflow.duration import (
+from foliot.core.workflow.duration import (
     DurationError,
     format_duration,
     format_timestamp,
     parse_duration,
     parse_timestamp,
 )
-from foliot.workflow.payload import PayloadError, payload_size
-from foliot.workflow.predicate import PredicateError, evaluate, parse_predicate
+from foliot.core.workflow.payload import PayloadError, payload_size
+from foliot.core.workflow.predicate import PredicateError, evaluate, parse_predicate
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from foliot import clock as clock_module
-from foliot.clock import Clock
+from foliot.actors import clock as clock_module
+from foliot.actors.clock import Clock
 
 
 async def advance(seconds: float) -> None:

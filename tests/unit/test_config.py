@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from foliot.config import DEFAULT_DATABASE_URL, Settings, describe_lifetime, redact_url
+from foliot.core.config import DEFAULT_DATABASE_URL, Settings, describe_lifetime, redact_url
 from foliot.server import serve
 from foliot.storage.factory import sqlite_path
 

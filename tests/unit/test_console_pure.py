@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from foliot.console import graph
-from foliot.console.session import csrf_ok, csrf_token, make_cookie, read_cookie, session_key
 from foliot.console.views import diff_lines
+from foliot.http.sessions import csrf_ok, csrf_token, make_cookie, read_cookie, session_key
 
 KEY = session_key("admin-token")
 

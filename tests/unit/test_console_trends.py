@@ -8,7 +8,15 @@ import re
 
 import pytest
 
-from foliot.console.trends import SERIES, Ring, Trends, interval_quantile, number, quantile, sparkline
+from foliot.observe.trends import (
+    SERIES,
+    Ring,
+    Trends,
+    interval_quantile,
+    number,
+    quantile,
+    sparkline,
+)
 
 
 def test_ring_keeps_the_last_samples_oldest_first_and_never_grows() -> None:
@@ -115,7 +123,7 @@ def test_sparkline_escapes_labels_and_carries_no_script() -> None:
 
 
 def test_keyed_trends_are_bounded_and_fill_quiet_keys_with_zero() -> None:
-    from foliot.console.trends import APP_SERIES, OTHER, KeyedTrends
+    from foliot.observe.trends import APP_SERIES, OTHER, KeyedTrends
 
     keyed = KeyedTrends(APP_SERIES, capacity=3, max_keys=2)
     keyed.record(10, {"b": {"started": 1}, "a": {"started": 2, "failed": 1}})
@@ -140,9 +148,9 @@ def test_keyed_trends_are_bounded_and_fill_quiet_keys_with_zero() -> None:
 
 
 def test_run_events_are_tallied_per_app() -> None:
-    from foliot.metrics import tally_run_events
+    from foliot.core.workflow.model import Event
+    from foliot.observe.metrics import tally_run_events
     from foliot.storage.base import UnitOfWork
-    from foliot.workflow.model import Event
 
     from ..storage.test_contract import make_run
 
@@ -155,7 +163,7 @@ def test_run_events_are_tallied_per_app() -> None:
 
 
 def test_keyed_sparklines_escape_and_label_each_key() -> None:
-    from foliot.console.trends import keyed_sparklines
+    from foliot.observe.trends import keyed_sparklines
 
     trends = Trends(10_000, 4)
     trends.record(1_000, {})

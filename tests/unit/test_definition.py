@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from foliot.workflow.definition import parse_definition
-from foliot.workflow.jsonconv import ValidationError
+from foliot.core.workflow.definition import parse_definition
+from foliot.core.workflow.jsonconv import ValidationError
 
 from ..api.test_order_flow import ORDER
 

@@ -7,7 +7,8 @@ from typing import Any
 import attrs
 import pytest
 
-from foliot.diagnosis import (
+from foliot.core.workflow.model import BufferedSignal, ErrorInfo, Run, TaskRef, TaskRow, Timer
+from foliot.observe.diagnosis import (
     POLL_QUIET_MS,
     Observation,
     QueueSeen,
@@ -15,7 +16,6 @@ from foliot.diagnosis import (
     diagnose,
     human,
 )
-from foliot.workflow.model import BufferedSignal, ErrorInfo, Run, TaskRef, TaskRow, Timer
 
 MIN = 60_000
 NOW = 1_000 * 24 * 3600 * 1000  # some day in 1972; only differences matter

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from foliot.views import run_view
-from foliot.workflow import machine
-from foliot.workflow.definition import parse_definition
-from foliot.workflow.jsonconv import ValidationError
-from foliot.workflow.machine import Pause, SignalIn, Unpause
+from foliot.core.views import run_view
+from foliot.core.workflow import machine
+from foliot.core.workflow.definition import parse_definition
+from foliot.core.workflow.jsonconv import ValidationError
+from foliot.core.workflow.machine import Pause, SignalIn, Unpause
 
 from .machine_kit import Kit
 

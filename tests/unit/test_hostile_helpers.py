@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 
 from foliot import signing
-from foliot.digits import INT64_MAX, ascii_int
-from foliot.storage.base import decode_cursor, encode_cursor
-from foliot.workflow import machine
-from foliot.workflow.definition import HandlerPathError, check_handler_path, push_url
-from foliot.workflow.duration import (
+from foliot.core.digits import INT64_MAX, ascii_int
+from foliot.core.workflow import machine
+from foliot.core.workflow.definition import HandlerPathError, check_handler_path, push_url
+from foliot.core.workflow.duration import (
     MAX_TIMESTAMP_MS,
     MIN_TIMESTAMP_MS,
     DurationError,
@@ -22,8 +21,16 @@ from foliot.workflow.duration import (
     parse_duration,
     parse_timestamp,
 )
-from foliot.workflow.jsonconv import ValidationError, is_name, structure
-from foliot.workflow.payload import MAX_DEPTH, DepthError, PayloadError, deeper_than, loads, payload_size
+from foliot.core.workflow.jsonconv import ValidationError, is_name, structure
+from foliot.core.workflow.payload import (
+    MAX_DEPTH,
+    DepthError,
+    PayloadError,
+    deeper_than,
+    loads,
+    payload_size,
+)
+from foliot.storage.base import decode_cursor, encode_cursor
 
 from .machine_kit import Kit
 

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 from hypercorn.logging import AccessLogAtoms
 
-from foliot import logs
-from foliot.logs import JsonFormatter
-from foliot.metrics import OUTCOMES, outcome_label
-from foliot.workflow.machine import Accepted, Completed, Failed
+from foliot.core import logs
+from foliot.core.logs import JsonFormatter
+from foliot.core.workflow.machine import Accepted, Completed, Failed
+from foliot.observe.metrics import OUTCOMES, outcome_label
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from foliot.workflow import machine
-from foliot.workflow.machine import Accepted, Completed, Failed, classify_response
-from foliot.workflow.model import TERMINAL_STATUSES, run_to_dict
+from foliot.core.workflow import machine
+from foliot.core.workflow.machine import Accepted, Completed, Failed, classify_response
+from foliot.core.workflow.model import TERMINAL_STATUSES, run_to_dict
 
 from .machine_kit import T0, Kit
 

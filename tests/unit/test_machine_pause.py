@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from foliot.workflow import machine
-from foliot.workflow.machine import Completed, Failed, Pause, Unpause
+from foliot.core.workflow import machine
+from foliot.core.workflow.machine import Completed, Failed, Pause, Unpause
 
 from .machine_kit import Kit
 
@@ -320,7 +320,7 @@ def test_failed_outcome_keeps_class_and_retryability() -> None:
 
 
 def test_the_diagnosis_of_a_paused_run_says_so() -> None:
-    from foliot.diagnosis import Observation, diagnose
+    from foliot.observe.diagnosis import Observation, diagnose
 
     k = _kit_in("paused")
     k.now += 41 * 60_000

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from foliot.config import NODE_ID_RE
-from foliot.nodeid import node_id
+from foliot.cluster.nodeid import node_id
+from foliot.core.config import NODE_ID_RE
 
 
 def test_a_name_is_made_once_and_kept_across_restarts(tmp_path: Path) -> None:

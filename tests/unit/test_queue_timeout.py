@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from foliot.workflow import machine
-from foliot.workflow.definition import parse_definition
-from foliot.workflow.jsonconv import ValidationError
-from foliot.workflow.machine import Pause, Unpause
+from foliot.core.workflow import machine
+from foliot.core.workflow.definition import parse_definition
+from foliot.core.workflow.jsonconv import ValidationError
+from foliot.core.workflow.machine import Pause, Unpause
 
 from .machine_kit import T0, Kit
 

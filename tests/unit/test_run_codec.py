@@ -10,7 +10,7 @@ import attrs
 import cattrs
 import pytest
 
-from foliot.workflow.model import (
+from foliot.core.workflow.model import (
     BufferedSignal,
     ErrorInfo,
     HeldOutcome,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from foliot.errors import StorageError
+from foliot.core.errors import StorageError
 from foliot.storage import checkpoint
 from foliot.storage.checkpoint import BACKSTOP_PAGES
 from foliot.storage.sqlite import SqliteStore, open_sqlite

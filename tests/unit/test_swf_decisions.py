@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from foliot.swf import messages as m
-from foliot.swf.decisions import SCHEMA, parse_decisions, referenced_types
-from foliot.swf.faults import Fault
-from foliot.swf.model import ActivityTypeInfo, TypeRef, WorkflowTypeInfo
+from foliot.core.swf import messages as m
+from foliot.core.swf.decisions import SCHEMA, parse_decisions, referenced_types
+from foliot.core.swf.faults import Fault
+from foliot.core.swf.model import ActivityTypeInfo, TypeRef, WorkflowTypeInfo
 
 from .swf_kit import ACT, ACT_INFO, WF, WF_INFO, Kit, decision, schedule, swf_model
 
@@ -331,7 +331,7 @@ def test_schedule_activity_failures(info: ActivityTypeInfo | None, given: dict[s
 
 
 def test_activity_id_in_use_and_open_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from foliot.swf import apply
+    from foliot.core.swf import apply
 
     k = Kit()
     k.decide(schedule("a1"), schedule("a1"))
@@ -528,7 +528,7 @@ def test_start_fire_and_cancel_timers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert m.CancelDeadline("timer:5") in k.last_effects
     k.advance(30_000)
     assert k.send(m.Fire("timer:5")).events == ()  # canceled: stale
-    from foliot.swf import apply
+    from foliot.core.swf import apply
 
     monkeypatch.setattr(apply, "OPEN_TIMERS_LIMIT", 0)
     k.decide(decision("StartTimer", timerId="t3", startToFireTimeout="1"))
@@ -641,7 +641,7 @@ def test_an_empty_batch_after_new_events_gets_a_new_task() -> None:
 
 
 def test_continue_as_new_needs_a_run_id_from_the_runtime() -> None:
-    from foliot.swf import machine
+    from foliot.core.swf import machine
 
     k = Kit()
     k.poll_decision()

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from foliot.swf import machine
-from foliot.swf import messages as m
-from foliot.swf.events import HistoryEvent, attributes_member, event_from_dict, event_to_dict
-from foliot.swf.faults import Fault
-from foliot.swf.history import (
+from foliot.core.swf import machine
+from foliot.core.swf import messages as m
+from foliot.core.swf.events import HistoryEvent, attributes_member, event_from_dict, event_to_dict
+from foliot.core.swf.faults import Fault
+from foliot.core.swf.history import (
     Page,
     activity_task,
     decision_task,
@@ -23,7 +23,7 @@ from foliot.swf.history import (
     paginate,
     pending_offers,
 )
-from foliot.swf.model import WorkflowTypeInfo, execution_from_dict, execution_to_dict
+from foliot.core.swf.model import WorkflowTypeInfo, execution_from_dict, execution_to_dict
 
 from .swf_kit import WF, Kit, decision, schedule, shape_errors
 
@@ -228,7 +228,7 @@ def test_event_wire_shape() -> None:
 
 
 def test_history_reaching_the_event_limit_terminates(monkeypatch: pytest.MonkeyPatch) -> None:
-    from foliot.swf import builder
+    from foliot.core.swf import builder
 
     monkeypatch.setattr(builder, "EVENT_LIMIT", 8)
     k = Kit()

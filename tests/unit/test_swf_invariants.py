@@ -7,14 +7,20 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from foliot.swf import machine
-from foliot.swf import messages as m
-from foliot.swf.events import DECISION_TRIGGERS
-from foliot.swf.faults import Fault
-from foliot.swf.history import open_counts
-from foliot.swf.model import ExecutionRef, TypeRef, WorkflowTypeInfo, execution_from_dict, execution_to_dict
-from foliot.swf.recovery import owed_effects
-from foliot.swf.timeouts import deadlines
+from foliot.core.swf import machine
+from foliot.core.swf import messages as m
+from foliot.core.swf.events import DECISION_TRIGGERS
+from foliot.core.swf.faults import Fault
+from foliot.core.swf.history import open_counts
+from foliot.core.swf.model import (
+    ExecutionRef,
+    TypeRef,
+    WorkflowTypeInfo,
+    execution_from_dict,
+    execution_to_dict,
+)
+from foliot.core.swf.recovery import owed_effects
+from foliot.core.swf.timeouts import deadlines
 
 from .swf_kit import ACT_INFO, WF_INFO, Kit, decision, schedule, swf_model
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from foliot.swf import lambdas
-from foliot.swf import messages as m
+from foliot.core.swf import lambdas
+from foliot.core.swf import messages as m
 
 
 @pytest.mark.parametrize(

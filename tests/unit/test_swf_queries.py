@@ -6,6 +6,17 @@ from __future__ import annotations
 import attrs
 import pytest
 
+from foliot.core.swf import messages as m
+from foliot.core.swf.errors import ValidationException
+from foliot.core.swf.history import encode_token, pending_offers
+from foliot.kinds.swf.queries import (
+    execution_query,
+    history_scope,
+    listing_scope,
+    listing_token,
+    ms,
+    read_listing_token,
+)
 from foliot.storage.swf import (
     ACTIVITY_TASK,
     DECISION,
@@ -17,17 +28,6 @@ from foliot.storage.swf import (
     facets,
     pending_tasks,
     retention_ms,
-)
-from foliot.swf import messages as m
-from foliot.swf.errors import ValidationException
-from foliot.swf.history import encode_token, pending_offers
-from foliot.swf.queries import (
-    execution_query,
-    history_scope,
-    listing_scope,
-    listing_token,
-    ms,
-    read_listing_token,
 )
 
 from .swf_kit import Kit, schedule

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from foliot.swf import messages as m
-from foliot.swf.model import ExecutionRef
-from foliot.swf.recovery import owed_effects, owes
+from foliot.core.swf import messages as m
+from foliot.core.swf.model import ExecutionRef
+from foliot.core.swf.recovery import owed_effects, owes
 
 from .swf_kit import Kit, decision, schedule
 from .test_swf_relations import CATALOG, start_child
@@ -121,7 +121,7 @@ def test_a_close_owes_the_child_policy_and_the_parents_notice(how: str) -> None:
 
 
 def test_an_execution_terminated_by_its_event_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from foliot.swf import builder
+    from foliot.core.swf import builder
 
     monkeypatch.setattr(builder, "EVENT_LIMIT", 6)
     k = Kit(catalog=CATALOG, parent=ExecutionRef("p", "pr"), parent_initiated_event_id=3)

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from foliot.swf import machine
-from foliot.swf import messages as m
-from foliot.swf.faults import Fault
-from foliot.swf.model import ExecutionRef, TypeRef, WorkflowTypeInfo
-from foliot.swf.start import start_failure_cause
+from foliot.core.swf import machine
+from foliot.core.swf import messages as m
+from foliot.core.swf.faults import Fault
+from foliot.core.swf.model import ExecutionRef, TypeRef, WorkflowTypeInfo
+from foliot.core.swf.start import start_failure_cause
 
 from .swf_kit import ACT_INFO, WF, WF_INFO, Kit, decision
 
@@ -233,7 +233,7 @@ def test_child_start_failures_at_decision_time() -> None:
 
 
 def test_child_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from foliot.swf import apply
+    from foliot.core.swf import apply
 
     monkeypatch.setattr(apply, "OPEN_CHILDREN_LIMIT", 1)
     k = Kit(catalog=CATALOG)

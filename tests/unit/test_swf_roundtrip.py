@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from foliot.swf import messages as m
-from foliot.swf.history import decision_task_events, describe, open_counts
+from foliot.core.swf import messages as m
+from foliot.core.swf.history import decision_task_events, describe, open_counts
 
 from .swf_kit import Kit, decision, schedule, shape_errors
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from foliot.swf import messages as m
-from foliot.swf.timeouts import deadlines, parse_key, parse_seconds
+from foliot.core.swf import messages as m
+from foliot.core.swf.timeouts import deadlines, parse_key, parse_seconds
 
 from .swf_kit import Kit, decision, schedule
 

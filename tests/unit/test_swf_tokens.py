@@ -7,10 +7,10 @@ import json
 import pytest
 from cryptography.fernet import Fernet
 
-from foliot.credentials import Vault
-from foliot.swf import tokens
-from foliot.swf.faults import Fault
-from foliot.swf.tokens import ACTIVITY, DECISION, TaskToken, decode, encode
+from foliot.core.credentials import Vault
+from foliot.core.swf import tokens
+from foliot.core.swf.faults import Fault
+from foliot.core.swf.tokens import ACTIVITY, DECISION, TaskToken, decode, encode
 
 KEY = b"k" * 32
 TOKEN = TaskToken(DECISION, "run-1", 2, 3)

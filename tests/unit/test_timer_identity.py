@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from foliot.core.workflow import machine
+from foliot.core.workflow.machine import Completed, Failed
+from foliot.core.workflow.model import Timer, run_from_dict, run_to_dict
 from foliot.storage.base import timer_rows
-from foliot.workflow import machine
-from foliot.workflow.machine import Completed, Failed
-from foliot.workflow.model import Timer, run_from_dict, run_to_dict
 
 from .machine_kit import T0, Kit
 

@@ -22,49 +22,24 @@ empty and nothing is ever forwarded.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
-import attrs
 import trio
 
-from ..cluster.leases import PARTITIONS, View, partition_of
-from ..errors import Fenced, StorageError, Unavailable
+from ..actors.placement import LOCAL, Remote, Unowned, Where
+from ..core.errors import Fenced, StorageError, Unavailable
+from ..core.leases import PARTITIONS, View, partition_of
 from ..storage.fence import Fence
 
 if TYPE_CHECKING:
-    from ..cluster.keeper import LeaseKeeper
-    from .engine import Engine
+    from .keeper import LeaseKeeper
 
 log = logging.getLogger("foliot.ownership")
 
 _RECOVERY_RETRY_S: Final = 0.2
 _NEW_ID_TRIES: Final = 100_000  # with n nodes an id fits in ~n tries; this bounds a bug
-
-
-@attrs.frozen
-class Local:
-    """This node owns the actor."""
-
-
-@attrs.frozen
-class Remote:
-    """Another live node holds the actor's partition: send the request to `address`."""
-
-    node_id: str
-    address: str
-
-
-@attrs.frozen
-class Unowned:
-    """Nobody holds the partition now (failover under way), or it is being handed over."""
-
-    partition: int
-
-
-Where = Local | Remote | Unowned
-LOCAL: Final = Local()
 
 
 def holder(view: View | None, partition: int, me: str) -> Remote | Unowned:
@@ -82,11 +57,23 @@ def holder(view: View | None, partition: int, me: str) -> Remote | Unowned:
     return Unowned(partition)
 
 
+class Owner(Protocol):
+    """What `Ownership` asks of its node when partitions come and go (`foliot.node.Node`)."""
+
+    def spawn(self, fn: Callable[[], Awaitable[None]]) -> bool: ...
+
+    async def recover(self, partitions: frozenset[int] | None = None) -> None: ...
+
+    async def passivate(self, partitions: frozenset[int]) -> None: ...
+
+    def drop(self, partitions: frozenset[int]) -> None: ...
+
+
 class Ownership:
     """The engine's ownership: of everything (no keeper), or of the leased partitions."""
 
-    def __init__(self, engine: Engine, partitions: int = PARTITIONS) -> None:
-        self.engine = engine
+    def __init__(self, node: Owner, partitions: int = PARTITIONS) -> None:
+        self.node = node
         self.partitions = partitions
         self.keeper: LeaseKeeper | None = None
         self.node_id: str | None = None
@@ -169,7 +156,7 @@ class Ownership:
         parts = frozenset(leases)
         log.info("ownership: gained %d partitions; recovering their actors", len(parts))
         self._recovering += 1
-        if not self.engine.spawn(partial(self._recover, parts)):
+        if not self.node.spawn(partial(self._recover, parts)):
             self._recovering -= 1  # shutting down: the next owner recovers them
 
     async def _recover(self, partitions: frozenset[int]) -> None:
@@ -179,7 +166,7 @@ class Ownership:
             delay = _RECOVERY_RETRY_S
             while True:
                 try:
-                    await self.engine.recover(partitions)
+                    await self.node.recover(partitions)
                     return
                 except StorageError as exc:
                     log.warning("ownership: recovering gained partitions failed (%s); retrying", exc)
@@ -202,7 +189,7 @@ class Ownership:
     async def releasing(self, partitions: frozenset[int]) -> None:
         self.leaving |= partitions
         self.releases += 1
-        await self.engine.passivate(partitions)
+        await self.node.passivate(partitions)
         for p in partitions:
             self.held.pop(p, None)
         self.leaving -= partitions
@@ -212,7 +199,7 @@ class Ownership:
             self.held.pop(p, None)
         self.leaving -= partitions
         self.losses += 1
-        self.engine.drop(partitions)
+        self.node.drop(partitions)
 
     def describe(self) -> dict[str, object]:
         return {

@@ -14,15 +14,15 @@ from typing import Any, Final, NoReturn
 
 import trio
 
-from ..cluster.pull import long_poll
-from ..errors import UniqueViolation
-from ..storage.swf import SWF_OPEN_WORKFLOW_UNIQUE
-from . import errors, history, tokens
-from . import messages as m
+from ...actors.pull import long_poll
+from ...core.errors import UniqueViolation
+from ...core.swf import errors, history, tokens
+from ...core.swf import messages as m
+from ...core.swf.errors import SwfFault, UnknownResourceFault, WorkflowExecutionAlreadyStartedFault
+from ...core.swf.faults import Fault
+from ...core.swf.model import Execution, TypeRef
+from ...storage.swf import SWF_OPEN_WORKFLOW_UNIQUE
 from .actor import queue_of
-from .errors import SwfFault, UnknownResourceFault, WorkflowExecutionAlreadyStartedFault
-from .faults import Fault
-from .model import Execution, TypeRef
 from .registry import Action, Ctx, SwfRuntime, domain_exists, domain_of
 
 
@@ -63,7 +63,7 @@ async def start_workflow_execution(ctx: Ctx, body: dict[str, Any]) -> dict[str, 
     if domain.status != "REGISTERED":
         raise errors.DomainDeprecatedFault(f"Domain is deprecated: {domain.name}")
     try:
-        tr = await _runtime(ctx).swf_start(ctx.region, start_request(body))
+        tr = await _runtime(ctx).start(ctx.region, start_request(body))
     except UniqueViolation as exc:
         if exc.constraint != SWF_OPEN_WORKFLOW_UNIQUE:
             raise
@@ -83,7 +83,7 @@ async def _to_execution(ctx: Ctx, body: dict[str, Any], message: Any) -> dict[st
     if found is None or not found.execution.is_open:
         run = f", runId={run_id}" if run_id else ""
         raise UnknownResourceFault(f"Unknown execution: WorkflowExecution=[workflowId={workflow_id}{run}]")
-    tr, _ = await _runtime(ctx).swf_ask(ctx.region, found.execution.run_id, message)
+    tr, _ = await _runtime(ctx).ask(ctx.region, found.execution.run_id, message)
     if isinstance(tr, Fault):
         raise_fault(tr)
     return {}
@@ -133,11 +133,11 @@ def _read_continuation(text: str) -> tuple[str, str]:
 
 def _token(ctx: Ctx, kind: str, ex: Execution, scheduled: int, started: int) -> str:
     task = tokens.TaskToken(kind, ex.run_id, scheduled, started)
-    return tokens.encode(_runtime(ctx).swf_token_key(), ctx.region, task)
+    return tokens.encode(_runtime(ctx).token_key(), ctx.region, task)
 
 
 def _task(ctx: Ctx, text: str, kind: str) -> tokens.TaskToken:
-    found = tokens.decode(_runtime(ctx).swf_token_key(), ctx.region, text)
+    found = tokens.decode(_runtime(ctx).token_key(), ctx.region, text)
     if isinstance(found, Fault):
         raise_fault(found)
     if found.kind != kind:
@@ -177,8 +177,8 @@ async def _decision_page(
 async def poll_here(ctx: Ctx, body: dict[str, Any], kind: str, wait_until: float) -> dict[str, Any] | None:
     """A task of `kind` (decision | activity) from this node's queue of the body's task list,
     started and rendered as the poll's answer; None when none came by `wait_until` (Trio time).
-    Another node's poll calls this through `/internal/claim` (`foliot.cluster.pull`)."""
-    got = await _runtime(ctx).swf_poll(
+    Another node's poll calls this through `/internal/claim` (`foliot.actors.pull`)."""
+    got = await _runtime(ctx).poll(
         ctx.region, body["domain"], kind, body["taskList"]["name"], body.get("identity"), wait_until
     )
     if got is None:
@@ -232,7 +232,7 @@ async def poll_for_activity_task(ctx: Ctx, body: dict[str, Any]) -> dict[str, An
 
 
 async def _answer(ctx: Ctx, task: tokens.TaskToken, message: Any) -> m.Transition:
-    tr, _ = await _runtime(ctx).swf_ask(ctx.region, task.run_id, message)
+    tr, _ = await _runtime(ctx).ask(ctx.region, task.run_id, message)
     if isinstance(tr, Fault):
         raise_fault(tr)
     return tr

@@ -17,8 +17,8 @@ from typing import Any, Final
 
 import attrs
 
-from .workflow.duration import format_timestamp as ts
-from .workflow.model import Run, TaskRow
+from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.model import Run, TaskRow
 
 # A queue whose last poll is older than this (and has no poller waiting now) counts as unpolled.
 POLL_QUIET_MS: Final = 60_000

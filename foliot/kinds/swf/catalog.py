@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..storage.swf import ACTIVITY, WORKFLOW, SwfRegistryStore, SwfType
-from . import messages as m
-from .decisions import parse_decisions, referenced_types
-from .model import ActivityTypeInfo, Execution, TypeRef, WorkflowTypeInfo
+from ...core.swf import messages as m
+from ...core.swf.decisions import parse_decisions, referenced_types
+from ...core.swf.model import ActivityTypeInfo, Execution, TypeRef, WorkflowTypeInfo
+from ...storage.swf import ACTIVITY, WORKFLOW, SwfRegistryStore, SwfType
 from .registry import ACTIVITY_DEFAULTS, WORKFLOW_DEFAULTS
 
 

@@ -20,19 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
-from ..storage.base import decode_cursor, encode_cursor
-from ..storage.swf import (
-    ACTIVITY,
-    DEPRECATED,
-    REGISTERED,
-    WORKFLOW,
-    Insert,
-    SwfDomain,
-    SwfStore,
-    SwfType,
-)
-from . import messages as m
-from .errors import (
+from ...core.swf import messages as m
+from ...core.swf.errors import (
     DomainAlreadyExistsFault,
     DomainDeprecatedFault,
     LimitExceededFault,
@@ -44,11 +33,22 @@ from .errors import (
     UnknownResourceFault,
     ValidationException,
 )
-from .faults import Fault
-from .shapes import name_problem, refuse
+from ...core.swf.faults import Fault
+from ...core.swf.shapes import name_problem, refuse
+from ...storage.base import decode_cursor, encode_cursor
+from ...storage.swf import (
+    ACTIVITY,
+    DEPRECATED,
+    REGISTERED,
+    WORKFLOW,
+    Insert,
+    SwfDomain,
+    SwfStore,
+    SwfType,
+)
 
 if TYPE_CHECKING:
-    from ..cluster.pull import Pull
+    from ...actors.pull import Pull
 
 ACCOUNT_ID = "000000000000"
 MAX_DOMAINS = 100  # per region, registered and deprecated together (AWS's quota)
@@ -94,21 +94,22 @@ Action = Callable[[Ctx, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class SwfRuntime(Protocol):
-    """What the write actions need from the engine: start an execution, message its actor."""
+    """What the write actions need of the SWF kind (`service.Swf`): start an execution,
+    message its actor, long-poll a task list."""
 
-    async def swf_start(self, region: str, request: m.StartRequest) -> m.Transition | Fault: ...
+    async def start(self, region: str, request: m.StartRequest) -> m.Transition | Fault: ...
 
-    async def swf_ask(self, region: str, run_id: str, message: Any) -> tuple[m.Transition | Fault, Any]: ...
+    async def ask(self, region: str, run_id: str, message: Any) -> tuple[m.Transition | Fault, Any]: ...
 
-    async def swf_poll(
+    async def poll(
         self, region: str, domain: str, kind: str, task_list: str, identity: str | None, wait_until: float
     ) -> tuple[m.Transition, Any] | None: ...
 
-    def swf_token_key(self) -> bytes: ...
+    def token_key(self) -> bytes: ...
 
     @property
     def pull(self) -> Pull | None:
-        """Several nodes: the pull queues across them (`foliot.cluster.pull`), else None."""
+        """Several nodes: the pull queues across them (`foliot.actors.pull`), else None."""
         ...
 
 

@@ -25,7 +25,7 @@ import re
 import secrets
 from typing import Final
 
-from ..credentials import hash_secret
+from ..core.credentials import hash_secret
 from ..storage.sessions import ConsoleSessionRecord
 
 LOGIN_MS: Final = 15 * 60 * 1000

@@ -13,11 +13,11 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
-from ..actors.cache import TtlCache
-from ..credentials import Vault
-from ..storage.swf import SwfCredential, SwfRegistryStore
-from . import sigv4
-from .sigv4 import Authorization
+from ...actors.cache import TtlCache
+from ...core.credentials import Vault
+from ...core.swf import sigv4
+from ...core.swf.sigv4 import Authorization
+from ...storage.swf import SwfCredential, SwfRegistryStore
 
 KEY_PREFIX = "FKIA"
 MAX_SIGNING_KEYS = 4096  # derived keys kept (one per key, day and region in use); cleared when full

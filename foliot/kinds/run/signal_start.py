@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
-from ..cluster.placement import check_local
-from ..errors import ApiError, Conflict, NotFound, Unavailable, UniqueViolation
-from ..storage.base import IdempotencyRecord, UnitOfWork, json_dumps
-from ..workflow import machine
-from ..workflow.model import Run
-from .messages import Envelope, ReplySlot
+from ...actors.messages import Envelope, ReplySlot
+from ...actors.placement import check_local
+from ...core.errors import ApiError, Conflict, NotFound, Unavailable, UniqueViolation
+from ...core.workflow import machine
+from ...core.workflow.model import Run
+from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
 
 if TYPE_CHECKING:
-    from .admission import Ticket
-    from .engine import Engine
+    from ...actors.admission import Ticket
+    from .service import Runs
 
 # A start that loses the business-key race delivers to the winner; the winner may close before
 # the delivery lands (then a new run is started). More rounds than this is a pathological churn.
@@ -48,24 +48,24 @@ def _error(reply: machine.Rejected) -> ApiError:
     return ApiError.answer(reply.status, reply.code, reply.message, reply.field)
 
 
-async def signal_with_start(engine: Engine, req: SignalStart, ticket: Ticket | None = None) -> dict[str, Any]:
+async def signal_with_start(runs: Runs, req: SignalStart, ticket: Ticket | None = None) -> dict[str, Any]:
     """`{runId, status, started}`: the signal's status (`delivered`, `buffered`, `duplicate`).
 
     `ticket`, the caller's admission, is told when the call contends with others for one run
     (it waits behind that run's messages, or lost the race to start it): not timed by the gate."""
-    if not engine.ready:
+    if not runs.host.ready:
         raise Unavailable("the engine is starting; retry shortly")
-    replayed = await _replay(engine, req)
+    replayed = await _replay(runs, req)
     if replayed is not None:
         return replayed
     for _ in range(_ROUNDS):
-        run = await engine.store.find_open_run(req.app, req.workflow, req.business_key)
+        run = await runs.host.store.find_open_run(req.app, req.workflow, req.business_key)
         if run is not None:
-            if ticket is not None and engine.busy(run.run_id):
+            if ticket is not None and runs.busy(run.run_id):
                 ticket.timed = False
-            answer = await _deliver(engine, req, run)
+            answer = await _deliver(runs, req, run)
         else:
-            answer = await _start(engine, req)
+            answer = await _start(runs, req)
         if answer is not None:
             return answer
         if ticket is not None:
@@ -76,57 +76,55 @@ async def signal_with_start(engine: Engine, req: SignalStart, ticket: Ticket | N
     )
 
 
-async def _replay(engine: Engine, req: SignalStart) -> dict[str, Any] | None:
+async def _replay(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
     if req.idempotency_key is None:
         return None
-    return await engine._replay(req.app, req.idempotency_key, req.request_hash)
+    return await runs.replay(req.app, req.idempotency_key, req.request_hash)
 
 
-def _record(engine: Engine, req: SignalStart, run_id: str, body: dict[str, Any]) -> IdempotencyRecord | None:
+def _record(runs: Runs, req: SignalStart, run_id: str, body: dict[str, Any]) -> IdempotencyRecord | None:
     if req.idempotency_key is None:
         return None
     return IdempotencyRecord(
-        req.app, req.idempotency_key, req.request_hash, run_id, json_dumps(body), engine.clock.now()
+        req.app, req.idempotency_key, req.request_hash, run_id, json_dumps(body), runs.host.clock.now()
     )
 
 
-async def _deliver(engine: Engine, req: SignalStart, run: Run) -> dict[str, Any] | None:
+async def _deliver(runs: Runs, req: SignalStart, run: Run) -> dict[str, Any] | None:
     """Signal the open run through its actor; None when it closed meanwhile."""
 
     def record(reply: machine.Reply) -> IdempotencyRecord | None:
         if not isinstance(reply, machine.Ok):
             return None
-        return _record(engine, req, run.run_id, _body(run.run_id, reply.value, False))
+        return _record(runs, req, run.run_id, _body(run.run_id, reply.value, False))
 
-    check_local(engine.placement, run.run_id)  # owned elsewhere: the request is forwarded
+    check_local(runs.host.placement, run.run_id)  # owned elsewhere: the request is forwarded
     slot = ReplySlot()
-    await engine.supervisor.ask(engine.runs, run.run_id, Envelope(req.signal, slot, idempotency=record), run)
+    await runs.host.supervisor.ask(runs.kind, run.run_id, Envelope(req.signal, slot, idempotency=record), run)
     reply = await slot.wait()
     if isinstance(reply, machine.Rejected):
         if reply.code == "run_closed" or (reply.code == "not_found" and reply.status == 404):
             return None  # it closed (or was pruned) since we found it: start a new one
         if reply.code == "idempotency_replay":
-            replayed = await _replay(engine, req)
+            replayed = await _replay(runs, req)
             if replayed is not None:
                 return replayed
         raise _error(reply)
     return _body(run.run_id, reply.value, False)
 
 
-async def _start(engine: Engine, req: SignalStart) -> dict[str, Any] | None:
+async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
     """Start the run with the signal in it; None when another caller's run took the key first."""
     version = req.version
     if version is None:
-        latest = await engine.latest_workflow(req.app, req.workflow)
+        latest = await runs.host.directory.latest_workflow(req.app, req.workflow)
         version = latest.version if latest is not None else None
-    definition = (
-        await engine.maybe_definition(req.app, req.workflow, version) if version is not None else None
-    )
+    definition = await runs.maybe_definition(req.app, req.workflow, version) if version is not None else None
     if definition is None:
         which = f"version {version} of " if version is not None else ""
         raise NotFound(f"{which}workflow {req.workflow!r} not found")
     assert version is not None
-    ctx = engine.context()
+    ctx = runs.context()
     run_id = "run_" + secrets.token_hex(12)
     started = machine.start(
         run_id=run_id,
@@ -154,19 +152,19 @@ async def _start(engine: Engine, req: SignalStart) -> dict[str, Any] | None:
         None,
         both.events,
         both.tasks,
-        _record(engine, req, run_id, body),
+        _record(runs, req, run_id, body),
         signal_ids=both.signal_ids,
-        idempotency_expired_before=engine.idempotency_cutoff(),
+        idempotency_expired_before=runs.idempotency_cutoff(),
     )
 
     async def commit_and_perform() -> None:
-        await engine.commit(unit)
-        engine.adopt(both)
+        await runs.commit(unit)
+        runs.adopt(both)
 
     try:
-        await engine.outlive_caller(commit_and_perform)
+        await runs.host.outlive_caller(commit_and_perform)
     except UniqueViolation as exc:
-        replayed = await _replay(engine, req)
+        replayed = await _replay(runs, req)
         if replayed is not None:
             return replayed
         if exc.constraint == "business_key":

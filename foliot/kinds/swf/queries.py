@@ -15,7 +15,10 @@ import hashlib
 import json
 from typing import Any, Final, NoReturn
 
-from ..storage.swf import (
+from ...core.swf import history
+from ...core.swf.errors import UnknownResourceFault, ValidationException
+from ...core.swf.faults import Fault
+from ...storage.swf import (
     ACTIVITY_TASK,
     DECISION,
     SwfCursor,
@@ -26,9 +29,6 @@ from ..storage.swf import (
     facet_type,
     facet_workflow_id,
 )
-from . import history
-from .errors import UnknownResourceFault, ValidationException
-from .faults import Fault
 from .registry import Action, Ctx, domain_of, page_size
 
 COUNT_CAP: Final = 100_000  # counts stop here and answer `truncated: true`

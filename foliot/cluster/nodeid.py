@@ -25,7 +25,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from .config import NODE_ID_RE
+from ..core.config import NODE_ID_RE
 
 log = logging.getLogger("foliot.node")
 

@@ -288,7 +288,7 @@ def verify(request: SignedRequest, auth: Authorization, secret: str, date_text: 
 
 def verify_with_key(request: SignedRequest, auth: Authorization, key: bytes, date_text: str) -> None:
     """`verify` with the signing key derived already (it depends on the secret and the scope
-    only, so a caller may keep it for the day: `foliot.swf.keys.SwfKeys.signing_key`)."""
+    only, so a caller may keep it for the day: `foliot.kinds.swf.keys.SwfKeys.signing_key`)."""
     expected = signature_with_key(key, auth, date_text, canonical_request(request, auth))
     if not hmac.compare_digest(expected.encode(), auth.signature.encode()):
         raise InvalidSignatureException(

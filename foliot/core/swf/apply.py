@@ -15,7 +15,17 @@ import attrs
 from . import messages as m
 from .builder import Builder, config_attributes, resolve_config
 from .decisions import Decision
-from .model import DEPRECATED, Activity, Child, Config, External, LambdaCall, Timer, TypeRef, WorkflowTypeInfo
+from .model import (
+    DEPRECATED,
+    Activity,
+    Child,
+    Config,
+    External,
+    LambdaCall,
+    Timer,
+    TypeRef,
+    WorkflowTypeInfo,
+)
 from .start import start
 from .timeouts import LAMBDA_DEFAULT_START_TO_CLOSE, parse_seconds
 

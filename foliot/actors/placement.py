@@ -1,20 +1,21 @@
 """Where an actor lives: on this node, on another one, or nowhere right now (a lease in transit).
 
 `Placement.where(actor_id)` is answered from memory (the lease keeper's last view of the
-cluster, `foliot.actors.ownership`), never from the database, so the request path pays nothing
+cluster, `foliot.cluster.ownership`), never from the database, so the request path pays nothing
 for it. A single node (SQLite) owns everything.
 
-`Engine.ask`/`Engine.swf_ask` consult it before an actor's mailbox is used: a `Remote` actor
+`Runs.ask`/`Swf.ask` (the kinds' entry points) consult it before an actor's mailbox is used: a `Remote` actor
 raises `Elsewhere` (the HTTP layer proxies the whole request to the owner, `foliot.http.forward`),
 an `Unowned` one answers 503 `partition_unowned` with `Retry-After: 1`.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
-from ..actors.ownership import LOCAL, Local, Remote, Unowned, Where
-from ..errors import Unavailable
+import attrs
+
+from ..core.errors import Unavailable
 
 __all__ = [
     "LOCAL",
@@ -28,6 +29,30 @@ __all__ = [
     "Where",
     "check_local",
 ]
+
+
+@attrs.frozen
+class Local:
+    """This node owns the actor."""
+
+
+@attrs.frozen
+class Remote:
+    """Another live node holds the actor's partition: send the request to `address`."""
+
+    node_id: str
+    address: str
+
+
+@attrs.frozen
+class Unowned:
+    """Nobody holds the partition now (failover under way), or it is being handed over."""
+
+    partition: int
+
+
+Where = Local | Remote | Unowned
+LOCAL: Final = Local()
 
 
 class Placement(Protocol):

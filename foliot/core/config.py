@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import attrs
 
-from .http.proxy import Network, parse_networks
+from .networks import Network, parse_networks
 from .workflow.duration import DurationError, format_duration, parse_duration
 
 DEFAULT_DATA_DIR = "./.foliot"

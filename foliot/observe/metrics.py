@@ -20,13 +20,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 
+from ..core.workflow.machine import Accepted, Completed, Failed, Outcome
+from ..core.workflow.model import STATUSES
+from ..storage.base import Store, UnitOfWork
 from . import gcwatch
-from .storage.base import Store, UnitOfWork
-from .workflow.machine import Accepted, Completed, Failed, Outcome
-from .workflow.model import STATUSES
 
 if TYPE_CHECKING:
-    from .actors.engine import Engine
+    from .observed import Observed
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -218,6 +218,10 @@ class Metrics:
         for decision in SWF_DECISIONS:
             self.swf_decisions.labels(decision)
 
+    def swf_polled(self, kind: str, result: str, seconds: float) -> None:
+        """One SWF long poll ended: with a task (`task`) or none (`empty`)."""
+        self.swf_poll_wait.labels(kind, result).observe(seconds)
+
     def swf_committed(self, events: Iterable[Any], decisions: Iterable[str] = ()) -> None:
         """Count what one committed SWF transition recorded (its history events), and the
         decisions of a decision batch (types outside the enum were refused before)."""
@@ -243,10 +247,13 @@ class Metrics:
             if decision in SWF_DECISIONS:
                 self.swf_decisions.labels(decision).inc()
 
-    def attach(self, engine: Engine) -> None:
+    def attach(self, engine: Observed) -> None:
         """Read the engine's live values (actors, timers, queues, storage) at each scrape."""
         self._collector = EngineCollector(engine)
         self.registry.register(self._collector)
+
+    def pushed(self) -> None:
+        self.pushes.inc()
 
     def push_done(self, outcome: Outcome, seconds: float) -> str:
         """Count a push's outcome and observe its latency; returns the outcome's label."""
@@ -298,7 +305,7 @@ class Metrics:
 class EngineCollector:
     """Values read at scrape time: nothing to keep in step, nothing to forget to update."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Observed) -> None:
         self.engine = engine
         self.open_runs: dict[str, int] = {}
         self.swf: dict[str, int] = {}

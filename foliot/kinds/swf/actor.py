@@ -19,25 +19,32 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from ..actors.dispatcher import Call
-from ..actors.messages import Envelope, ReplySlot
-from ..actors.pushclient import PushError, post
-from ..actors.runtime import Actor
-from ..errors import ApiError, Fenced, StaleWrite, StorageError, Unavailable, UniqueViolation
-from ..storage.swf import SWF_ACTOR_PREFIX, SwfExecutionStore, SwfParked, SwfStored, SwfUnit, swf_actor_id
-from ..workflow.duration import format_timestamp
-from . import lambdas, machine
-from . import messages as m
-from .events import HistoryEvent
-from .faults import Fault, unknown
-from .history import pending_offers
-from .model import Execution
-from .recovery import owed_effects, owes
-from .start import start_failure_cause
-from .timeouts import LAMBDA_DEFAULT_START_TO_CLOSE, deadlines, parse_seconds
+from ...actors.dispatcher import Call
+from ...actors.messages import Envelope, ReplySlot
+from ...actors.pushclient import PushError, post
+from ...actors.runtime import Actor
+from ...core.errors import ApiError, Fenced, StaleWrite, StorageError, Unavailable, UniqueViolation
+from ...core.swf import lambdas, machine
+from ...core.swf import messages as m
+from ...core.swf.events import HistoryEvent
+from ...core.swf.faults import Fault, unknown
+from ...core.swf.history import pending_offers
+from ...core.swf.model import Execution
+from ...core.swf.recovery import owed_effects, owes
+from ...core.swf.start import start_failure_cause
+from ...core.swf.timeouts import LAMBDA_DEFAULT_START_TO_CLOSE, deadlines, parse_seconds
+from ...core.workflow.duration import format_timestamp
+from ...storage.swf import (
+    SWF_ACTOR_PREFIX,
+    SwfExecutionStore,
+    SwfParked,
+    SwfStored,
+    SwfUnit,
+    swf_actor_id,
+)
 
 if TYPE_CHECKING:
-    from ..actors.engine import Engine
+    from .service import Swf
 
 log = logging.getLogger("foliot.swf")
 
@@ -116,8 +123,9 @@ class SwfKind:
 
     name = KIND
 
-    def __init__(self, engine: Engine, store: SwfExecutionStore, catalog: CatalogSource) -> None:
-        self.engine = engine
+    def __init__(self, swf: Swf, store: SwfExecutionStore, catalog: CatalogSource) -> None:
+        self.swf = swf
+        self.host = swf.host
         self.store = store
         self.catalog = catalog  # the types a message may need, looked up before the machine
 
@@ -164,27 +172,27 @@ class SwfKind:
         if stored is None or not stored.execution.is_open:
             return
         reason = (
-            f"the execution's actor crashed {self.engine.supervisor.max_crashes} times: {type(exc).__name__}"
+            f"the execution's actor crashed {self.host.supervisor.max_crashes} times: {type(exc).__name__}"
         )
-        await self.store.swf_park(SwfParked(region, run_id, reason[:1000], self.engine.clock.now()))
+        await self.store.swf_park(SwfParked(region, run_id, reason[:1000], self.host.clock.now()))
         log.error("SWF execution %s parked: %s", actor.id, reason)
         before = SwfState(region, stored.execution, stored.version)
-        self.engine.timers.sync(self.name, actor.id, self.timers(before), ())
+        self.host.timers.sync(self.name, actor.id, self.timers(before), ())
         for offer in pending_offers(stored.execution):
-            self.engine.queues.withdraw(task_token(run_id, offer.scheduled_event_id))
+            self.host.queues.withdraw(task_token(run_id, offer.scheduled_event_id))
 
     async def resume(self, region: str, run_id: str) -> bool:
         """An operator's resume of a parked execution: it is loaded afresh, its deadlines armed
         and what it is owed performed, as after a restart. False when it was not parked."""
         if not await self.store.swf_unpark(region, run_id):
             return False
-        actor = self.engine.supervisor.actors.get(actor_id(region, run_id))
+        actor = self.host.supervisor.actors.get(actor_id(region, run_id))
         if actor is not None and actor.state is not None:
             actor.state = None  # reloaded by its next message
         stored = await self.store.swf_load(region, run_id)
         if stored is not None and stored.execution.is_open:
             state = SwfState(region, stored.execution, stored.version)
-            self.engine.timers.sync(self.name, actor_id(region, run_id), (), self.timers(state))
+            self.host.timers.sync(self.name, actor_id(region, run_id), (), self.timers(state))
             await self._recover_one(stored)
         return True
 
@@ -199,9 +207,9 @@ class SwfKind:
                 )
             return False
         ctx = m.Context(
-            now=self.engine.clock.now(),
+            now=self.host.clock.now(),
             catalog=await self.catalog(state.region, state.execution, msg),
-            new_run_id=self.engine.swf_run_id(state.region),
+            new_run_id=self.swf.run_id(state.region),
         )
         tr = machine.transition(state.execution, msg, ctx)
         if isinstance(tr, Fault):
@@ -210,14 +218,14 @@ class SwfKind:
             return False
         unit, continued = transition_unit(state.region, tr, state.version)
         try:
-            await self.engine.swf_commit(unit)
+            await self.swf.commit(unit)
         except Fenced:
             raise  # another node owns the execution now: the runtime drops the actor
         except StaleWrite:
             return True
         actor.state = SwfState(state.region, tr.execution, unit.version)
         decided = msg.decisions if isinstance(msg, m.CompleteDecision) and msg.decisions else ()
-        self.engine.metrics.swf_committed(tr.events, (d.get("decisionType", "") for d in decided))
+        self.swf.meter.swf_committed(tr.events, (d.get("decisionType", "") for d in decided))
         if state.parked is not None:  # terminated by an operator: nothing to resume any more
             await self.store.swf_unpark(state.region, tr.execution.run_id)
         self.perform(actor.id, state, actor.state, tr)
@@ -232,14 +240,14 @@ class SwfKind:
         the document and its first effects run."""
         state = SwfState(region, tr.execution, 1)
         actor = actor_id(region, tr.execution.run_id)
-        self.engine.metrics.swf_committed(tr.events)
-        self.engine.supervisor.adopt(self, actor, state)
+        self.swf.meter.swf_committed(tr.events)
+        self.host.supervisor.adopt(self, actor, state)
         self.perform(actor, None, state, tr)
 
     # ------------------------------------------------------------------ effects
 
     def perform(self, actor: str, before: SwfState | None, after: SwfState, tr: m.Transition) -> None:
-        self.engine.timers.sync(
+        self.host.timers.sync(
             self.name, actor, () if before is None else self.timers(before), self.timers(after)
         )
         self._effects(after.region, after.execution, tr.effects)
@@ -252,7 +260,7 @@ class SwfKind:
             if isinstance(effect, (m.OfferDecisionTask, m.OfferActivityTask)):
                 self._offer(region, ex, effect)
             elif isinstance(effect, m.RetireTask):
-                self.engine.queues.withdraw(task_token(ex.run_id, effect.scheduled_event_id))
+                self.host.queues.withdraw(task_token(ex.run_id, effect.scheduled_event_id))
             elif isinstance(effect, (m.DeliverSignal, m.RequestCancelExternal)):
                 self._to_other(region, ex, effect.workflow_id, effect.run_id, effect)
             elif isinstance(effect, m.StartChild):
@@ -266,7 +274,7 @@ class SwfKind:
             ):
                 owed.append(effect)
         if owed:
-            self.engine.spawn(partial(self._settle_close, region, ex, owed))
+            self.host.spawn(partial(self._settle_close, region, ex, owed))
 
     async def _settle_close(
         self, region: str, ex: Execution, owed: list[m.ApplyChildPolicy | m.Closed]
@@ -308,7 +316,7 @@ class SwfKind:
         for attempt in range(_ASK_ATTEMPTS):
             slot = ReplySlot()
             try:
-                await self.engine.supervisor.ask(self, actor, Envelope(message, slot))
+                await self.host.supervisor.ask(self, actor, Envelope(message, slot))
                 await slot.wait()
                 return True
             except ApiError as exc:
@@ -340,7 +348,7 @@ class SwfKind:
             if started_at is None:
                 slot = ReplySlot()
                 try:
-                    await self.engine.supervisor.ask(self, me, Envelope(m.LambdaStarted(scheduled), slot))
+                    await self.host.supervisor.ask(self, me, Envelope(m.LambdaStarted(scheduled), slot))
                     tr = await slot.wait()
                 except ApiError as exc:  # the call stays owed: performed at the next start
                     log.warning("SWF: could not start Lambda %s of %s (%s)", effect.name, ex.run_id, exc)
@@ -349,7 +357,7 @@ class SwfKind:
                 if fn is None or fn.started_at is None:
                     return  # started already, or no longer open
                 started_at = fn.started_at
-            self.engine.dispatcher.call(
+            self.host.dispatcher.call(
                 Call(
                     f"swf-lambda:{region}",
                     f"swf-lambda:{region}:{ex.run_id}:{scheduled}",
@@ -358,17 +366,17 @@ class SwfKind:
                 )
             )
 
-        self.engine.spawn(start)
+        self.host.spawn(start)
 
     async def _call_lambda(self, region: str, ex: Execution, effect: m.InvokeLambda, started_at: int) -> None:
         """POST the input to the function's URL within what is left of its start-to-close
         timeout and tell the execution the outcome (`lambdas.outcome`); past the timeout the
         call is dropped and the deadline records `LambdaFunctionTimedOut`."""
-        engine = self.engine
+        host = self.host
         scheduled = effect.scheduled_event_id
         seconds = parse_seconds(effect.start_to_close_timeout) or int(LAMBDA_DEFAULT_START_TO_CLOSE)
         due = started_at + seconds * 1000
-        with trio.move_on_after(max(0, due - engine.clock.now()) / 1000):
+        with trio.move_on_after(max(0, due - host.clock.now()) / 1000):
             name = lambdas.function_name(effect.name)
             function = await self._retrying(partial(self.store.swf_get_lambda, region, name))
             answer: m.LambdaCompleted | m.LambdaFailed
@@ -383,17 +391,17 @@ class SwfKind:
                 }
                 try:
                     got = await post(
-                        engine.http,
+                        host.http,
                         function.url,
                         effect.input.encode(),
                         headers,
-                        engine.settings.body_max_bytes,
+                        host.settings.body_max_bytes,
                     )
                 except PushError as exc:
                     answer = lambdas.unreachable(scheduled, str(exc))
                 else:
                     answer = lambdas.outcome(scheduled, got.status, got.body, got.function_error)
-            engine.tell_or_retry(self, actor_id(region, ex.run_id), Envelope(answer))
+            host.tell_or_retry(self, actor_id(region, ex.run_id), Envelope(answer))
 
     def _start_child(self, region: str, ex: Execution, effect: m.StartChild) -> None:
         """Start a child execution (StartChildWorkflowExecution) and tell the parent how it went:
@@ -405,7 +413,7 @@ class SwfKind:
 
         async def attempt() -> Any:
             try:
-                started = await self.engine.swf_start(region, request)
+                started = await self.swf.start(region, request)
             except UniqueViolation:
                 found = await self.store.swf_find(region, request.domain, request.workflow_id)
                 if found is not None and _child_of(found.execution, ex, effect.initiated_event_id):
@@ -424,17 +432,17 @@ class SwfKind:
                     log.warning("SWF: starting a child of %s failed (%s); retrying", ex.run_id, exc)
                     await trio.sleep(next(delays, _CHILD_RETRY_S[-1]))
                     continue
-                self.engine.tell_or_retry(self, parent, Envelope(answer))
+                self.host.tell_or_retry(self, parent, Envelope(answer))
                 return
 
-        self.engine.spawn(start)
+        self.host.spawn(start)
 
     def _offer(self, region: str, ex: Execution, offer: m.OfferDecisionTask | m.OfferActivityTask) -> None:
         kind = "decision" if isinstance(offer, m.OfferDecisionTask) else "activity"
         app, queue = queue_of(region, ex.domain, kind, offer.task_list)
         token = task_token(ex.run_id, offer.scheduled_event_id)
         priority = 0 if offer.task_priority is None else int(offer.task_priority)
-        self.engine.queues.offer(app, queue, token, actor_id(region, ex.run_id), priority)
+        self.host.queues.offer(app, queue, token, actor_id(region, ex.run_id), priority)
 
     async def recover(self, only: Callable[[str], bool] | None = None) -> int:
         """After a restart, what executions are still owed (`recovery.owed_effects`): every
@@ -459,7 +467,7 @@ class SwfKind:
             page = await page_of(after, _RECOVERY_PAGE)
             for stored in page:
                 actor = actor_id(stored.region, stored.execution.run_id)
-                if (only is not None and not only(actor)) or not self.engine.ownership.accepts(actor):
+                if (only is not None and not only(actor)) or not self.host.accepts(actor):
                     continue
                 await self._recover_one(stored)
                 count += 1
@@ -504,7 +512,7 @@ class SwfKind:
                     if isinstance(effect, m.DeliverSignal)
                     else m.ExternalCancelFailed(effect.initiated_event_id, cause)
                 )
-                self.engine.tell_or_retry(self, me, Envelope(answer))
+                self.host.tell_or_retry(self, me, Envelope(answer))
                 return
             out: Any
             if isinstance(effect, m.DeliverSignal):
@@ -521,10 +529,10 @@ class SwfKind:
                     external_initiated_event_id=effect.initiated_event_id,
                 )
                 back = m.ExternalCancelRequested(effect.initiated_event_id, target.ref)
-            self.engine.tell_or_retry(self, actor_id(region, target.run_id), Envelope(out))
-            self.engine.tell_or_retry(self, me, Envelope(back))
+            self.host.tell_or_retry(self, actor_id(region, target.run_id), Envelope(out))
+            self.host.tell_or_retry(self, me, Envelope(back))
 
-        self.engine.spawn(deliver)
+        self.host.spawn(deliver)
 
     def describe(self, actor: Actor[SwfState]) -> dict[str, Any]:
         state = actor.state

@@ -14,18 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..errors import Fenced, StaleWrite, UniqueViolation
-from ..logs import log_transition
-from ..storage.base import SIGNAL_ID_UNIQUE, UnitOfWork
-from ..workflow import machine
-from ..workflow.definition import Definition
-from ..workflow.machine import Ok, Rejected, Reply, Rewind, SignalIn, TimerFired, Transition
-from ..workflow.model import Run, Timer
-from .messages import Envelope, Redeliver
-from .runtime import Actor
+from ...actors.messages import Envelope, Redeliver
+from ...actors.runtime import Actor
+from ...core.errors import Fenced, StaleWrite, UniqueViolation
+from ...core.logs import log_transition
+from ...core.workflow import machine
+from ...core.workflow.definition import Definition
+from ...core.workflow.machine import Ok, Rejected, Reply, Rewind, SignalIn, TimerFired, Transition
+from ...core.workflow.model import Run, Timer
+from ...storage.base import SIGNAL_ID_UNIQUE, UnitOfWork
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .service import Runs
 
 PARKED = frozenset({"waiting", "sleeping", "stuck", "paused"})
 # Refusals of a signal that a retry of one the run already took would also get.
@@ -39,11 +39,12 @@ class RunKind:
 
     name = "run"
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, runs: Runs) -> None:
+        self.runs = runs
+        self.host = runs.host
 
     async def load(self, actor_id: str) -> Run | None:
-        return await self.engine.store.get_run(actor_id)
+        return await self.host.store.get_run(actor_id)
 
     def timers(self, state: Run) -> Sequence[tuple[str, Timer]]:
         return state.timers()
@@ -73,13 +74,13 @@ class RunKind:
         slot = envelope.reply
         run = actor.state
         assert run is not None
-        engine = self.engine
-        definition = await engine.definition(run.app, run.workflow, run.version)
+        runs, host = self.runs, self.host
+        definition = await runs.definition(run.app, run.workflow, run.version)
         if isinstance(msg, Redeliver):
             self.redeliver(run, definition, msg.token)
             return False
         if isinstance(msg, Rewind) and msg.version is not None and msg.version != run.version:
-            target = await engine.maybe_definition(run.app, run.workflow, msg.version)
+            target = await runs.maybe_definition(run.app, run.workflow, msg.version)
             if target is None:
                 if slot is not None:
                     slot.put(
@@ -87,11 +88,11 @@ class RunKind:
                     )
                 return False
             msg = attrs.evolve(msg, target=target)
-        tr = machine.transition(run, definition, msg, engine.context())
+        tr = machine.transition(run, definition, msg, runs.context())
         if tr.changed:
             try:
                 idem = envelope.idempotency(tr.reply) if envelope.idempotency is not None else None
-                await engine.commit(
+                await runs.commit(
                     UnitOfWork(
                         tr.run,
                         run.seq,
@@ -99,7 +100,7 @@ class RunKind:
                         tr.tasks,
                         idem,
                         signal_ids=tr.signal_ids,
-                        idempotency_expired_before=engine.idempotency_cutoff() if idem else None,
+                        idempotency_expired_before=runs.idempotency_cutoff() if idem else None,
                     )
                 )
             except UniqueViolation as exc:
@@ -117,7 +118,7 @@ class RunKind:
             and msg.signal_id is not None
             and isinstance(tr.reply, Rejected)
             and tr.reply.code in _SIGNAL_REFUSALS
-            and await engine.store.signal_taken(actor.id, msg.signal_id)
+            and await host.store.signal_taken(actor.id, msg.signal_id)
         ):
             # A refused signal (run closed, buffer full) that the run took before is a retry.
             tr = attrs.evolve(tr, reply=Ok("duplicate"))
@@ -138,14 +139,14 @@ class RunKind:
 
     async def give_up(self, actor: RunActor, exc: Exception) -> None:
         """Park the run as stuck (internal_error) so an operator can look; never loop forever."""
-        engine = self.engine
-        run = await engine.store.get_run(actor.id)
+        runs, host = self.runs, self.host
+        run = await host.store.get_run(actor.id)
         if run is None or not run.is_open:
             return
-        definition = await engine.definition(run.app, run.workflow, run.version)
-        message = f"the run's actor crashed {engine.supervisor.max_crashes} times: {type(exc).__name__}"
-        tr = machine.mark_stuck(run, definition, "internal_error", message, engine.context())
-        await engine.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
+        definition = await runs.definition(run.app, run.workflow, run.version)
+        message = f"the run's actor crashed {host.supervisor.max_crashes} times: {type(exc).__name__}"
+        tr = machine.mark_stuck(run, definition, "internal_error", message, runs.context())
+        await runs.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
         actor.state = tr.run
         self.perform(run, tr)
 
@@ -154,18 +155,16 @@ class RunKind:
     def perform(self, before: Run | None, tr: Transition) -> None:
         """After the commit: timers, pushes, offers, aborts, and anyone watching the run."""
         log_transition(tr.run, tr.events)
-        engine = self.engine
-        engine.timers.sync(
-            self.name, tr.run.run_id, () if before is None else before.timers(), tr.run.timers()
-        )
+        runs, host = self.runs, self.host
+        host.timers.sync(self.name, tr.run.run_id, () if before is None else before.timers(), tr.run.timers())
         for effect in tr.effects:
             if isinstance(effect, machine.Dispatch):
-                engine.dispatch(tr.run, effect.task, effect.path, effect.timeout_ms)
+                runs.dispatch(tr.run, effect.task, effect.path, effect.timeout_ms)
             elif isinstance(effect, machine.Abort):
-                engine.abort(effect.token)
+                runs.abort(effect.token)
             elif isinstance(effect, machine.Withdraw):
-                engine.queues.withdraw(effect.token)
-        engine.notify(tr.run)
+                host.queues.withdraw(effect.token)
+        runs.notify(tr.run)
 
     def redeliver(self, run: Run, definition: Definition, token: str) -> None:
         """Send the open attempt again, same token and key; a 202-accepted one is left to its
@@ -174,11 +173,11 @@ class RunKind:
         task = run.task
         if task is None or task.token != token or task.accepted or not run.is_open:
             return
-        if task.queue is None and task.deadline is not None and task.deadline <= self.engine.clock.now():
+        if task.queue is None and task.deadline is not None and task.deadline <= self.host.clock.now():
             return
         step = definition.step(task.step)
         assert step.timeout_ms is not None
-        self.engine.dispatch(run, task, step.push_path(run.workflow), step.timeout_ms)
+        self.runs.dispatch(run, task, step.push_path(run.workflow), step.timeout_ms)
 
     def describe(self, actor: RunActor) -> dict[str, Any]:
         run = actor.state
@@ -198,6 +197,6 @@ class RunKind:
                 "queue": task.queue,
                 "deadline": task.deadline,
                 "accepted": task.accepted,
-                "pushing": self.engine.dispatcher.is_inflight(task.token),
+                "pushing": self.host.dispatcher.is_inflight(task.token),
             },
         }

@@ -31,9 +31,9 @@ from typing import Any, Protocol, TypeVar
 
 import trio
 
-from ..actors.queues import QueueKey, Queues
+from .queues import QueueKey, Queues
 
-log = logging.getLogger("foliot.cluster.pull")
+log = logging.getLogger("foliot.actors.pull")
 
 CHANNEL = "foliot_offers"
 PAYLOAD_MAX = 7_000  # NOTIFY payloads must stay under 8,000 bytes

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Final
 import attrs
 import trio
 
-from ..workflow.model import OPEN_STATUSES
+from ..core.workflow.model import OPEN_STATUSES
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from ..actors.engine import Engine
+    from .observed import Observed
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,7 @@ def interval_quantile(now: Buckets, before: Buckets, q: float) -> float | None:
 class Sampler:
     """The engine's sampling task: reads the engine every interval into its `Trends`."""
 
-    def __init__(self, engine: Engine, trends: Trends) -> None:
+    def __init__(self, engine: Observed, trends: Trends) -> None:
         self.engine = engine
         self.trends = trends
         self._buckets: Buckets = {}

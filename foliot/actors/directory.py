@@ -1,0 +1,99 @@
+"""The request path's reads of apps, API keys, workflows and push targets, cached briefly.
+
+Each read is fresh within a second (`TtlCache`) and dropped at once when this node changes it
+(`forget_*`); a push target (the app's URL and live signing secrets) is kept at most 30 s and
+never past the next secret's expiry, so an outgoing secret stops being used in time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+
+from ..core.credentials import Vault
+from ..core.errors import NotFound
+from ..core.workflow.definition import Definition, parse_definition
+from ..storage.base import ApiKeyRecord, AppRecord, Store, WorkflowRecord
+from .cache import TtlCache
+from .clock import Clock
+from .dispatcher import Target
+
+_DEFINITION_CACHE = 1024
+_TARGET_TTL_MS = 30_000
+
+
+class Directory:
+    def __init__(self, store: Store, clock: Clock, vault: Vault) -> None:
+        self.store = store
+        self.clock = clock
+        self.vault = vault
+        self._definitions: OrderedDict[tuple[str, str, int], Definition] = OrderedDict()
+        self._targets: dict[str, tuple[int, Target]] = {}
+        self._keys = TtlCache[str, ApiKeyRecord | None](clock.now)
+        self._apps = TtlCache[str, AppRecord | None](clock.now)
+        self._latest = TtlCache[tuple[str, str], WorkflowRecord | None](clock.now)
+
+    async def maybe_definition(self, app: str, name: str, version: int) -> Definition | None:
+        key = (app, name, version)
+        cached = self._definitions.get(key)
+        if cached is not None:
+            self._definitions.move_to_end(key)
+            return cached
+        record = await self.store.get_workflow(app, name, version)
+        if record is None:
+            return None
+        definition = parse_definition(json.loads(record.document))
+        self._definitions[key] = definition
+        if len(self._definitions) > _DEFINITION_CACHE:
+            self._definitions.popitem(last=False)
+        return definition
+
+    async def definition(self, app: str, name: str, version: int) -> Definition:
+        found = await self.maybe_definition(app, name, version)
+        if found is None:
+            raise NotFound(f"workflow {name!r} version {version} not found")
+        return found
+
+    async def target(self, app: str) -> Target:
+        now = self.clock.now()
+        cached = self._targets.get(app)
+        if cached is not None and now < cached[0]:
+            return cached[1]
+        record = await self.store.get_app(app)
+        if record is None:
+            raise NotFound(f"app {app!r} not found")
+        live = [
+            s
+            for s in reversed(await self.store.list_signing_secrets(app))
+            if s.expires_at is None or s.expires_at > now
+        ]
+        target = Target(record.handler_base_url, tuple(self.vault.decrypt(s.secret_enc) for s in live))
+        # Cache no longer than the next secret expiry, so the outgoing one stops in time.
+        valid_until = min([now + _TARGET_TTL_MS] + [s.expires_at for s in live if s.expires_at is not None])
+        # Expired entries go as new ones come, so apps no longer used are not kept forever.
+        for name in [name for name, (until, _) in self._targets.items() if until <= now]:
+            del self._targets[name]
+        self._targets[app] = (valid_until, target)
+        return target
+
+    async def api_key(self, key_id: str) -> ApiKeyRecord | None:
+        """An API key's record, at most `TtlCache` old (a revocation here applies at once)."""
+        return await self._keys.get(key_id, lambda: self.store.get_api_key(key_id))
+
+    async def app_record(self, app: str) -> AppRecord | None:
+        return await self._apps.get(app, lambda: self.store.get_app(app))
+
+    async def latest_workflow(self, app: str, name: str) -> WorkflowRecord | None:
+        return await self._latest.get((app, name), lambda: self.store.get_workflow(app, name, None))
+
+    def forget_api_key(self, key_id: str) -> None:
+        self._keys.invalidate(key_id)
+
+    def forget_app(self, app: str) -> None:
+        """The app's URL or secrets changed: re-read them before the next push or request."""
+        self._targets.pop(app, None)
+        self._apps.invalidate(app)
+
+    def forget_workflow(self, app: str, name: str) -> None:
+        """A version was registered: the next start without `version` picks it."""
+        self._latest.invalidate((app, name))

@@ -1,0 +1,1 @@
+"""The AWS SWF model and its pure machine."""

@@ -1,0 +1,1 @@
+"""Workflows as data and the run's pure machine."""

@@ -1,0 +1,1 @@
+"""Foliot runs as actors on the runtime."""

@@ -1,0 +1,295 @@
+"""The run kind's entry points: start a run, ask its actor, claim queued tasks, read it.
+
+Routes and the pull face call these; the run's actor (`actor.RunKind`) does the rest. Every
+entry point refuses with 503 until the node has recovered (`KindHost.ready`).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+from ...actors.messages import ActorMessage, Envelope, ReplySlot
+from ...actors.placement import check_local
+from ...actors.queues import Reservation
+from ...core.errors import Conflict, Fenced, NotFound, Unavailable, UniqueViolation
+from ...core.workflow import machine
+from ...core.workflow.definition import Definition
+from ...core.workflow.machine import Context, Reply
+from ...core.workflow.model import Run, TaskRef
+from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
+from ..host import KindHost
+from .actor import RunKind
+
+
+class Runs:
+    """Foliot runs on one node: the kind the runtime drives, and what callers ask of it."""
+
+    def __init__(self, host: KindHost) -> None:
+        self.host = host
+        self.kind = RunKind(self)
+        self._watchers: dict[str, trio.Event] = {}
+
+    # ------------------------------------------------------------------ for the run's actor
+
+    def context(self) -> Context:
+        settings = self.host.settings
+        return Context(
+            now=self.host.clock.now(),
+            new_token=lambda: "tt_" + secrets.token_urlsafe(24),
+            payload_max=settings.payload_max_bytes,
+            signal_buffer_max=settings.signal_buffer_max,
+            signal_buffer_max_bytes=settings.signal_buffer_max_bytes,
+        )
+
+    async def definition(self, app: str, name: str, version: int) -> Definition:
+        return await self.host.directory.definition(app, name, version)
+
+    async def maybe_definition(self, app: str, name: str, version: int) -> Definition | None:
+        return await self.host.directory.maybe_definition(app, name, version)
+
+    async def commit(self, unit: UnitOfWork) -> None:
+        """Commit one unit of work, fenced by the run's lease and shielded (`KindHost.shielded`):
+        a shutdown or a caller's cancellation cannot cut a commit from the effects after it."""
+        fences = self.host.fences(unit.run.run_id)
+        if fences is not None:
+            unit = attrs.evolve(unit, fences=fences)
+        await self.host.shielded(partial(self.host.store.commit, unit))
+
+    def idempotency_cutoff(self) -> int | None:
+        """Idempotency records created before this have expired (None: they never do)."""
+        ttl = self.host.settings.idempotency_ttl_ms
+        return None if ttl is None else self.host.clock.now() - ttl
+
+    def dispatch(self, run: Run, task: TaskRef, path: str, timeout_ms: int) -> None:
+        """Push the task to `path` (its deadline counts from the send), or offer it to its
+        queue until a poller claims it."""
+        if task.queue is not None:
+            if task.claimed_by is None:
+                self.host.queues.offer(run.app, task.queue, task.token, run.run_id)
+            return
+        self.host.dispatcher.push(run, task, path, timeout_ms)
+
+    def abort(self, token: str) -> None:
+        self.host.dispatcher.abort(token)
+        self.host.queues.withdraw(token)
+
+    def notify(self, run: Run) -> None:
+        event = self._watchers.pop(run.run_id, None)
+        if event is not None:
+            event.set()
+
+    def adopt(self, tr: machine.Transition) -> None:
+        """A run just created and committed: its actor holds the document, its effects run."""
+        self.host.supervisor.adopt(self.kind, tr.run.run_id, tr.run)
+        self.kind.perform(None, tr)
+
+    # ------------------------------------------------------------------ messages without a caller
+
+    def tell(self, run_id: str, message: ActorMessage) -> None:
+        self.host.tell_or_retry(self.kind, run_id, Envelope(message))
+
+    def answer(self, run_id: str, answer: machine.TaskAnswer) -> None:
+        """A push's outcome, from the dispatcher."""
+        self.host.tell_or_retry(self.kind, run_id, Envelope(answer))
+
+    def busy(self, run_id: str) -> bool:
+        """The run's actor is handling or holding messages: a new one waits behind them."""
+        actor = self.host.supervisor.actors.get(run_id)
+        return actor is not None and not actor.idle
+
+    def live(self, run_id: str) -> Run | None:
+        """The live actor's document, if the run is in memory."""
+        actor = self.host.supervisor.actors.get(run_id)
+        return actor.state if actor is not None else None
+
+    # ------------------------------------------------------------------ entry points
+
+    def _check_ready(self) -> None:
+        if not self.host.ready:
+            raise Unavailable("the engine is starting; retry shortly")
+
+    async def ask(
+        self, run_id: str, message: ActorMessage, known: Run | None = None
+    ) -> tuple[Reply, Run | None]:
+        """Send a message to a run's actor and wait until it committed and answered.
+
+        `known` is the run as the caller just read it; it spares a passivated run a second read.
+        """
+        self._check_ready()
+        check_local(self.host.placement, run_id)  # owned elsewhere: the request is forwarded
+        slot = ReplySlot()
+        await self.host.supervisor.ask(self.kind, run_id, Envelope(message, slot), known)
+        reply = await slot.wait()
+        return reply, slot.value
+
+    async def claim_queued(
+        self, app: str, queue: str, count: int, wait_until: float, worker_id: str | None
+    ) -> list[tuple[Run, TaskRef]]:
+        """Long-poll: claim up to `count` queued tasks, waiting until `wait_until` (Trio time).
+
+        A token leaves the queue only when its claim is committed (or the run refuses it as
+        closed); the run's actor settles it through the reply slot, so the poller's
+        cancellation cannot lose it. A poller cancelled after its claims committed loses the
+        answer: those tasks are claimed and time out at their deadline (at-least-once).
+        """
+        self._check_ready()
+        while True:
+            async with self.host.queues.reserve(app, queue, count, wait_until) as held:
+                if not held.offers:
+                    return []
+                slots: list[ReplySlot] = []
+                for token, run_id in held.offers:
+                    slot = ReplySlot(on_settle=partial(_settle_claim, held, token))
+                    await self.host.supervisor.ask(
+                        self.kind, run_id, Envelope(machine.Claim(token, worker_id), slot)
+                    )
+                    held.hand_over(token)  # from here on the actor's answer settles it
+                    slots.append(slot)
+                claimed: list[tuple[Run, TaskRef]] = []
+                errors: list[BaseException] = []
+                for slot in slots:
+                    await slot.event.wait()
+                    if slot.error is not None:
+                        errors.append(slot.error)
+                    elif isinstance(slot.reply, machine.Ok) and isinstance(slot.reply.value, TaskRef):
+                        claimed.append((slot.value, slot.reply.value))
+            if claimed:
+                return claimed
+            if errors:
+                raise errors[0]
+            # Every offer had closed meanwhile (a cancelled run): wait for the next ones.
+
+    async def start(
+        self,
+        *,
+        app: str,
+        workflow: str,
+        version: int | None,
+        input: Any,
+        business_key: str | None,
+        run_timeout_ms: int | None,
+        idempotency_key: str | None,
+        request_hash: str,
+        render: Any,
+    ) -> tuple[dict[str, Any], bool]:
+        """Create a run. Returns (response body, created); created is False for a replay."""
+        self._check_ready()
+        if idempotency_key is not None:
+            replay = await self.replay(app, idempotency_key, request_hash)
+            if replay is not None:
+                return replay, False
+        directory = self.host.directory
+        if version is None:
+            latest = await directory.latest_workflow(app, workflow)
+            version = latest.version if latest is not None else None
+        definition = await directory.maybe_definition(app, workflow, version) if version is not None else None
+        if definition is None:
+            which = f"version {version} of " if version is not None else ""
+            raise NotFound(f"{which}workflow {workflow!r} not found")
+        assert version is not None
+        # No pre-check of the business key: the unique index on open runs decides, atomically.
+        run_id = self.host.new_id(new_run_id)
+        tr = machine.start(
+            run_id=run_id,
+            app=app,
+            definition=definition,
+            version=version,
+            input=input,
+            business_key=business_key,
+            run_timeout_ms=run_timeout_ms,
+            trace_id=secrets.token_hex(16),
+            ctx=self.context(),
+        )
+        body = render(tr.run)
+        idem = None
+        if idempotency_key is not None:
+            idem = IdempotencyRecord(
+                app, idempotency_key, request_hash, run_id, json_dumps(body), self.host.clock.now()
+            )
+        cutoff = self.idempotency_cutoff()
+        unit = UnitOfWork(tr.run, None, tr.events, tr.tasks, idem, idempotency_expired_before=cutoff)
+
+        if self.host.supervisor.closed:
+            raise Unavailable("the server is shutting down")
+        try:
+            # In the caller's own task: the commit is shielded and its effects follow with no
+            # checkpoint in between, so a client going away cannot part them (no task spawned).
+            await self.commit(unit)
+        except Fenced as exc:  # the partition moved to another node between the id and the commit
+            raise Unavailable("this node no longer owns the new run's partition; retry") from exc
+        except UniqueViolation as exc:
+            # A retried request with the same key answers as the first one did, whichever
+            # uniqueness its own insert ran into first (business key or idempotency key).
+            if idempotency_key is not None:
+                replay = await self.replay(app, idempotency_key, request_hash)
+                if replay is not None:
+                    return replay, False
+            if exc.constraint == "business_key" and business_key is not None:
+                await self._refuse_business_key(app, workflow, business_key)
+            raise Conflict(str(exc)) from exc
+        self.adopt(tr)
+        return body, True
+
+    async def replay(self, app: str, key: str, request_hash: str) -> dict[str, Any] | None:
+        """The answer stored for an Idempotency-Key, or None when unknown or expired;
+        `Conflict` when it was used with another request body."""
+        found = await self.host.store.get_idempotency(app, key)
+        cutoff = self.idempotency_cutoff()
+        if found is None or (cutoff is not None and found.created_at < cutoff):
+            return None  # unknown, or expired (not pruned yet): the start is a new one
+        if found.request_hash != request_hash:
+            raise Conflict(
+                "this Idempotency-Key was used with a different request body",
+                code="idempotency_key_reused",
+            )
+        body: dict[str, Any] = json.loads(found.response)
+        return body
+
+    async def _refuse_business_key(self, app: str, workflow: str, business_key: str) -> None:
+        existing = await self.host.store.find_open_run(app, workflow, business_key)
+        if existing is not None:
+            raise Conflict(
+                f"businessKey {business_key!r} is used by open run {existing.run_id}",
+                code="business_key_in_use",
+                runId=existing.run_id,
+            )
+
+    async def document(self, run_id: str) -> Run | None:
+        """The freshest view: the live actor's document, else storage."""
+        live = self.live(run_id)
+        if live is not None:
+            return live
+        return await self.host.store.get_run(run_id)
+
+    async def wait_for(self, run_id: str, predicate: Any, timeout_s: float = 10.0) -> Run:
+        """Block until the run satisfies `predicate` (used by tests and long-polling tools)."""
+        with trio.fail_after(timeout_s):
+            while True:
+                event = self._watchers.setdefault(run_id, trio.Event())
+                try:
+                    run = await self.document(run_id)
+                    if run is not None and predicate(run):
+                        return run
+                    await event.wait()
+                finally:
+                    # The last waiter to leave removes the entry: nothing kept for runs no one watches.
+                    if self._watchers.get(run_id) is event and event.statistics().tasks_waiting == 0:
+                        del self._watchers[run_id]
+
+
+def new_run_id() -> str:
+    return "run_" + secrets.token_hex(12)
+
+
+def _settle_claim(held: Reservation, token: str, slot: ReplySlot) -> None:
+    """Called in the actor's task with the claim's answer: keep, drop or put back the token."""
+    if slot.error is not None:
+        held.settle(token, claimed=False)
+    else:
+        held.settle(token, claimed=isinstance(slot.reply, machine.Ok), gone=True)

@@ -1,0 +1,1 @@
+"""AWS SWF executions as actors on the runtime, the SWF registry and its queries."""
