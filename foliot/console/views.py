@@ -26,7 +26,7 @@ from werkzeug.datastructures import MultiDict
 
 from ..actors.placement import check_local
 from ..core import credentials
-from ..core.errors import ApiError, Forbidden, InvalidRequest, NotFound, StorageError, Unauthorized
+from ..core.errors import Forbidden, InvalidRequest, NotFound, Refused, StorageError, Unauthorized
 from ..core.views import event_view, run_view
 from ..core.workflow import machine
 from ..core.workflow.duration import format_timestamp as ts
@@ -36,6 +36,7 @@ from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from ..http import bulk as bulk_api
 from ..http.app import check_query, engine, operator_caller
 from ..http.diagnosis import observe
+from ..http.errors import status_of
 from ..http.runs import MAX_REASON, check_payload, rejected_error
 from ..http.sessions import (
     LOGIN_MS,
@@ -181,9 +182,9 @@ def _harden(response: Response) -> None:
     response.headers["Cache-Control"] = "no-store"
 
 
-@blueprint.errorhandler(ApiError)
-async def _error(error: ApiError) -> Response:
-    return await render("error.html", error.status, error=error)
+@blueprint.errorhandler(Refused)
+async def _error(error: Refused) -> Response:
+    return await render("error.html", status_of(error), error=error)
 
 
 def _form_fields(form: MultiDict[str, str], allowed: set[str]) -> None:
@@ -627,12 +628,12 @@ async def intervene(app: str, run_id: str, action: str) -> Response:
     form = await request.form
     try:
         message = intervention(action, form)
-    except ApiError as exc:
-        return await _run_page(app, run_id, exc.status, error=f"{action}: {exc}")
+    except Refused as exc:
+        return await _run_page(app, run_id, status_of(exc), error=f"{action}: {exc}")
     reply, _ = await engine().runs.ask(run_id, message, known)
     if isinstance(reply, machine.Rejected):
         refused = rejected_error(reply)
-        return await _run_page(app, run_id, refused.status, error=f"{action}: {refused}")
+        return await _run_page(app, run_id, status_of(refused), error=f"{action}: {refused}")
     return see_other(f"/console/apps/{app}/runs/{run_id}?done={action}", 303)
 
 

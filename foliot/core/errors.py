@@ -1,19 +1,24 @@
-"""The error hierarchy shared by every layer.
+"""The error hierarchy shared by every layer: what went wrong, never which HTTP status.
 
 FoliotError
-├── ApiError            an answer for an API caller: HTTP status + SPEC error code
-│   ├── InvalidRequest      400 invalid_request (names the offending field path)
-│   ├── Unauthorized        401
-│   ├── Forbidden           403
-│   ├── NotFound            404
-│   ├── Conflict            409 (code may be more specific: invalid_status, task_closed, ...)
-│   ├── PayloadTooLarge     413
-│   ├── Overloaded          429 overloaded (503 when storage is the bottleneck), with Retry-After
-│   └── Unavailable         503 storage or engine not reachable
-└── StorageError        raised by a Store; translated to ApiError at the HTTP boundary
+├── Refused             a request refused, with the SPEC's error code (and the field at fault)
+│   ├── InvalidRequest      invalid_request (names the offending field path)
+│   ├── Unauthorized
+│   ├── Forbidden
+│   ├── NotFound
+│   ├── Conflict            the code may be more specific: invalid_status, task_closed, ...
+│   ├── PayloadTooLarge
+│   ├── Overloaded          refused at once for back-pressure, with a retry delay and its reason
+│   ├── Unavailable         storage or the engine not reachable now; retry
+│   ├── RejectedMessage     a run machine's refusal of a message, as its reply names it
+│   └── Internal
+└── StorageError        raised by a Store; translated at each layer boundary
     ├── StorageUnavailable  the database cannot be reached (retry later)
     ├── UniqueViolation     a uniqueness constraint refused the write
     └── StaleWrite          a guarded write found the row changed underneath it
+        └── Fenced          written under a lease this node no longer holds
+
+The HTTP face maps each class to a status in one table (`foliot.http.errors.STATUS`).
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ class FoliotError(Exception):
     """Base of every error Foliot raises on purpose."""
 
 
-class ApiError(FoliotError):
-    status: int = 500
+class Refused(FoliotError):
+    """A request refused: the SPEC's error code, a message, and extra members of the error."""
+
     code: str = "internal"
+    retry_after: int | None = None  # seconds a caller should wait before trying again
 
     def __init__(self, message: str, *, code: str | None = None, **extra: Any) -> None:
         super().__init__(message)
@@ -36,23 +43,11 @@ class ApiError(FoliotError):
             self.code = code
         self.extra = extra
 
-    @classmethod
-    def answer(cls, status: int, code: str, message: str, field: str | None = None) -> ApiError:
-        """An error with any status and code (a run's machine refusing a message)."""
-        error = cls(message, code=code, **({"field": field} if field is not None else {}))
-        error.status = status
-        return error
-
     def body(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, **self.extra}}
 
-    def headers(self) -> dict[str, str] | None:
-        """Response headers that go with the error (Retry-After for back-pressure)."""
-        return None
 
-
-class InvalidRequest(ApiError):
-    status = 400
+class InvalidRequest(Refused):
     code = "invalid_request"
 
     def __init__(self, message: str, *, field: str | None = None, **extra: Any) -> None:
@@ -63,61 +58,55 @@ class InvalidRequest(ApiError):
         super().__init__(message, **extra)
 
 
-class Unauthorized(ApiError):
-    status = 401
+class Unauthorized(Refused):
     code = "unauthorized"
 
 
-class Forbidden(ApiError):
-    status = 403
+class Forbidden(Refused):
     code = "forbidden"
 
 
-class NotFound(ApiError):
-    status = 404
+class NotFound(Refused):
     code = "not_found"
 
 
-class Conflict(ApiError):
-    status = 409
+class Conflict(Refused):
     code = "conflict"
 
 
-class PayloadTooLarge(ApiError):
-    status = 413
+class PayloadTooLarge(Refused):
     code = "payload_too_large"
 
 
-class Overloaded(ApiError):
+class Overloaded(Refused):
     """The engine is saturated: refused at once, nothing stored; retry after `retry_after` s.
 
     `reason` says which bound was reached: `inflight`, `latency`, `mailbox`, `push_backlog` (429) or
     `storage` (503)."""
 
-    status = 429
     code = "overloaded"
 
     def __init__(self, message: str, *, reason: str, retry_after: int = 1) -> None:
         super().__init__(message, reason=reason, retryAfter=retry_after)
         self.reason = reason
         self.retry_after = retry_after
-        if reason == "storage":
-            self.status = 503
-
-    def headers(self) -> dict[str, str] | None:
-        return {"Retry-After": str(self.retry_after)}
 
 
-class Unavailable(ApiError):
-    status = 503
+class Unavailable(Refused):
     code = "unavailable"
-
-    def headers(self) -> dict[str, str] | None:
-        return {"Retry-After": "1"}
+    retry_after = 1
 
 
-class Internal(ApiError):
-    status = 500
+class RejectedMessage(Refused):
+    """A run machine refused a message (`core.workflow.machine.Rejected`): the reply names the
+    SPEC's answer for it (`answer`: 400, 409, 413), its code and the field at fault."""
+
+    def __init__(self, answer: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message, code=code, **({"field": field} if field is not None else {}))
+        self.answer = answer
+
+
+class Internal(Refused):
     code = "internal"
 
 

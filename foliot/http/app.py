@@ -28,12 +28,12 @@ from ..core import credentials
 from ..core.config import Settings
 from ..core.digits import INT64_MAX, ascii_int
 from ..core.errors import (
-    ApiError,
     Forbidden,
     Internal,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
+    Refused,
     StorageUnavailable,
     Unauthorized,
     Unavailable,
@@ -42,6 +42,7 @@ from ..core.workflow.jsonconv import ValidationError, is_name, structure
 from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from ..node import Node
 from .conn import FinishingHTTPConnection
+from .errors import Answer, face_status, headers_of, status_of
 from .forward import quart_incoming, quart_response, relay
 
 T = TypeVar("T")
@@ -65,9 +66,11 @@ BODY_MAX_DEPTH = MAX_DEPTH + 2
 """A body's own object and one wrapper (`set` of a state edit) come on top of a value's levels."""
 
 
-class UnsupportedMediaType(ApiError):
-    status = 415
+class UnsupportedMediaType(Refused):
     code = "unsupported_media_type"
+
+
+face_status(UnsupportedMediaType, 415)
 
 
 def is_json_media_type(content_type: str) -> bool:
@@ -151,8 +154,8 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return Response(text, status=status, content_type="application/json", headers=headers)
 
 
-def error_response(error: ApiError) -> Response:
-    return json_response(error.body(), error.status, error.headers())
+def error_response(error: Refused) -> Response:
+    return json_response(error.body(), status_of(error), headers_of(error))
 
 
 # ---------------------------------------------------------------------- authentication
@@ -423,8 +426,8 @@ def create_app(
                 response.headers["Connection"] = "close"
         return response
 
-    @app.errorhandler(ApiError)
-    async def _api_error(error: ApiError) -> Response:
+    @app.errorhandler(Refused)
+    async def _api_error(error: Refused) -> Response:
         return error_response(error)
 
     @app.errorhandler(Elsewhere)
@@ -432,7 +435,7 @@ def create_app(
         """The addressed actor lives on another node: its answer, as it gave it."""
         try:
             relayed = await relay(engine_.forwarder, error, await quart_incoming())
-        except ApiError as refused:
+        except Refused as refused:
             return error_response(refused)
         return quart_response(relayed)
 
@@ -459,16 +462,14 @@ def create_app(
             message = f"{request.method} is not allowed here"
         else:
             message = error.description or error.name
-        api = ApiError(message, code=code)
-        api.status = status
-        response = error_response(api)
+        response = error_response(Answer(status, code, message))
         if isinstance(error, MethodNotAllowed) and error.valid_methods:
             response.headers["Allow"] = ", ".join(sorted(error.valid_methods))
         return response
 
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:
-        if isinstance(error, ApiError):
+        if isinstance(error, Refused):
             return error_response(error)
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(Internal("internal error; see the server log"))

@@ -18,7 +18,7 @@ import trio
 from quart import Blueprint, Response
 
 from ..actors.placement import Elsewhere
-from ..core.errors import ApiError, InvalidRequest, Unavailable
+from ..core.errors import InvalidRequest, Refused, Unavailable
 from ..core.workflow import machine
 from ..core.workflow.model import STATUSES, Run
 from ..storage.base import RunFilter, encode_cursor
@@ -157,7 +157,7 @@ def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
             stack[:0] = exc.exceptions
         else:
             leaves.append(exc)
-    return next((e for e in leaves if isinstance(e, ApiError)), leaves[0])
+    return next((e for e in leaves if isinstance(e, Refused)), leaves[0])
 
 
 @blueprint.post("/apps/<app_name>/runs/pause")

@@ -34,7 +34,7 @@ from hypercorn.typing import ASGISendCallable, ASGISendEvent
 from quart.wrappers import Request
 from quart_trio.asgi import TrioASGIHTTPConnection
 
-from ..core.errors import ApiError
+from .errors import Answer
 
 
 class FinishingHTTPConnection(TrioASGIHTTPConnection):
@@ -86,7 +86,7 @@ class JsonErrorH11Protocol(H11Protocol):
         code, message = _PROTOCOL_ERRORS.get(
             status_code, ("invalid_request", "malformed HTTP request (request line or headers)")
         )
-        body = json.dumps(ApiError.answer(status_code, code, message).body(), separators=(",", ":")).encode()
+        body = json.dumps(Answer(status_code, code, message).body(), separators=(",", ":")).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),

@@ -28,6 +28,7 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 
 from ..actors.admission import Admission
 from ..core.errors import Overloaded
+from .errors import status_of
 
 _ADDS_WORK = re.compile(r"^/apps/[^/]+/(?:runs|signals)/?$")
 _DRAIN_MAX = 65_536  # a refused body up to this size is read, so its connection can be kept
@@ -88,7 +89,7 @@ async def _refuse(
     if not keep:
         headers.append((b"connection", b"close"))
     await send(
-        {"type": "http.response.start", "status": refusal.status, "headers": headers, "trailers": False}
+        {"type": "http.response.start", "status": status_of(refusal), "headers": headers, "trailers": False}
     )
     await send({"type": "http.response.body", "body": body, "more_body": False})
 

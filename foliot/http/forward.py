@@ -30,7 +30,8 @@ from werkzeug.datastructures import Headers as QuartHeaders
 
 from ..actors.placement import Elsewhere, NotOwner, Remote
 from ..cluster import hop
-from ..core.errors import ApiError, Unavailable
+from ..core.errors import Refused, Unavailable
+from .errors import Answer, face_status
 
 log = logging.getLogger("foliot.forward")
 
@@ -53,11 +54,13 @@ _NOT_RETURNED = {
 RawHeaders = Sequence[tuple[bytes, bytes]]
 
 
-class GatewayTimeout(ApiError):
+class GatewayTimeout(Refused):
     """The owner took the request but did not answer in time: its outcome is unknown."""
 
-    status = 504
     code = "owner_timeout"
+
+
+face_status(GatewayTimeout, 504)
 
 
 @attrs.frozen
@@ -176,10 +179,11 @@ class Forwarder:
         if relayed.status != 200 or not isinstance(answer, dict):
             error = answer.get("error") if isinstance(answer, dict) else None
             error = error if isinstance(error, dict) else {}
-            refused = ApiError(str(error.get("message") or f"{path} answered {relayed.status}"))
-            refused.code = str(error.get("code") or "unavailable")
-            refused.status = relayed.status if relayed.status >= 400 else 502
-            raise refused
+            raise Answer(
+                relayed.status if relayed.status >= 400 else 502,
+                str(error.get("code") or "unavailable"),
+                str(error.get("message") or f"{path} answered {relayed.status}"),
+            )
         return answer
 
     async def claim(self, address: str, request: dict[str, Any]) -> Any:

@@ -13,7 +13,7 @@ through to Quart unchanged, which answers it as before.
 
 What Quart's hooks do for these routes is done here the same way: the body-size check from
 `Content-Length` (413), the media type (415), the body read within `BODY_TIMEOUT` (408), the
-error mapping (`ApiError`, storage unavailable as 503, anything else 500 and logged), and an
+error mapping (`Refused`, storage unavailable as 503, anything else 500 and logged), and an
 error answered before the body was read leaves the connection in step (a small body is read,
 a large one closes the connection).
 """
@@ -31,9 +31,10 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from werkzeug.exceptions import RequestTimeout
 
 from ..actors.placement import Elsewhere
-from ..core.errors import ApiError, Internal, PayloadTooLarge, StorageUnavailable, Unavailable
+from ..core.errors import Internal, PayloadTooLarge, Refused, StorageUnavailable, Unavailable
 from ..node import Node
 from .app import BODY_TIMEOUT_S, Call, UnsupportedMediaType, is_json_media_type
+from .errors import Answer, headers_of, status_of
 from .forward import Incoming, relay
 from .runs import start_run_call
 from .signals import signal_call
@@ -119,7 +120,7 @@ class Hot:
                 return
         except Disconnected:
             return  # nobody to answer
-        except ApiError as error:
+        except Refused as error:
             status, answer, extra = error_answer(error)
         except StorageUnavailable as error:
             log.warning("storage unavailable: %s", error)
@@ -170,9 +171,9 @@ def _dumps(body: Any) -> bytes:
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def error_answer(error: ApiError) -> tuple[int, bytes, dict[bytes, bytes]]:
-    headers = {k.lower().encode(): v.encode() for k, v in (error.headers() or {}).items()}
-    return error.status, _dumps(error.body()), headers
+def error_answer(error: Refused) -> tuple[int, bytes, dict[bytes, bytes]]:
+    headers = {k.lower().encode(): v.encode() for k, v in (headers_of(error) or {}).items()}
+    return status_of(error), _dumps(error.body()), headers
 
 
 class Body:
@@ -192,9 +193,7 @@ class Body:
             self._data = await self._read_all()
         if scope.cancelled_caught:
             self.failed = True
-            error = ApiError(RequestTimeout.description or "request timeout", code="invalid_request")
-            error.status = 408
-            raise error
+            raise Answer(408, "invalid_request", RequestTimeout.description or "request timeout")
         return self._data
 
     async def _read_all(self) -> bytes:
@@ -218,6 +217,6 @@ class Body:
             return True
         try:
             await self.read()
-        except (Disconnected, ApiError):
+        except (Disconnected, Refused):
             return False
         return True

@@ -9,7 +9,7 @@ import attrs
 from quart import Blueprint, Response, request
 
 from ..core.digits import INT64_MAX
-from ..core.errors import ApiError, InvalidRequest, NotFound, PayloadTooLarge
+from ..core.errors import InvalidRequest, NotFound, PayloadTooLarge, Refused, RejectedMessage
 from ..core.views import event_view, run_view
 from ..core.workflow import machine
 from ..core.workflow.definition import canonical_json
@@ -105,8 +105,8 @@ def reply_response(reply: machine.Reply, run: Run | None) -> Response:
     return json_response(run_view(current))
 
 
-def rejected_error(reply: machine.Rejected) -> ApiError:
-    return ApiError.answer(reply.status, reply.code, reply.message, reply.field)
+def rejected_error(reply: machine.Rejected) -> Refused:
+    return RejectedMessage(reply.status, reply.code, reply.message, reply.field)
 
 
 async def owned_run(app_name: str, run_id: str) -> Run:

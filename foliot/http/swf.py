@@ -22,8 +22,8 @@ from quart import Blueprint, Response, current_app, request
 from werkzeug.datastructures import Headers as QuartHeaders
 
 from ..actors.placement import Elsewhere
-from ..core.errors import ApiError, InvalidRequest, NotFound, StorageUnavailable
 from ..core.errors import Conflict as ApiConflict
+from ..core.errors import InvalidRequest, NotFound, Refused, StorageUnavailable
 from ..core.swf import shapes, sigv4
 from ..core.swf.errors import (
     InternalFailure,
@@ -52,6 +52,7 @@ from .app import (
     reads_query,
     require_admin,
 )
+from .errors import status_of
 from .forward import Incoming, RawHeaders, Relayed, relay
 from .hot import Body, Disconnected, error_answer, plain_headers, send_answer
 from .urls import UrlError, check_http_url
@@ -183,8 +184,8 @@ async def answer(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> Answe
         )
         try:
             return await relay(eng.forwarder, elsewhere, incoming)
-        except ApiError as refused:
-            return aws_answer(ServiceUnavailable(refused.message).body(), refused.status)
+        except Refused as refused:
+            return aws_answer(ServiceUnavailable(refused.message).body(), status_of(refused))
     except SwfFault as fault:
         return aws_answer(fault.body(), fault.status)
     except StorageUnavailable as exc:
@@ -242,7 +243,7 @@ class SwfEdge:
             raw_body = await body.read()
         except Disconnected:
             return  # nobody to answer
-        except ApiError as error:  # the body did not arrive in time: 408, and the connection closes
+        except Refused as error:  # the body did not arrive in time: 408, and the connection closes
             status, data, extra = error_answer(error)
             await send_answer(send, status, [(b"content-type", b"application/json"), *extra.items(),
                                              (b"connection", b"close")], data)  # fmt: skip

@@ -15,6 +15,7 @@ from foliot.actors.messages import Envelope, ReplySlot
 from foliot.core.errors import Overloaded
 from foliot.core.workflow import machine
 from foliot.core.workflow.duration import parse_timestamp
+from foliot.http.errors import headers_of, status_of
 
 from .conftest import Env, advance, ok
 
@@ -161,7 +162,7 @@ async def test_the_push_backlog_refuses_the_app_that_fills_it(env: Env, autojump
     assert env.engine.dispatcher.backlog == 3
     with pytest.raises(Overloaded) as info:
         admission.check("app")
-    assert (info.value.status, info.value.reason, info.value.headers()) == (
+    assert (status_of(info.value), info.value.reason, headers_of(info.value)) == (
         429,
         "push_backlog",
         {"Retry-After": "2"},
@@ -202,7 +203,7 @@ async def test_a_mailbox_that_stays_full_answers_429_after_a_second(
         with pytest.raises(Overloaded) as info:
             await env.engine.runs.ask(run_id, machine.SignalIn("x", 99))
         assert trio.current_time() - t0 == pytest.approx(1.0)
-        assert info.value.reason == "mailbox" and info.value.status == 429
+        assert info.value.reason == "mailbox" and status_of(info.value) == 429
         assert env.engine.admission.refused["mailbox"] == 1
         gate.set()
     for slot in slots:

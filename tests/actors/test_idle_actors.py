@@ -12,8 +12,9 @@ from trio.testing import MockClock
 
 from foliot.actors import supervisor as supervisor_module
 from foliot.actors.messages import Envelope, ReplySlot
-from foliot.core.errors import ApiError
+from foliot.core.errors import Refused
 from foliot.core.workflow import machine
+from foliot.http.errors import status_of
 
 from .conftest import Env, advance
 
@@ -175,9 +176,9 @@ async def test_a_crash_restarts_from_the_checkpoint_and_the_next_message_is_hand
     slots = [ReplySlot(), ReplySlot()]
     assert sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("boom"), slots[0]))
     assert sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("go", {"n": 1}), slots[1]))
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(Refused) as info:
         await slots[0].wait()
-    assert info.value.status == 500
+    assert status_of(info.value) == 500
     assert await slots[1].wait() == machine.Ok("delivered")  # same drain, reloaded document
     assert sup.restarts == 1 and actor.processed == 1
     run = await env.until(run_id, "completed", days=1)
@@ -203,7 +204,7 @@ async def test_crashes_within_the_window_in_one_drain_park_the_run_as_stuck(
     for slot in slots:
         assert sup.tell(env.engine.runs.kind, run_id, Envelope(machine.SignalIn("go"), slot))
     for slot in slots:
-        with pytest.raises(ApiError):
+        with pytest.raises(Refused):
             await slot.wait()
     run = await env.until(run_id, "stuck", days=1)
     assert run.error is not None and run.error.cls == "internal_error"
@@ -227,9 +228,9 @@ async def test_at_shutdown_the_commit_under_way_finishes_and_queued_callers_get_
     env.scope.cancel()
     await advance(3)
     assert await first.wait() == machine.Ok("delivered")
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(Refused) as info:
         await second.wait()
-    assert info.value.status == 503
+    assert status_of(info.value) == 503
     run = await env.engine.store.get_run(run_id)
     assert run is not None and run.state.get("w") == {"n": 1} and run.buffer == ()
 

@@ -9,8 +9,9 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from foliot.core.errors import ApiError, StaleWrite, StorageUnavailable
+from foliot.core.errors import Refused, StaleWrite, StorageUnavailable
 from foliot.core.workflow import machine
+from foliot.http.errors import status_of
 
 from .conftest import Env, advance
 
@@ -36,9 +37,9 @@ async def test_a_definition_load_that_fails_answers_503_not_500(
 
     monkeypatch.setattr(env.engine.store, "get_workflow", down)
     for _ in range(5):  # more than the crash limit: an outage is not a crash
-        with pytest.raises(ApiError) as info:
+        with pytest.raises(Refused) as info:
             await env.engine.runs.ask(run_id, machine.SignalIn("go"))
-        assert info.value.status == 503
+        assert status_of(info.value) == 503
     assert env.engine.supervisor.restarts == 0
     monkeypatch.setattr(env.engine.store, "get_workflow", real)
     assert (await env.engine.runs.ask(run_id, machine.SignalIn("go")))[0] == machine.Ok("delivered")
@@ -75,9 +76,9 @@ async def test_a_reload_after_a_stale_write_that_fails_answers_503(
 
     monkeypatch.setattr(env.engine.store, "commit", stale)
     monkeypatch.setattr(env.engine.store, "get_run", down)
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(Refused) as info:
         await env.engine.runs.ask(run_id, machine.SignalIn("go"))
-    assert info.value.status == 503
+    assert status_of(info.value) == 503
     assert env.engine.supervisor.restarts == 0
 
 
@@ -93,9 +94,9 @@ async def test_stale_writes_without_end_are_bounded(
         raise StaleWrite("moved")
 
     monkeypatch.setattr(env.engine.store, "commit", stale)
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(Refused) as info:
         await env.engine.runs.ask(run_id, machine.SignalIn("go"))
-    assert info.value.status == 503
+    assert status_of(info.value) == 503
     assert tries <= 5 and env.engine.supervisor.restarts == 0
 
 
@@ -148,7 +149,7 @@ async def test_per_run_maps_are_empty_once_runs_come_and_go(
     monkeypatch.setattr(machine, "transition", crashes_once)
     waiting = [await env.start("w") for _ in range(10)]
     for run_id in waiting:
-        with pytest.raises(ApiError):
+        with pytest.raises(Refused):
             await env.engine.runs.ask(run_id, machine.SignalIn("go"))
         await env.engine.runs.ask(run_id, machine.SignalIn("go"))
         await env.until(run_id, "completed", days=1)

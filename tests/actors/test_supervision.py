@@ -10,9 +10,10 @@ import trio
 from trio.testing import MockClock
 
 from foliot.actors.messages import Envelope, ReplySlot
-from foliot.core.errors import ApiError
+from foliot.core.errors import Refused
 from foliot.core.workflow import machine
 from foliot.core.workflow.model import Run, TaskRef
+from foliot.http.errors import status_of
 
 from .conftest import Env, advance, ok
 
@@ -58,9 +59,9 @@ async def test_a_crashing_actor_is_restarted_then_parked_as_stuck(
 
     monkeypatch.setattr(machine, "transition", buggy)
     for _ in range(3):
-        with pytest.raises(ApiError) as info:
+        with pytest.raises(Refused) as info:
             await env.engine.runs.ask(run_id, machine.SignalIn("go"))
-        assert info.value.status == 500
+        assert status_of(info.value) == 500
     run = await env.until(run_id, "stuck")
     assert run.error is not None and run.error.cls == "internal_error"
     assert env.engine.supervisor.restarts == 3
@@ -197,9 +198,9 @@ async def test_rehydrating_while_storage_is_down_answers_503_and_recovers(
 
     monkeypatch.setattr(env.engine.store, "get_run", down)
     for _ in range(5):  # more than the crash limit: an outage is not a crash
-        with pytest.raises(ApiError) as info:
+        with pytest.raises(Refused) as info:
             await env.engine.runs.ask(run_id, machine.SignalIn("go"))
-        assert info.value.status == 503
+        assert status_of(info.value) == 503
     assert env.engine.supervisor.restarts == 0
     monkeypatch.setattr(env.engine.store, "get_run", real)
     reply, _ = await env.engine.runs.ask(run_id, machine.SignalIn("go"))

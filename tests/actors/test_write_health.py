@@ -8,7 +8,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from foliot.core.errors import ApiError, StorageUnavailable, UniqueViolation
+from foliot.core.errors import Refused, StorageUnavailable, UniqueViolation
 from foliot.storage.health import WriteHealth, refuses_writes
 
 from .conftest import Env
@@ -30,7 +30,7 @@ async def test_a_refused_commit_marks_the_store_failing_until_a_write_lands(
     await env.start("w")
     assert health.healthy
     read_only(env, True)
-    with pytest.raises((ApiError, StorageUnavailable)):
+    with pytest.raises((Refused, StorageUnavailable)):
         await env.start("w")
     assert not health.healthy and "readonly" in (health.reason or "")
     since = health.failing_since
@@ -42,7 +42,7 @@ async def test_a_refused_commit_marks_the_store_failing_until_a_write_lands(
     assert health.healthy and health.reason is None
     # And without a probe: the next commit that lands clears it.
     read_only(env, True)
-    with pytest.raises((ApiError, StorageUnavailable)):
+    with pytest.raises((Refused, StorageUnavailable)):
         await env.start("w")
     assert not health.healthy
     read_only(env, False)

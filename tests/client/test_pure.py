@@ -53,7 +53,7 @@ def test_client_verifier_agrees_with_the_engine_vectors(vector: dict[str, Any]) 
         (418, "teapot", errors.InternalError),
     ],
 )
-def test_error_codes_map_to_classes(status: int, code: str, cls: type[errors.ApiError]) -> None:
+def test_error_codes_map_to_classes(status: int, code: str, cls: type[errors.Refused]) -> None:
     error = errors.from_response(status, {"error": {"code": code, "message": "m", "field": "a.b"}})
     assert type(error) is cls
     assert (error.status, error.code, error.field) == (status, code, "a.b")
@@ -172,7 +172,7 @@ def test_cli_settings_come_from_flags_then_environment_then_profile() -> None:
 
 
 def test_cli_exit_codes_and_one_line_errors() -> None:
-    def err(status: int, code: str) -> errors.ApiError:
+    def err(status: int, code: str) -> errors.Refused:
         return errors.from_response(status, {"error": {"code": code, "message": "msg", "field": "steps[0]"}})
 
     assert exit_code(err(400, "invalid_request")) == REFUSED

@@ -18,7 +18,7 @@ import attrs
 
 from ...actors.messages import Envelope, ReplySlot
 from ...actors.placement import check_local
-from ...core.errors import ApiError, Conflict, NotFound, Unavailable, UniqueViolation
+from ...core.errors import Conflict, NotFound, Refused, RejectedMessage, Unavailable, UniqueViolation
 from ...core.workflow import machine
 from ...core.workflow.model import Run
 from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
@@ -44,8 +44,8 @@ class SignalStart:
     request_hash: str = ""
 
 
-def _error(reply: machine.Rejected) -> ApiError:
-    return ApiError.answer(reply.status, reply.code, reply.message, reply.field)
+def _error(reply: machine.Rejected) -> Refused:
+    return RejectedMessage(reply.status, reply.code, reply.message, reply.field)
 
 
 async def signal_with_start(runs: Runs, req: SignalStart, ticket: Ticket | None = None) -> dict[str, Any]:

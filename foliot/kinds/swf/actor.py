@@ -23,7 +23,7 @@ from ...actors.dispatcher import Call
 from ...actors.messages import Envelope, ReplySlot
 from ...actors.pushclient import PushError, post
 from ...actors.runtime import Actor
-from ...core.errors import ApiError, Fenced, StaleWrite, StorageError, Unavailable, UniqueViolation
+from ...core.errors import Fenced, Refused, StaleWrite, StorageError, Unavailable, UniqueViolation
 from ...core.swf import lambdas, machine
 from ...core.swf import messages as m
 from ...core.swf.events import HistoryEvent
@@ -319,7 +319,7 @@ class SwfKind:
                 await self.host.supervisor.ask(self, actor, Envelope(message, slot))
                 await slot.wait()
                 return True
-            except ApiError as exc:
+            except Refused as exc:
                 log.warning("SWF: %s did not take %s (%s); retrying", actor, type(message).__name__, exc)
                 await trio.sleep(_CHILD_RETRY_S[min(attempt, len(_CHILD_RETRY_S) - 1)])
         return False
@@ -350,7 +350,7 @@ class SwfKind:
                 try:
                     await self.host.supervisor.ask(self, me, Envelope(m.LambdaStarted(scheduled), slot))
                     tr = await slot.wait()
-                except ApiError as exc:  # the call stays owed: performed at the next start
+                except Refused as exc:  # the call stays owed: performed at the next start
                     log.warning("SWF: could not start Lambda %s of %s (%s)", effect.name, ex.run_id, exc)
                     return
                 fn = tr.execution.lambda_call(scheduled) if isinstance(tr, m.Transition) else None
