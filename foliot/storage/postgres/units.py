@@ -1,6 +1,6 @@
-"""How PostgreSQL writes units of work: one by one (`apply_unit`, in a savepoint), as a set
-with a round trip per table (`apply_units`), or, for the common batches, in one statement
-over array parameters (`INSERT_NEW_RUNS`, `UPDATE_RUNS_SET`)."""
+"""How PostgreSQL's writer writes a batch of units: as a set with a round trip per table
+(`apply_units`), or, for the common batches, in one statement over array parameters
+(`INSERT_NEW_RUNS`, `UPDATE_RUNS_SET`). One unit on its own is `run_sql.unit_tx`."""
 
 from __future__ import annotations
 
@@ -9,101 +9,20 @@ from typing import Any
 import asyncpg
 
 from ...errors import StaleWrite, StorageError, UniqueViolation
-from ..base import (
-    UnitOfWork,
-    event_rows,
-    idempotency_row,
-    run_row,
-    search_columns,
-    signal_id_rows,
-    step_columns,
-    task_rows,
-    timer_rows,
-)
+from .. import run_sql
 from ..batch import BatchRows
+from ..sql import numbered
 
-_INSERT_RUN = (
-    "INSERT INTO runs (run_id, app, workflow, status, business_key, is_open, created_at, seq, doc,"
-    " closed_at, current_step, step_since, workflow_version, error_class)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)"
-)
-_UPDATE_RUN = (
-    "UPDATE runs SET status = $2, is_open = $3, seq = $4, doc = $5, closed_at = $7,"
-    " current_step = $8, step_since = $9, workflow_version = $10, error_class = $11"
-    " WHERE run_id = $1 AND seq = $6"
-)
-_INSERT_EVENT = (
-    "INSERT INTO events (run_id, seq, at, generation, type, step, attempt, data)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-)
-_UPSERT_TASK = (
-    "INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
-    " close_reason, deadline, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-    " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
-    " close_reason = excluded.close_reason, deadline = excluded.deadline"
-)
-_INSERT_TIMER = "INSERT INTO timers (run_id, slot, kind, key, due_at) VALUES ($1, $2, $3, $4, $5)"
-_INSERT_SIGNAL_ID = "INSERT INTO signal_ids (run_id, signal_id, at) VALUES ($1, $2, $3)"
-_INSERT_IDEMPOTENCY = (
-    "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-    " VALUES ($1, $2, $3, $4, $5, $6)"
-)
-# An expired record not pruned yet is replaced; a live one is left alone (the unit is refused).
-_REPLACE_EXPIRED_IDEMPOTENCY = (
-    "INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-    " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (app, key) DO UPDATE SET"
-    " request_hash = excluded.request_hash, run_id = excluded.run_id,"
-    " response = excluded.response, created_at = excluded.created_at"
-    " WHERE idempotency.created_at < $7"
-)
-
-
-async def apply_unit(conn: asyncpg.Connection, unit: UnitOfWork) -> None:
-    run = unit.run
-    row = run_row(run)
-    step, since = step_columns(run)
-    version, error_class = search_columns(run)
-    if unit.expected_seq is None:
-        await conn.execute(_INSERT_RUN, *row, step, since, version, error_class)
-    else:
-        status = await conn.execute(
-            _UPDATE_RUN,
-            run.run_id,
-            run.status,
-            run.is_open,
-            run.seq,
-            row[8],
-            unit.expected_seq,
-            row[9],
-            step,
-            since,
-            version,
-            error_class,
-        )
-        if status != "UPDATE 1":
-            raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")
-    if unit.events:
-        await conn.executemany(_INSERT_EVENT, event_rows(unit))
-    if unit.tasks:
-        await conn.executemany(_UPSERT_TASK, task_rows(unit))
-    if unit.expected_seq is not None:  # a new run has no timers yet
-        await conn.execute("DELETE FROM timers WHERE run_id = $1", run.run_id)
-    timers = timer_rows(run)
-    if timers:
-        await conn.executemany(_INSERT_TIMER, timers)
-    if unit.signal_ids:
-        await conn.executemany(_INSERT_SIGNAL_ID, signal_id_rows(unit))
-    if unit.idempotency is not None:
-        if unit.idempotency_expired_before is None:
-            await conn.execute(_INSERT_IDEMPOTENCY, *idempotency_row(unit.idempotency))
-        else:
-            status = await conn.execute(
-                _REPLACE_EXPIRED_IDEMPOTENCY,
-                *idempotency_row(unit.idempotency),
-                unit.idempotency_expired_before,
-            )
-            if status != "INSERT 0 1":
-                raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+# The shared statements of `run_sql`, numbered once.
+_INSERT_RUN = numbered(run_sql.INSERT_RUN)
+_UPDATE_RUN = numbered(run_sql.UPDATE_RUN)
+_INSERT_EVENT = numbered(run_sql.INSERT_EVENT)
+_UPSERT_TASK = numbered(run_sql.UPSERT_TASK)
+_DELETE_TIMERS = "DELETE FROM timers WHERE run_id = ANY($1::text[])"
+_INSERT_TIMER = numbered(run_sql.INSERT_TIMER)
+_INSERT_SIGNAL_ID = numbered(run_sql.INSERT_SIGNAL_ID)
+_INSERT_IDEMPOTENCY = numbered(run_sql.INSERT_IDEMPOTENCY)
+_REPLACE_EXPIRED_IDEMPOTENCY = numbered(run_sql.REPLACE_EXPIRED_IDEMPOTENCY)
 
 
 _UPDATE_RUNS = (
@@ -125,7 +44,7 @@ _IDEMPOTENCY_HELD = (
 async def apply_units(conn: asyncpg.Connection, rows: BatchRows | None) -> None:
     """Write several units (their `batch_rows`) with a round trip per table (`executemany`
     pipelines its rows). Raises when any unit would be refused; the caller then rolls back and
-    writes them one by one with `apply_unit`, each in its own savepoint."""
+    writes them one by one (`run_sql.unit_tx`), each in its own savepoint."""
     if rows is None:
         raise StorageError("these units cannot be written as one set")
     if rows.inserts:
@@ -133,7 +52,7 @@ async def apply_units(conn: asyncpg.Connection, rows: BatchRows | None) -> None:
     if len(rows.updates) == 1:
         run_id, status, is_open, seq, doc, _, closed, expected, step, since, version, cls = rows.updates[0]
         done = await conn.execute(
-            _UPDATE_RUN, run_id, status, is_open, seq, doc, expected, closed, step, since, version, cls
+            _UPDATE_RUN, status, is_open, seq, doc, closed, step, since, version, cls, run_id, expected
         )
         if done != "UPDATE 1":
             raise StaleWrite(f"run {run_id} changed underneath seq {expected}")
@@ -147,7 +66,7 @@ async def apply_units(conn: asyncpg.Connection, rows: BatchRows | None) -> None:
     if rows.tasks:
         await conn.executemany(_UPSERT_TASK, rows.tasks)
     if rows.replaced_timers:
-        await conn.execute("DELETE FROM timers WHERE run_id = ANY($1::text[])", rows.replaced_timers)
+        await conn.execute(_DELETE_TIMERS, rows.replaced_timers)
     if rows.timers:
         await conn.executemany(_INSERT_TIMER, rows.timers)
     if rows.signal_ids:
