@@ -7,6 +7,10 @@ so one refused write does not sink its neighbours. The thread is Foliot's own (f
 about twice the CPU of this hand-off, and a signal commits twice. With `inline=True` (tests
 under a mock clock) the SQL runs on the Trio thread instead, so virtual time cannot jump while
 a statement is in flight.
+
+The run store's methods are `SqlRunStore`'s (`run_store.py`, the SQL both stores share); this
+module gives them their primitives (`_one`, `_all`, `_transact`) and holds the writer, its
+multi-row batch statements and the migrations.
 """
 
 from __future__ import annotations

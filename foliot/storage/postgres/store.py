@@ -1,5 +1,9 @@
 """`Store` on PostgreSQL through asyncpg: each method is one call across the bridge
 (`bridge.py`) to the driver (`writer.py`), reads on a pool connection, writes group-committed.
+
+The run store's methods are `SqlRunStore`'s (`storage/run_store.py`, the SQL both stores share);
+this class gives them their primitives (`_one`, `_all`, `_transact`), and adds the SWF, cluster
+and notification mixins, the migrations and the lifecycle (`open_postgres`).
 """
 
 from __future__ import annotations
