@@ -75,7 +75,7 @@ def _operator(argv: list[str]) -> int:
 
 
 def _run(fn: Callable[[Settings], Awaitable[None]], settings: Settings) -> None:
-    # With PostgreSQL, the store runs its own asyncio loop in a thread (storage/postgres.py).
+    # With PostgreSQL, the store runs its own asyncio loop in a thread (storage/postgres/bridge.py).
     trio.run(fn, settings)
 
 

@@ -9,10 +9,8 @@ tests run several servers in one process.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import trio
@@ -108,6 +106,30 @@ _POLL_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
 _PUSH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+
+
+class CommitTimer:
+    """A store's `CommitObserver` (`Metrics.time_commits`): each commit's latency into its
+    backend's histogram, the commits in progress, and a committed unit's run starts,
+    completions and failures (`tally_run_events`)."""
+
+    __slots__ = ("_histogram", "_in_progress", "_tally")
+
+    def __init__(self, histogram: Histogram, in_progress: Gauge, tally: dict[str, list[int]]) -> None:
+        self._histogram = histogram
+        self._in_progress = in_progress
+        self._tally = tally
+
+    def commit_started(self) -> float:
+        started = trio.current_time()
+        self._in_progress.inc()
+        return started
+
+    def commit_ended(self, unit: UnitOfWork, started: float, committed: bool) -> None:
+        self._in_progress.dec()
+        self._histogram.observe(trio.current_time() - started)
+        if committed:
+            tally_run_events(self._tally, unit)
 
 
 def outcome_label(outcome: Outcome) -> str:
@@ -272,26 +294,11 @@ class Metrics:
         return counts
 
     def time_commits(self, store: Store) -> None:
-        """Observe every commit of `store`, whoever calls it (actors, starts, the supervisor)."""
-        # Wrap the store's own method, not an earlier engine's wrapper (a restarted engine
-        # on the same store must not observe every commit twice).
-        inner: Callable[[UnitOfWork], Awaitable[None]] = inspect.unwrap(store.commit)
+        """Observe every commit of `store`, whoever calls it (actors, starts, the supervisor),
+        through the store's own hook; it holds one observer, so a restarted engine on the same
+        store does not observe every commit twice."""
         histogram = self.commit_seconds.labels(backend_label(store))
-        in_progress = self.commits_in_progress
-        tally = self.run_tally
-
-        @functools.wraps(inner)
-        async def commit(unit: UnitOfWork) -> None:
-            started = trio.current_time()
-            in_progress.inc()
-            try:
-                await inner(unit)
-            finally:
-                in_progress.dec()
-                histogram.observe(trio.current_time() - started)
-            tally_run_events(tally, unit)
-
-        store.commit = commit  # type: ignore[method-assign]
+        store.observe_commits(CommitTimer(histogram, self.commits_in_progress, self.run_tally))
 
     def exposition(self, open_runs: Mapping[str, int], swf: Mapping[str, int] | None = None) -> bytes:
         """The text exposition; `open_runs` (and `swf`: open and parked executions) were read

@@ -159,14 +159,19 @@ def _storable(text: str) -> bool:
     return True
 
 
-class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, ProbeStore, SessionStore, Protocol):
-    """Durable state. Every method is one transaction; `commit` is the engine's hot path."""
+class CommitObserver(Protocol):
+    """Told of every `Store.commit` (the metrics' commit latency, commits in progress and run
+    tally): `commit_started` as it begins (its answer comes back as `started`), `commit_ended`
+    as it ends, `committed` False when it raised."""
 
-    async def migrate(self) -> None: ...
+    def commit_started(self) -> float: ...
 
-    async def ping(self) -> None: ...
+    def commit_ended(self, unit: UnitOfWork, started: float, committed: bool) -> None: ...
 
-    # apps and credentials
+
+class AppStore(Protocol):
+    """Apps, their API keys and signing secrets, and their workflow versions."""
+
     async def put_app(
         self, name: str, handler_base_url: str, description: str | None, now: int
     ) -> tuple[AppRecord, bool]: ...
@@ -198,8 +203,16 @@ class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, ProbeStore, Sess
         self, app: str, limit: int, after: str | None = None
     ) -> list[WorkflowRecord]: ...
 
-    # runs
+
+class RunStore(Protocol):
+    """Runs: the engine's unit-of-work commits and the reads and retention around them."""
+
     async def commit(self, unit: UnitOfWork) -> None: ...
+
+    def observe_commits(self, observer: CommitObserver | None) -> None:
+        """Tell `observer` of every commit from now on, instead of the one told before (None:
+        no one)."""
+        ...
 
     async def get_run(self, run_id: str) -> Run | None: ...
 
@@ -238,7 +251,9 @@ class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, ProbeStore, Sess
 
     async def count_open_runs(self) -> dict[str, int]: ...
 
-    # the operator console (storage/console.py)
+
+class ConsoleStore(Protocol):
+    """The operator console's reads and its tokens (storage/console.py)."""
 
     async def timers_for_run(self, run_id: str) -> list[TimerRecord]: ...
 
@@ -268,6 +283,26 @@ class Store(SwfRegistryStore, SwfExecutionStore, KeyCheckStore, ProbeStore, Sess
         """Open runs whose current step began before `since_before`, grouped by (app, workflow,
         step, status), largest group first (then oldest); at most `limit` groups."""
         ...
+
+
+class Store(
+    AppStore,
+    RunStore,
+    ConsoleStore,
+    SwfRegistryStore,
+    SwfExecutionStore,
+    KeyCheckStore,
+    ProbeStore,
+    SessionStore,
+    Protocol,
+):
+    """Durable state. Every method is one transaction; `commit` is the engine's hot path. A
+    caller that needs one part asks for its protocol (`RunStore`, `AppStore`, `ConsoleStore`,
+    the SWF ones)."""
+
+    async def migrate(self) -> None: ...
+
+    async def ping(self) -> None: ...
 
     async def close(self) -> None: ...
 

@@ -12,6 +12,7 @@ import asyncpg
 from ..core.swf.events import HistoryEvent
 from .base import prune_keys
 from .pg_calls import PgCalls
+from .sql import numbered
 from .swf import (
     DEPRECATED,
     Insert,
@@ -52,7 +53,6 @@ from .swf_sql import (
     keyed_page_sql,
     lambdas_sql,
     list_sql,
-    numbered,
     open_page_sql,
     unit_statements,
 )

@@ -9,14 +9,13 @@ index, read in its order (a test EXPLAINs each on both stores).
 
 from __future__ import annotations
 
-import itertools
-import re
 from typing import Any, Final
 
 import attrs
 
 from ..core.errors import StaleWrite, StorageError, UniqueViolation
 from ..core.swf.timeouts import deadlines
+from .sql import numbered as numbered  # re-exported: the numbering of these statements
 from .swf import (
     SWF_OPEN_WORKFLOW_UNIQUE,
     SwfCursor,
@@ -32,12 +31,6 @@ from .swf import (
     task_rows,
     units_of,
 )
-
-
-def numbered(sql: str) -> str:
-    """`?` placeholders as PostgreSQL's `$1, $2, …` (no statement here holds a literal `?`)."""
-    counter = itertools.count(1)
-    return re.sub(r"\?", lambda _: f"${next(counter)}", sql)
 
 
 @attrs.frozen

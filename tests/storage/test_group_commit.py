@@ -458,9 +458,9 @@ async def test_a_moving_batch_with_a_signal_id_taken_falls_back_to_one_by_one(
 
 
 def test_the_fenced_moving_statement_is_the_plain_one_guarded() -> None:
-    from foliot.storage import postgres as pg
+    from foliot.storage.postgres.fencing import FENCED_UPDATE_RUNS_SET
 
-    sql = pg._FENCED_UPDATE_RUNS_SET
+    sql = FENCED_UPDATE_RUNS_SET
     assert "FROM fenced, unnest($1::text[]" in sql
     assert "WHERE fenced.ok AND r.run_id = u.run_id" in sql
     assert sql.endswith("SELECT ok, ARRAY(SELECT run_id FROM moved) FROM fenced")

@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from foliot.storage.postgres import _LoopThread
+from foliot.storage.postgres.bridge import LoopThread
 
 
 @pytest.fixture
-async def bridge() -> AsyncIterator[_LoopThread]:
-    loop_thread = _LoopThread()
+async def bridge() -> AsyncIterator[LoopThread]:
+    loop_thread = LoopThread()
     try:
         yield loop_thread
     finally:
@@ -29,7 +29,7 @@ async def until_set(event: threading.Event) -> None:
             await trio.sleep(0.001)
 
 
-async def test_calls_queued_while_the_loop_is_busy_share_one_wake_up(bridge: _LoopThread) -> None:
+async def test_calls_queued_while_the_loop_is_busy_share_one_wake_up(bridge: LoopThread) -> None:
     gate, busy = threading.Event(), threading.Event()
 
     async def block() -> str:
@@ -59,7 +59,7 @@ async def test_calls_queued_while_the_loop_is_busy_share_one_wake_up(bridge: _Lo
 
 
 async def test_errors_reach_their_own_caller_and_an_abandoned_wait_is_skipped(
-    bridge: _LoopThread,
+    bridge: LoopThread,
 ) -> None:
     gate, started = threading.Event(), threading.Event()
 
@@ -84,7 +84,7 @@ async def test_errors_reach_their_own_caller_and_an_abandoned_wait_is_skipped(
     assert await bridge.run(fine, 5) == "fine"
 
 
-async def test_a_stopped_loop_refuses_new_calls(bridge: _LoopThread) -> None:
+async def test_a_stopped_loop_refuses_new_calls(bridge: LoopThread) -> None:
     async def fine() -> str:
         return "fine"
 

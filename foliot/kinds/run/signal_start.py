@@ -18,7 +18,14 @@ import attrs
 
 from ...actors.messages import Envelope, ReplySlot
 from ...actors.placement import check_local
-from ...core.errors import Conflict, NotFound, Refused, RejectedMessage, Unavailable, UniqueViolation
+from ...core.errors import (
+    Conflict,
+    NotFound,
+    Refused,
+    RejectedMessage,
+    Unavailable,
+    UniqueViolation,
+)
 from ...core.workflow import machine
 from ...core.workflow.model import Run
 from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps

@@ -1,0 +1,399 @@
+"""The SQL of the run store (apps, credentials, workflows, runs, tasks, timers, the console's
+reads), once for both backends (pure: no connection here).
+
+Statements use `?` placeholders (`sql.numbered` makes them PostgreSQL's); the transactions that
+read before they write are generators of statements (`sql.Tx`). What the two databases must be
+told differently is a `Dialect`, whose every statement is named and says why. What only the
+group-commit writers do (a batch of units in a few statements) stays with them: SQLite's
+multi-row VALUES in `sqlite.py`, PostgreSQL's array statements in `postgres/units.py`, both
+built on the column lists here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+import attrs
+
+from ..core.errors import StaleWrite, UniqueViolation
+from .base import (
+    OVERDUE_SQL,
+    PRUNE_EVENTS_PER_RUN,
+    ApiKeyRecord,
+    AppRecord,
+    RunFilter,
+    SecretRecord,
+    UnitOfWork,
+    WorkflowRecord,
+    event_rows,
+    idempotency_row,
+    prune_pick,
+    run_row,
+    search_columns,
+    signal_id_rows,
+    step_columns,
+    task_rows,
+    timer_rows,
+)
+from .sql import Tx, change, many, marks, one, rows
+
+
+def _insert(table: str, columns: str) -> str:
+    """`INSERT INTO table (columns) VALUES ` (the rows' marks follow)."""
+    return f"INSERT INTO {table} ({columns}) VALUES "
+
+
+# ---------------------------------------------------------------------------------- units of work
+
+# The columns a unit writes, in the order of `storage.base`'s row tuples (`run_row` +
+# `step_columns` + `search_columns`, `event_rows`, `task_rows`, `timer_rows`, ...).
+INSERT_RUN_HEAD: Final = _insert(
+    "runs",
+    "run_id, app, workflow, status, business_key, is_open, created_at, seq, doc, closed_at,"
+    " current_step, step_since, workflow_version, error_class",
+)
+INSERT_EVENT_HEAD: Final = _insert("events", "run_id, seq, at, generation, type, step, attempt, data")
+INSERT_TASK_HEAD: Final = _insert(
+    "tasks",
+    "token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline, created_at",
+)
+# A task row is written again as it changes (answered, timed out, re-armed).
+UPSERT_TASK_TAIL: Final = (
+    " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
+    " close_reason = excluded.close_reason, deadline = excluded.deadline"
+)
+INSERT_TIMER_HEAD: Final = _insert("timers", "run_id, slot, kind, key, due_at")
+INSERT_SIGNAL_ID_HEAD: Final = _insert("signal_ids", "run_id, signal_id, at")
+INSERT_IDEMPOTENCY_HEAD: Final = _insert(
+    "idempotency", "app, key, request_hash, run_id, response, created_at"
+)
+
+INSERT_RUN: Final = INSERT_RUN_HEAD + marks(14)
+# (status, is_open, seq, doc, closed_at, current_step, step_since, workflow_version,
+# error_class, run_id, expected seq): written only where the run is still at the expected seq.
+UPDATE_RUN: Final = (
+    "UPDATE runs SET status = ?, is_open = ?, seq = ?, doc = ?, closed_at = ?,"
+    " current_step = ?, step_since = ?, workflow_version = ?, error_class = ?"
+    " WHERE run_id = ? AND seq = ?"
+)
+INSERT_EVENT: Final = INSERT_EVENT_HEAD + marks(8)
+UPSERT_TASK: Final = INSERT_TASK_HEAD + marks(11) + UPSERT_TASK_TAIL
+DELETE_TIMERS: Final = "DELETE FROM timers WHERE run_id = ?"
+INSERT_TIMER: Final = INSERT_TIMER_HEAD + marks(5)
+INSERT_SIGNAL_ID: Final = INSERT_SIGNAL_ID_HEAD + marks(3)
+INSERT_IDEMPOTENCY: Final = INSERT_IDEMPOTENCY_HEAD + marks(6)
+# An expired record not pruned yet is replaced; a live one is left alone (the unit is refused):
+# the idempotency row, then the expiry bound.
+REPLACE_EXPIRED_IDEMPOTENCY: Final = (
+    INSERT_IDEMPOTENCY + " ON CONFLICT (app, key) DO UPDATE SET"
+    " request_hash = excluded.request_hash, run_id = excluded.run_id,"
+    " response = excluded.response, created_at = excluded.created_at"
+    " WHERE idempotency.created_at < ?"
+)
+
+
+def unit_tx(unit: UnitOfWork) -> Tx[None]:
+    """One unit of work written on its own (the writers' fallback when a batch as a whole is
+    refused): refused with `StaleWrite` when its run moved on, with `UniqueViolation` when a
+    live idempotency record holds its key."""
+    run = unit.run
+    row = run_row(run)
+    step, since = step_columns(run)
+    version, error_class = search_columns(run)
+    if unit.expected_seq is None:
+        yield change(INSERT_RUN, *row, step, since, version, error_class)
+    else:
+        moved = yield change(
+            UPDATE_RUN,
+            run.status,
+            run.is_open,
+            run.seq,
+            row[8],
+            row[9],
+            step,
+            since,
+            version,
+            error_class,
+            run.run_id,
+            unit.expected_seq,
+        )
+        if moved != 1:
+            raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")
+    if unit.events:
+        yield many(INSERT_EVENT, event_rows(unit))
+    if unit.tasks:
+        yield many(UPSERT_TASK, task_rows(unit))
+    if unit.expected_seq is not None:  # a new run has no timers yet
+        yield change(DELETE_TIMERS, run.run_id)
+    timers = timer_rows(run)
+    if timers:
+        yield many(INSERT_TIMER, timers)
+    if unit.signal_ids:
+        yield many(INSERT_SIGNAL_ID, signal_id_rows(unit))
+    if unit.idempotency is not None:
+        if unit.idempotency_expired_before is None:
+            yield change(INSERT_IDEMPOTENCY, *idempotency_row(unit.idempotency))
+        else:
+            taken = yield change(
+                REPLACE_EXPIRED_IDEMPOTENCY,
+                *idempotency_row(unit.idempotency),
+                unit.idempotency_expired_before,
+            )
+            if taken != 1:
+                raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+
+
+# ---------------------------------------------------------------------------------- apps and credentials
+
+# (handler_base_url, description, updated_at, name)
+PUT_APP: Final = (
+    "UPDATE apps SET handler_base_url = ?, description = ?, updated_at = ? WHERE name = ? RETURNING *"
+)
+INSERT_APP: Final = (
+    _insert("apps", "name, handler_base_url, description, created_at, updated_at")
+    + marks(5)
+    + " ON CONFLICT (name) DO NOTHING"
+)
+GET_APP: Final = "SELECT * FROM apps WHERE name = ?"
+INSERT_API_KEY: Final = _insert("api_keys", "key_id, app, secret_hash, created_at, revoked_at") + marks(5)
+# (revoked_at, app, key_id)
+REVOKE_API_KEY: Final = (
+    "UPDATE api_keys SET revoked_at = ? WHERE app = ? AND key_id = ? AND revoked_at IS NULL"
+)
+GET_API_KEY: Final = "SELECT * FROM api_keys WHERE key_id = ?"
+LIST_API_KEYS: Final = (
+    "SELECT * FROM api_keys WHERE app = ? AND revoked_at IS NULL ORDER BY created_at, key_id"
+)
+# (grace_until, app, grace_until): the app's secrets still valid later end at the grace bound.
+EXPIRE_SECRETS: Final = (
+    "UPDATE signing_secrets SET expires_at = ? WHERE app = ? AND (expires_at IS NULL OR expires_at > ?)"
+)
+INSERT_SECRET: Final = _insert(
+    "signing_secrets", "secret_id, app, secret_enc, created_at, expires_at"
+) + marks(5)
+LIST_SECRETS: Final = "SELECT * FROM signing_secrets WHERE app = ? ORDER BY created_at, secret_id"
+# The database's secret key check value (`keycheck.py`): kept once written.
+PUT_KEY_CHECK: Final = "INSERT INTO secret_key_check (id, value) VALUES (1, ?) ON CONFLICT (id) DO NOTHING"
+GET_KEY_CHECK: Final = "SELECT value FROM secret_key_check WHERE id = 1"
+
+
+def _key_args(key: ApiKeyRecord) -> tuple[Any, ...]:
+    return (key.key_id, key.app, key.secret_hash, key.created_at, key.revoked_at)
+
+
+def _secret_args(secret: SecretRecord) -> tuple[Any, ...]:
+    return (secret.secret_id, secret.app, secret.secret_enc, secret.created_at, secret.expires_at)
+
+
+def put_app_tx(
+    name: str, handler_base_url: str, description: str | None, now: int
+) -> Tx[tuple[AppRecord, bool]]:
+    row = yield one(PUT_APP, handler_base_url, description, now, name)
+    if row is None:
+        raise StaleWrite("app does not exist")
+    return AppRecord(**dict(row)), False
+
+
+def create_app_tx(app: AppRecord, key: ApiKeyRecord, secret: SecretRecord) -> Tx[bool]:
+    created = yield change(
+        INSERT_APP, app.name, app.handler_base_url, app.description, app.created_at, app.updated_at
+    )
+    if created == 0:
+        return False
+    yield change(INSERT_API_KEY, *_key_args(key))
+    yield change(INSERT_SECRET, *_secret_args(secret))
+    return True
+
+
+def add_api_key_tx(key: ApiKeyRecord) -> Tx[None]:
+    yield change(INSERT_API_KEY, *_key_args(key))
+
+
+def rotate_secret_tx(secret: SecretRecord, grace_until: int) -> Tx[None]:
+    yield change(EXPIRE_SECRETS, grace_until, secret.app, grace_until)
+    yield change(INSERT_SECRET, *_secret_args(secret))
+
+
+def key_check_tx(value: str) -> Tx[str]:
+    yield change(PUT_KEY_CHECK, value)
+    # A statement of its own: it sees the row another node's start may have just written.
+    row = yield one(GET_KEY_CHECK)
+    return str(row[0])
+
+
+# ---------------------------------------------------------------------------------- workflows
+
+LATEST_WORKFLOW: Final = "SELECT * FROM workflows WHERE app = ? AND name = ? ORDER BY version DESC LIMIT 1"
+GET_WORKFLOW_VERSION: Final = "SELECT * FROM workflows WHERE app = ? AND name = ? AND version = ?"
+INSERT_WORKFLOW: Final = _insert("workflows", "app, name, version, document, created_at") + marks(5)
+
+
+def add_workflow_tx(
+    dialect: Dialect, app: str, name: str, document: str, now: int
+) -> Tx[tuple[WorkflowRecord, bool]]:
+    if dialect.workflow_lock is not None:
+        yield change(dialect.workflow_lock, f"{app}/{name}")
+    row = yield one(LATEST_WORKFLOW, app, name)
+    if row is not None and row["document"] == document:
+        return WorkflowRecord(**dict(row)), False
+    version = 1 if row is None else row["version"] + 1
+    yield change(INSERT_WORKFLOW, app, name, version, document, now)
+    return WorkflowRecord(app, name, version, document, now), True
+
+
+# ---------------------------------------------------------------------------------- runs
+
+GET_RUN: Final = "SELECT doc FROM runs WHERE run_id = ?"
+LIST_EVENTS: Final = "SELECT * FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+GET_IDEMPOTENCY: Final = "SELECT * FROM idempotency WHERE app = ? AND key = ?"
+SIGNAL_TAKEN: Final = "SELECT 1 FROM signal_ids WHERE run_id = ? AND signal_id = ?"
+
+
+def list_runs_sql(flt: RunFilter, limit: int, after: tuple[int, str] | None) -> tuple[str, list[Any]]:
+    """An app's runs matching `flt`, newest first, after the keyset cursor `after`."""
+    clauses, args = ["app = ?"], [flt.app]
+    for column, value in (
+        ("workflow", flt.workflow),
+        ("status", flt.status),
+        ("business_key", flt.business_key),
+    ):
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            args.append(value)
+    if after is not None:
+        # Row-value form: SQLite walks the index from the cursor (the OR form read every row
+        # before it; see storage/console.py).
+        clauses.append("(created_at, run_id) < (?, ?)")
+        args.extend(after)  # type: ignore[arg-type]
+    args.append(limit)  # type: ignore[arg-type]
+    sql = f"SELECT doc FROM runs WHERE {' AND '.join(clauses)} ORDER BY created_at DESC, run_id DESC LIMIT ?"
+    return sql, args
+
+
+def prune_runs_tx(dialect: Dialect, closed_before: int, limit: int) -> Tx[int]:
+    """Up to `limit` runs closed before `closed_before`, with everything they hold, oldest first."""
+    candidates = yield rows(dialect.prune_candidates, closed_before, limit)
+    ids = prune_pick([(r[0], r[1]) for r in candidates], limit * PRUNE_EVENTS_PER_RUN)
+    if not ids:
+        return 0
+    where, args = dialect.run_ids(ids)
+    for table in ("events", "tasks", "timers", "signal_ids"):
+        yield change(f"DELETE FROM {table} WHERE run_id {where}", *args)
+    deleted: int = yield change(f"DELETE FROM runs WHERE run_id {where}", *args)
+    return deleted
+
+
+# ---------------------------------------------------------------------------------- tasks and timers
+
+GET_TASK: Final = "SELECT * FROM tasks WHERE token = ?"
+OPEN_TASKS: Final = "SELECT * FROM tasks WHERE status = 'open' ORDER BY created_at"
+# (before, limit) and (before, due_at, run_id, slot, limit): due timers in wheel order.
+TIMERS_DUE: Final = "SELECT * FROM timers WHERE due_at < ? ORDER BY due_at, run_id, slot LIMIT ?"
+TIMERS_DUE_AFTER: Final = (
+    "SELECT * FROM timers WHERE due_at < ? AND (due_at, run_id, slot) > (?, ?, ?)"
+    " ORDER BY due_at, run_id, slot LIMIT ?"
+)
+
+# ---------------------------------------------------------------------------------- the operator console
+
+TIMERS_FOR_RUN: Final = "SELECT * FROM timers WHERE run_id = ? ORDER BY slot"
+COUNT_TIMERS: Final = "SELECT COUNT(*) FROM (SELECT 1 FROM timers LIMIT ?) t"
+INSERT_OPERATOR_TOKEN: Final = _insert(
+    "operator_tokens", "token_id, name, role, secret_hash, created_at, revoked_at"
+) + marks(6)
+GET_OPERATOR_TOKEN: Final = "SELECT * FROM operator_tokens WHERE token_id = ?"
+LIST_OPERATOR_TOKENS: Final = (
+    "SELECT * FROM operator_tokens WHERE revoked_at IS NULL ORDER BY created_at, token_id"
+)
+# (revoked_at, token_id)
+REVOKE_OPERATOR_TOKEN: Final = (
+    "UPDATE operator_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL"
+)
+
+
+# ---------------------------------------------------------------------------------- dialects
+
+
+def _listed_ids(ids: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
+    return "IN " + marks(len(ids)), tuple(ids)
+
+
+def _array_of_ids(ids: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
+    return "= ANY(?::text[])", (list(ids),)
+
+
+@attrs.frozen
+class Dialect:
+    """The statements the two databases must be told differently, each for its reason."""
+
+    name: str
+    # Booleans: SQLite stores 0/1 and its partial indexes say `is_open = 1`, so its queries
+    # must too (to use them); PostgreSQL has a boolean column (its indexes say `is_open`).
+    find_open_run: str
+    # The latest version of each of an app's workflows: PostgreSQL's DISTINCT ON, SQLite a
+    # join on the grouped maximum. Arguments (app, after, limit).
+    list_workflows: str
+    # Closed runs to prune: PostgreSQL's writers run concurrently, so FOR UPDATE SKIP LOCKED
+    # leaves a run being reopened (rewind) right now for the next pass; SQLite has one writer.
+    prune_candidates: str
+    # Expired idempotency records: SQLite by rowid; PostgreSQL by key, SKIP LOCKED as above.
+    prune_idempotency: str
+    # `WHERE run_id ...` for a list of run ids: SQLite one mark per id (`IN (?, ?)`),
+    # PostgreSQL one array parameter (`= ANY(...)`, one prepared statement for any count).
+    run_ids: Callable[[Sequence[str]], tuple[str, tuple[Any, ...]]]
+    # Runs per (app, status): PostgreSQL's trigger-kept counters are sharded (summed here), SQLite's are not.
+    run_counts: str
+    # Serialises two registrations of one workflow (so both cannot take version n+1):
+    # PostgreSQL a transaction-scoped advisory lock; SQLite's single writer needs none.
+    workflow_lock: str | None
+    # `OVERDUE_SQL` with this dialect's boolean.
+    overdue: str
+
+    @property
+    def postgres(self) -> bool:
+        return self.name == "postgres"
+
+
+SQLITE: Final = Dialect(
+    name="sqlite",
+    find_open_run="SELECT doc FROM runs WHERE app = ? AND workflow = ? AND business_key = ? AND is_open = 1",
+    list_workflows=(
+        "SELECT w.* FROM workflows w JOIN (SELECT name, MAX(version) AS v FROM workflows"
+        " WHERE app = ?1 AND name > ?2 GROUP BY name) latest"
+        " ON w.name = latest.name AND w.version = latest.v"
+        " WHERE w.app = ?1 ORDER BY w.name LIMIT ?3"
+    ),
+    prune_candidates=(
+        "SELECT run_id, seq FROM runs WHERE is_open = 0 AND closed_at < ? ORDER BY closed_at, run_id LIMIT ?"
+    ),
+    prune_idempotency=(
+        "DELETE FROM idempotency WHERE rowid IN (SELECT rowid FROM idempotency"
+        " WHERE created_at < ? ORDER BY created_at LIMIT ?)"
+    ),
+    run_ids=_listed_ids,
+    run_counts="SELECT app, status, n FROM run_counts WHERE n <> 0",
+    workflow_lock=None,
+    overdue=OVERDUE_SQL.format(true="1", p1="?", p2="?"),
+)
+
+POSTGRES: Final = Dialect(
+    name="postgres",
+    find_open_run="SELECT doc FROM runs WHERE app = ? AND workflow = ? AND business_key = ? AND is_open",
+    list_workflows=(
+        "SELECT DISTINCT ON (name) * FROM workflows WHERE app = ? AND name > ?"
+        " ORDER BY name, version DESC LIMIT ?"
+    ),
+    prune_candidates=(
+        "SELECT run_id, seq FROM runs WHERE NOT is_open AND closed_at < ?"
+        " ORDER BY closed_at, run_id LIMIT ? FOR UPDATE SKIP LOCKED"
+    ),
+    prune_idempotency=(
+        "DELETE FROM idempotency WHERE (app, key) IN (SELECT app, key FROM idempotency"
+        " WHERE created_at < ? ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)"
+    ),
+    run_ids=_array_of_ids,
+    run_counts="SELECT app, status, SUM(n) AS n FROM run_counts GROUP BY app, status",
+    workflow_lock="SELECT pg_advisory_xact_lock(hashtext(?))",
+    overdue=OVERDUE_SQL.format(true="TRUE", p1="?", p2="?"),
+)

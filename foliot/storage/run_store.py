@@ -1,0 +1,257 @@
+"""The run store's `Store` methods, once for both backends (`SqliteStore`, `PostgresStore`).
+
+Each method is its statements (`run_sql`) handed to three primitives every backend provides:
+`_one` and `_all` read (on SQLite a point read runs on the Trio thread and `scan=True` sends a
+scan to the reader thread; PostgreSQL reads on a pool connection, one crossing), `_transact`
+runs a transaction (`sql.Tx`) in the backend's group-committed writer. The backends differ
+only in those, in their writers, and in their `Dialect`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from ..core.workflow.model import Event, Run, TaskRow, run_from_dict
+from . import run_sql
+from .base import (
+    ApiKeyRecord,
+    AppRecord,
+    CommitObserver,
+    IdempotencyRecord,
+    OverdueGroup,
+    RunFilter,
+    SecretRecord,
+    TimerRecord,
+    UnitOfWork,
+    WorkflowRecord,
+)
+from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
+from .run_sql import Dialect
+from .sql import Op, Tx, change
+
+T = TypeVar("T")
+
+
+def _only(op: Op) -> Tx[Any]:
+    """A transaction of one statement: its answer."""
+    answer = yield op
+    return answer
+
+
+def _run(doc: str) -> Run:
+    return run_from_dict(json.loads(doc))
+
+
+class SqlRunStore:
+    """The run store on SQL. A backend sets `dialect` and provides the primitives below."""
+
+    dialect: ClassVar[Dialect]
+    _commit_observer: CommitObserver | None = None
+
+    if TYPE_CHECKING:  # provided by each backend
+
+        async def _one(self, sql: str, args: Sequence[Any] = (), *, scan: bool = False) -> Any:
+            """The first row `sql` answers, or None."""
+            raise NotImplementedError
+
+        async def _all(self, sql: str, args: Sequence[Any] = (), *, scan: bool = False) -> list[Any]:
+            """Every row `sql` answers."""
+            raise NotImplementedError
+
+        async def _transact(self, make: Callable[[], Tx[T]], unit: UnitOfWork | None = None) -> T:
+            """Run the transaction `make()` makes (a fresh one each time the writer runs it) in
+            the group-committed writer; `unit` is the unit of work it writes, if it is one."""
+            raise NotImplementedError
+
+    async def _change(self, sql: str, *args: Any) -> int:
+        """One statement written on its own: how many rows it changed."""
+        changed: int = await self._transact(partial(_only, change(sql, *args)))
+        return changed
+
+    # ------------------------------------------------------------------ commits
+
+    def observe_commits(self, observer: CommitObserver | None) -> None:
+        """Have `observer` told of every commit from now on (None: no one); it replaces the one
+        before, so an engine restarted on the same store does not count commits twice."""
+        self._commit_observer = observer
+
+    async def commit(self, unit: UnitOfWork) -> None:
+        observer = self._commit_observer
+        if observer is None:
+            await self._transact(partial(run_sql.unit_tx, unit), unit)
+            return
+        started = observer.commit_started()
+        committed = False
+        try:
+            await self._transact(partial(run_sql.unit_tx, unit), unit)
+            committed = True
+        finally:
+            observer.commit_ended(unit, started, committed)
+
+    # ------------------------------------------------------------------ apps
+
+    async def put_app(
+        self, name: str, handler_base_url: str, description: str | None, now: int
+    ) -> tuple[AppRecord, bool]:
+        return await self._transact(partial(run_sql.put_app_tx, name, handler_base_url, description, now))
+
+    async def create_app(self, app: AppRecord, key: ApiKeyRecord, secret: SecretRecord) -> bool:
+        return await self._transact(partial(run_sql.create_app_tx, app, key, secret))
+
+    async def get_app(self, name: str) -> AppRecord | None:
+        row = await self._one(run_sql.GET_APP, (name,))
+        return None if row is None else AppRecord(**dict(row))
+
+    async def add_api_key(self, key: ApiKeyRecord) -> None:
+        await self._transact(partial(run_sql.add_api_key_tx, key))
+
+    async def revoke_api_key(self, app: str, key_id: str, now: int) -> bool:
+        return await self._change(run_sql.REVOKE_API_KEY, now, app, key_id) == 1
+
+    async def get_api_key(self, key_id: str) -> ApiKeyRecord | None:
+        row = await self._one(run_sql.GET_API_KEY, (key_id,))
+        return None if row is None else ApiKeyRecord(**dict(row))
+
+    async def list_api_keys(self, app: str) -> list[ApiKeyRecord]:
+        return [ApiKeyRecord(**dict(r)) for r in await self._all(run_sql.LIST_API_KEYS, (app,))]
+
+    async def rotate_signing_secret(self, secret: SecretRecord, grace_until: int) -> None:
+        await self._transact(partial(run_sql.rotate_secret_tx, secret, grace_until))
+
+    async def list_signing_secrets(self, app: str) -> list[SecretRecord]:
+        return [SecretRecord(**dict(r)) for r in await self._all(run_sql.LIST_SECRETS, (app,))]
+
+    async def secret_key_check(self, value: str) -> str:
+        return await self._transact(partial(run_sql.key_check_tx, value))
+
+    # ------------------------------------------------------------------ workflows
+
+    async def add_workflow_version(
+        self, app: str, name: str, document: str, now: int
+    ) -> tuple[WorkflowRecord, bool]:
+        return await self._transact(partial(run_sql.add_workflow_tx, self.dialect, app, name, document, now))
+
+    async def get_workflow(self, app: str, name: str, version: int | None) -> WorkflowRecord | None:
+        if version is None:
+            row = await self._one(run_sql.LATEST_WORKFLOW, (app, name))
+        else:
+            row = await self._one(run_sql.GET_WORKFLOW_VERSION, (app, name, version))
+        return None if row is None else WorkflowRecord(**dict(row))
+
+    async def list_workflows(self, app: str, limit: int, after: str | None = None) -> list[WorkflowRecord]:
+        found = await self._all(self.dialect.list_workflows, (app, after or "", limit), scan=True)
+        return [WorkflowRecord(**dict(r)) for r in found]
+
+    # ------------------------------------------------------------------ runs
+
+    async def get_run(self, run_id: str) -> Run | None:
+        row = await self._one(run_sql.GET_RUN, (run_id,))
+        return None if row is None else _run(row["doc"])
+
+    async def find_open_run(self, app: str, workflow: str, business_key: str) -> Run | None:
+        row = await self._one(self.dialect.find_open_run, (app, workflow, business_key))
+        return None if row is None else _run(row["doc"])
+
+    async def list_runs(self, flt: RunFilter, limit: int, after: tuple[int, str] | None) -> list[Run]:
+        sql, args = run_sql.list_runs_sql(flt, limit, after)
+        return [_run(r["doc"]) for r in await self._all(sql, args, scan=True)]
+
+    async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]:
+        found = await self._all(run_sql.LIST_EVENTS, (run_id, after, limit), scan=True)
+        return [
+            Event(
+                r["seq"], r["at"], r["generation"], r["type"], r["step"], r["attempt"], json.loads(r["data"])
+            )
+            for r in found
+        ]
+
+    async def get_idempotency(self, app: str, key: str) -> IdempotencyRecord | None:
+        row = await self._one(run_sql.GET_IDEMPOTENCY, (app, key))
+        return None if row is None else IdempotencyRecord(**dict(row))
+
+    async def signal_taken(self, run_id: str, signal_id: str) -> bool:
+        return await self._one(run_sql.SIGNAL_TAKEN, (run_id, signal_id)) is not None
+
+    # ------------------------------------------------------------------ retention
+
+    async def prune_closed_runs(self, closed_before: int, limit: int) -> int:
+        return await self._transact(partial(run_sql.prune_runs_tx, self.dialect, closed_before, limit))
+
+    async def prune_idempotency(self, created_before: int, limit: int) -> int:
+        return await self._change(self.dialect.prune_idempotency, created_before, limit)
+
+    # ------------------------------------------------------------------ tasks and timers
+
+    async def get_task(self, token: str) -> TaskRow | None:
+        row = await self._one(run_sql.GET_TASK, (token,))
+        return None if row is None else TaskRow(**dict(row))
+
+    async def open_tasks(self) -> list[TaskRow]:
+        return [TaskRow(**dict(r)) for r in await self._all(run_sql.OPEN_TASKS, scan=True)]
+
+    async def timers_due_before(
+        self, before: int, limit: int, after: tuple[int, str, str] | None = None
+    ) -> list[TimerRecord]:
+        if after is None:
+            found = await self._all(run_sql.TIMERS_DUE, (before, limit), scan=True)
+        else:
+            found = await self._all(run_sql.TIMERS_DUE_AFTER, (before, *after, limit), scan=True)
+        return [TimerRecord(**dict(r)) for r in found]
+
+    # ------------------------------------------------------------------ the operator console
+
+    async def timers_for_run(self, run_id: str) -> list[TimerRecord]:
+        return [TimerRecord(**dict(r)) for r in await self._all(run_sql.TIMERS_FOR_RUN, (run_id,))]
+
+    async def count_timers(self, cap: int) -> int:
+        row = await self._one(run_sql.COUNT_TIMERS, (cap,), scan=True)
+        return int(row[0])
+
+    async def run_counts(self) -> dict[tuple[str, str], int]:
+        found = await self._all(self.dialect.run_counts, scan=True)
+        return {(r["app"], r["status"]): int(r["n"]) for r in found if r["n"]}
+
+    async def count_open_runs(self) -> dict[str, int]:
+        return open_by_status(await self.run_counts())
+
+    async def query_runs(self, q: RunQuery, limit: int, after: tuple[int, str] | None) -> list[Run]:
+        sql, params = run_query_sql(q, limit, after, postgres=self.dialect.postgres)
+        return [_run(r["doc"]) for r in await self._all(sql, params, scan=True)]
+
+    async def count_runs(self, q: RunQuery, cap: int) -> int:
+        sql, params = run_count_sql(q, cap, postgres=self.dialect.postgres)
+        row = await self._one(sql, params, scan=True)
+        return int(row[0])
+
+    async def add_operator_token(self, token: OperatorTokenRecord) -> None:
+        await self._change(
+            run_sql.INSERT_OPERATOR_TOKEN,
+            token.token_id,
+            token.name,
+            token.role,
+            token.secret_hash,
+            token.created_at,
+            token.revoked_at,
+        )
+
+    async def get_operator_token(self, token_id: str) -> OperatorTokenRecord | None:
+        row = await self._one(run_sql.GET_OPERATOR_TOKEN, (token_id,))
+        return None if row is None else OperatorTokenRecord(**dict(row))
+
+    async def list_operator_tokens(self) -> list[OperatorTokenRecord]:
+        return [
+            OperatorTokenRecord(**dict(r)) for r in await self._all(run_sql.LIST_OPERATOR_TOKENS, scan=True)
+        ]
+
+    async def revoke_operator_token(self, token_id: str, now: int) -> bool:
+        return await self._change(run_sql.REVOKE_OPERATOR_TOKEN, now, token_id) == 1
+
+    async def overdue_runs(self, since_before: int, limit: int) -> list[OverdueGroup]:
+        found = await self._all(self.dialect.overdue, (since_before, limit), scan=True)
+        return [
+            OverdueGroup(r["app"], r["workflow"], r["current_step"], r["status"], r["n"], r["oldest"])
+            for r in found
+        ]
