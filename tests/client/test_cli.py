@@ -353,7 +353,7 @@ async def test_shared_options_go_before_or_after_the_command(api: Api, run_cli: 
 async def test_foliot_help_lists_the_operator_commands(run_cli: Cli) -> None:
     shown = await through_a_pipe(run_cli, "--help")
     assert "serve" in shown and "migrate" in shown
-    for command in ("runs", "workflows", "apps", "actors", "timers", "queues", "why"):
+    for command in ("runs", "workflows", "apps", "tokens", "actors", "timers", "queues", "why"):
         assert f"\n  {command} " in shown, command
     assert "bulk, cancel" in shown
 
@@ -392,3 +392,28 @@ async def test_bulk_asks_first_and_dry_run_changes_nothing(api: Api, run_cli: Cl
 
 
 WAITER = {"name": "waiter", "steps": [{"name": "w", "type": "wait", "signal": "go"}]}
+
+
+async def test_operator_tokens(api: Api, run_cli: Cli) -> None:
+    admin = {"FOLIOT_TOKEN": ADMIN}
+    made = fields(
+        await through_a_pipe(run_cli, "tokens", "create", "--role", "viewer", "--name", "ana", env=admin)
+    )
+    assert (made["role"], made["name"]) == ("viewer", "ana") and made["token"].startswith("fo_")
+    viewer = {"Authorization": f"Bearer {made['token']}"}
+    assert (await api.call("GET", f"/apps/{api.app}/runs", headers=viewer)).status_code == 200
+    listed = await run_cli.json("tokens", "list", env=admin)
+    assert [(t["tokenId"], t["name"], t["role"]) for t in listed["tokens"]] == [
+        (made["tokenId"], "ana", "viewer")
+    ]
+    assert "token" not in listed["tokens"][0]
+    assert made["tokenId"] in (await through_a_pipe(run_cli, "tokens", "list", env=admin))
+    await run_cli("tokens", "create", "--role", "root", env=admin, code=2)
+    await run_cli("tokens", "list", code=1)  # an app key is no admin
+    await run_cli("tokens", "list", env={"FOLIOT_TOKEN": made["token"]}, code=1)  # nor a viewer
+
+    revoked = await run_cli.json("tokens", "revoke", made["tokenId"], env=admin)
+    assert revoked == {"tokenId": made["tokenId"], "revoked": True}
+    assert (await api.call("GET", f"/apps/{api.app}/runs", headers=viewer)).status_code == 401
+    await run_cli("tokens", "revoke", made["tokenId"], env=admin, code=3)
+    assert (await run_cli.json("tokens", "list", env=admin))["tokens"] == []

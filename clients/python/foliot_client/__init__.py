@@ -3,7 +3,16 @@
 (`pip install 'foliot-client[cli]'`)."""
 
 from . import errors
-from ._base import Actor, BulkPage, BulkSelection, Call, Diagnosis, RetryPolicy, should_retry
+from ._base import (
+    Actor,
+    BulkPage,
+    BulkSelection,
+    Call,
+    Diagnosis,
+    OperatorToken,
+    RetryPolicy,
+    should_retry,
+)
 from .client import AsyncClient, Client
 from .handlers import HttpAnswer, IdempotencyStore, MemoryIdempotencyStore, TaskRouter
 from .models import (
@@ -49,6 +58,7 @@ __all__ = [
     "NewApiKey",
     "NewSigningSecret",
     "Next",
+    "OperatorToken",
     "Page",
     "RetryPolicy",
     "Run",

@@ -23,6 +23,7 @@ from ._base import (
     BulkSelection,
     Call,
     Diagnosis,
+    OperatorToken,
     RetryPolicy,
     complete_body,
     fail_body,
@@ -349,6 +350,16 @@ class Client(BaseClient):
     def queues(self) -> list[dict[str, Any]]:
         return self.send(self.b_queues())
 
+    def create_operator_token(self, role: str, *, name: str | None = None) -> OperatorToken:
+        """A `viewer`, `operator` or `admin` token; its `.token` is shown this once."""
+        return self.send(self.b_create_operator_token(role, name))
+
+    def list_operator_tokens(self) -> list[OperatorToken]:
+        return self.send(self.b_list_operator_tokens())
+
+    def revoke_operator_token(self, token_id: str) -> None:
+        self.send(self.b_revoke_operator_token(token_id))
+
 
 class AsyncClient(BaseClient):
     """The same operations as `Client`, awaitable; runs on asyncio or Trio."""
@@ -633,3 +644,12 @@ class AsyncClient(BaseClient):
 
     async def queues(self) -> list[dict[str, Any]]:
         return await self.send(self.b_queues())
+
+    async def create_operator_token(self, role: str, *, name: str | None = None) -> OperatorToken:
+        return await self.send(self.b_create_operator_token(role, name))
+
+    async def list_operator_tokens(self) -> list[OperatorToken]:
+        return await self.send(self.b_list_operator_tokens())
+
+    async def revoke_operator_token(self, token_id: str) -> None:
+        await self.send(self.b_revoke_operator_token(token_id))

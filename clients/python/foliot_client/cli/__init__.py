@@ -1,4 +1,4 @@
-"""The operator CLI: `foliot runs|workflows|apps|actors|timers|queues|why …`.
+"""The operator CLI: `foliot runs|workflows|apps|tokens|actors|timers|queues|why …`.
 
 Installed as `foliot-cli` by `pip install 'foliot-client[cli]'`; the engine's `foliot` command
 hands every command other than `serve` and `migrate` to it. Talks HTTP only.
@@ -20,7 +20,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 import yaml
 
-from .._base import BULK_ACTIONS, UNSET, BulkSelection, Call, _raw
+from .._base import BULK_ACTIONS, OPERATOR_ROLES, UNSET, BulkSelection, Call, _raw
 from ..client import Client
 from ..errors import FoliotError
 from .config import ConfigError, config_path, load_profiles, resolve
@@ -664,6 +664,43 @@ def apps_keys_revoke(s: Session, key_id: str) -> None:
 def apps_rotate_secret(s: Session, app: str | None, grace_seconds: int | None) -> None:
     """Rotate the signing secret (the new one is shown once)."""
     s.out.record(s.raw(s.client.b_rotate_signing_secret(grace_seconds, s.need_app(app))))
+
+
+# --- operator tokens (admin) -----------------------------------------------------------------
+
+
+TOKEN_COLUMNS = ("tokenId", "name", "role", "createdAt")
+
+
+@cli.group()
+def tokens() -> None:
+    """Operator tokens for people: viewer, operator, admin (admin)."""
+
+
+@tokens.command("create")
+@click.option("--role", required=True, type=click.Choice(OPERATOR_ROLES), help="what the token may do")
+@click.option("--name", help="who or what it is for")
+@pass_session
+def tokens_create(s: Session, role: str, name: str | None) -> None:
+    """Mint an operator token (the token is shown once)."""
+    s.out.record(s.raw(s.client.b_create_operator_token(role, name)), (*TOKEN_COLUMNS, "token"))
+
+
+@tokens.command("list")
+@pass_session
+def tokens_list(s: Session) -> None:
+    """Live operator tokens (never their values)."""
+    document = s.raw(s.client.b_list_operator_tokens())
+    s.out.table(document["tokens"], TOKEN_COLUMNS, document)
+
+
+@tokens.command("revoke")
+@click.argument("token_id")
+@pass_session
+def tokens_revoke(s: Session, token_id: str) -> None:
+    """Revoke an operator token by its id (its console sessions end too)."""
+    document = s.raw(s.client.b_revoke_operator_token(token_id))
+    s.out.text(f"revoked operator token {token_id}", document)
 
 
 # --- operators (admin) ------------------------------------------------------------------------
