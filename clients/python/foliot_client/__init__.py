@@ -10,6 +10,7 @@ from ._base import (
     Call,
     Diagnosis,
     OperatorToken,
+    Polling,
     RetryPolicy,
     should_retry,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "Next",
     "OperatorToken",
     "Page",
+    "Polling",
     "RetryPolicy",
     "Run",
     "RunError",

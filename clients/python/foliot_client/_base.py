@@ -74,6 +74,32 @@ class RetryPolicy:
         return wait
 
 
+@dataclass(frozen=True)
+class Polling:
+    """How `wait_for_run` and `follow_events` poll: `interval` first, doubling up to
+    `max_interval` while nothing changes, back to `interval` when something did."""
+
+    interval: float = 0.1
+    max_interval: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.interval <= self.max_interval:
+            raise ValueError("need 0 < interval <= max_interval")
+
+    def after(self, delay: float) -> float:
+        return min(delay * 2, self.max_interval)
+
+
+def wait_time(delay: float, deadline: float | None, now: float) -> float | None:
+    """How long to sleep before the next read: `delay`, cut to the deadline; None once the
+    deadline has passed (then stop)."""
+    if deadline is None:
+        return delay
+    left = deadline - now
+    return None if left <= 0 else min(delay, left)
+
+
+DEFAULT_POLLING = Polling()
 NO_RETRY = RetryPolicy(max_attempts=1)
 DEFAULT_RETRY = RetryPolicy()
 
