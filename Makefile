@@ -1,37 +1,44 @@
 # Two commands on a fresh machine: `make serve` and `make test`.
+# `serve` and `migrate` install the runtime only (the engine and the client with its CLI);
+# `test`, `lint` and `bench` add the development extras (pytest, mypy, boto3, selenium, ...).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUNTIME := $(VENV)/.runtime
+DEV := $(VENV)/.dev
 
 .PHONY: serve test test-fast lint bench migrate clean
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(RUNTIME): pyproject.toml clients/python/pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e './clients/python[cli]' -e '.[dev]'
-	touch $(STAMP)
+	$(BIN)/pip install --quiet -e './clients/python[cli]' -e .
+	touch $(RUNTIME)
 
-serve: $(STAMP)
+$(DEV): $(RUNTIME)
+	$(BIN)/pip install --quiet -e './clients/python[cli]' -e '.[dev]'
+	touch $(DEV)
+
+serve: $(RUNTIME)
 	$(BIN)/foliot serve
 
-migrate: $(STAMP)
+migrate: $(RUNTIME)
 	$(BIN)/foliot migrate
 
-test: $(STAMP)
+test: $(DEV)
 	$(BIN)/pytest -q -n 4
 
-test-fast: $(STAMP)
+test-fast: $(DEV)
 	$(BIN)/pytest -q -n 4 -m "not e2e"
 
-lint: $(STAMP)
+lint: $(DEV)
 	$(BIN)/ruff check foliot tests bench examples clients/python
 	$(BIN)/ruff format --check foliot clients/python
 	$(BIN)/mypy foliot clients/python/foliot_client
 
 # Quick versions of every benchmark (bench/README.md); figures only, nothing asserted.
 # wrk is installed when missing (root); without it the scripts use their Python client.
-bench: $(STAMP)
+bench: $(DEV)
 	command -v wrk >/dev/null || apt-get install -y wrk >/dev/null 2>&1 || echo "no wrk: Python client"
 	-$(BIN)/python bench/start_rate.py --quick
 	-$(BIN)/python bench/signal_latency.py --quick

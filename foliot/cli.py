@@ -26,8 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="foliot",
         description="A durable workflow engine.",
-        epilog="Operator commands (runs, workflows, apps, actors, timers, queues, why) come with "
-        "foliot-client[cli]: `foliot runs --help`.",
+        epilog=_operator_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="serve the HTTP API (FOLIOT_HOST, FOLIOT_PORT, FOLIOT_DATABASE_URL)")
@@ -58,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         print(startup.line(message), file=sys.stderr, flush=True)
         return status
     return 0
+
+
+def _operator_help() -> str:
+    try:
+        from foliot_client.cli import command_summary
+    except ImportError:
+        return "Operator commands (runs, workflows, apps, ...) come with foliot-client[cli]."
+    return command_summary()
 
 
 def _operator(argv: list[str]) -> int:

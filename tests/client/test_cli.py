@@ -5,6 +5,8 @@ tables and `--json` parsed back, profiles, exit codes and one-line errors; and t
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -232,11 +234,13 @@ async def test_why_pause_unpause_and_bulk(api: Api, run_cli: Cli) -> None:
     for run_id in others:
         await api.until(run_id, "running")
     done = await run_cli.json(
-        "runs", "bulk", "cancel", "--workflow", "q", "--page-size", "2", "--reason", "x"
+        "runs", "bulk", "cancel", "--workflow", "q", "--page-size", "2", "--reason", "x", "--yes"
     )
     assert (done["acted"], done["matched"], done["skipped"]) == (4, 4, 0) and done["pages"] >= 2
-    again = (await run_cli("runs", "bulk", "cancel", "--workflow", "q")).stdout
+    again = (await run_cli("runs", "bulk", "cancel", "--workflow", "q", "--yes")).stdout
     assert "cancelled 0 of 4 matching runs (4 skipped)" in again
+    asked = (await run_cli("runs", "bulk", "cancel", "--workflow", "q")).stdout
+    assert "nothing to do: would cancel 0 of 4 matching runs (4 skipped)" in asked
     await run_cli("runs", "bulk", "explode", "--workflow", "q", code=2)
 
 
@@ -248,3 +252,168 @@ async def test_signal_with_start_from_the_cli(api: Api, run_cli: Cli) -> None:
     assert (await api.until(started["runId"], "completed"))["input"] == {"u": 7}
     await run_cli("runs", "signal", "add", "--run", started["runId"], "--start-if-missing", code=2)
     await run_cli("runs", "signal", "add", "--run", started["runId"], "--input", "1", code=2)
+
+
+ROOT = Path(__file__).parents[2]
+
+
+async def through_a_pipe(run_cli: Cli, *args: str, env: dict[str, str] | None = None, code: int = 0) -> str:
+    """The engine's `foliot` as a real process whose stdout is a pipe, 80 columns wide."""
+    path = os.pathsep.join(
+        filter(None, [str(ROOT), str(ROOT / "clients" / "python"), os.environ.get("PYTHONPATH")])
+    )
+    full = {**os.environ, **run_cli.env, "COLUMNS": "80", "PYTHONPATH": path, **(env or {})}
+    done = await trio.run_process(
+        [sys.executable, "-m", "foliot.cli", *args], env=full, capture_stdout=True, capture_stderr=True,
+        check=False,
+    )  # fmt: skip
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == code, (args, done.returncode, out, err)
+    assert "…" not in out and "Traceback" not in err, (out, err)
+    return out
+
+
+def fields(text: str) -> dict[str, str]:
+    """`field  value` lines (a record, or one block of a vertical table) as a mapping."""
+    pairs = (line.split(None, 1) for line in text.splitlines() if line.strip())
+    return {p[0]: p[1] if len(p) > 1 else "" for p in pairs}
+
+
+async def test_server_strings_are_shown_literally_and_never_cut_at_80_columns(api: Api, run_cli: Cli) -> None:
+    message = "[/items] missing [bold]x :ship: :thumbs_up:"
+    api.handler.route(
+        "ship", lambda body, h: answer_json({"error": {"class": "no[/x]", "message": message,
+                                                       "retryable": False}}, 500)
+    )  # fmt: skip
+    await api.register({"name": "hostile", "steps": [{"name": "ship", "type": "task"}]})
+    run = await api.start("hostile", {"note": "[red]:ship:[/red]"}, businessKey="k[/x]")
+    run_id = run["runId"]
+    await api.until(run_id, "failed")
+
+    listed = await through_a_pipe(run_cli, "runs", "list")
+    assert fields(listed)["runId"] == run_id and fields(listed)["businessKey"] == "k[/x]"
+    shown = await through_a_pipe(run_cli, "runs", "show", run_id)
+    assert message in shown and '"note":"[red]:ship:[/red]"' in shown and "no[/x]" in shown
+    events = await through_a_pipe(run_cli, "runs", "events", run_id)
+    assert f'"idempotencyKey":"{run_id}:1:ship:1"' in events and "🚢" not in events + shown
+    why = await through_a_pipe(run_cli, "why", run_id)
+    assert why.startswith("needs attention") and "🚢" not in why
+    started = await through_a_pipe(run_cli, "runs", "start", "hostile", "--business-key", ":ship:[/x]")
+    assert fields(started)["businessKey"] == ":ship:[/x]"
+
+    created = fields(
+        await through_a_pipe(
+            run_cli, "apps", "create", "long-one", "--handler-base-url", "http://127.0.0.1:1/" + "p" * 90,
+            env={"FOLIOT_TOKEN": ADMIN},
+        )
+    )  # fmt: skip
+    assert created["handlerBaseUrl"] == "http://127.0.0.1:1/" + "p" * 90
+    key = created["apiKey"]
+    answer = await api.call("GET", "/apps/long-one/workflows", headers={"Authorization": f"Bearer {key}"})
+    assert answer.status_code == 200, (created, answer.text)  # the key printed whole works
+    minted = fields(
+        await through_a_pipe(run_cli, "apps", "keys", "create", "long-one", env={"FOLIOT_TOKEN": ADMIN})
+    )
+    answer = await api.call(
+        "GET", "/apps/long-one/workflows", headers={"Authorization": f"Bearer {minted['apiKey']}"}
+    )
+    assert answer.status_code == 200
+    rotated = fields(
+        await through_a_pipe(run_cli, "apps", "rotate-secret", "long-one", env={"FOLIOT_TOKEN": ADMIN})
+    )
+    assert len(rotated["signingSecret"]) >= 32
+
+
+async def test_a_table_that_fits_stays_a_table_with_whole_values(api: Api, run_cli: Cli) -> None:
+    await api.register({"name": "q", "steps": [{"name": "pick", "type": "task", "queue": "warehouse"}]})
+    await api.start("q")
+    with trio.fail_after(10):
+        while not (await run_cli.json("queues", env={"FOLIOT_TOKEN": ADMIN}))["queues"]:
+            await trio.sleep(0.01)
+    table = (await through_a_pipe(run_cli, "queues", env={"FOLIOT_TOKEN": ADMIN})).splitlines()
+    assert table[0].split() == ["app", "queue", "depth", "waitingPollers"]
+    assert table[1].split() == [api.app, "warehouse", "1", "0"]
+
+
+async def test_shared_options_go_before_or_after_the_command(api: Api, run_cli: Cli) -> None:
+    await api.register(_flow())
+    nothing = {"FOLIOT_URL": "http://127.0.0.1:9", "FOLIOT_TOKEN": "", "FOLIOT_APP": ""}
+    where = ("--url", api.running.url, "--token", api.key, "--app", api.app)
+    after = await run_cli("workflows", "list", *where, "--json", env=nothing)
+    before = await run_cli("--json", *where, "workflows", "list", env=nothing)
+    assert json.loads(after.stdout) == json.loads(before.stdout)
+    assert json.loads(after.stdout)["workflows"][0]["name"] == "flow"
+    # After the command wins over before it.
+    await run_cli("--app", "nope", "runs", "list", "--app", api.app, "--json")
+    await run_cli("--app", api.app, "runs", "list", "--app", "nope", code=1)  # a key for another app
+    listed = await through_a_pipe(run_cli, "runs", "list", "--json")  # as the README shows it
+    assert json.loads(listed) == {"runs": [], "nextCursor": None}
+
+
+async def test_foliot_help_lists_the_operator_commands(run_cli: Cli) -> None:
+    shown = await through_a_pipe(run_cli, "--help")
+    assert "serve" in shown and "migrate" in shown
+    for command in ("runs", "workflows", "apps", "tokens", "actors", "timers", "queues", "why"):
+        assert f"\n  {command} " in shown, command
+    assert "bulk, cancel" in shown
+
+
+async def test_bulk_asks_first_and_dry_run_changes_nothing(api: Api, run_cli: Cli) -> None:
+    await api.register(WAITER)
+    runs = [(await api.start("waiter", businessKey=f"b-{i}"))["runId"] for i in range(3)]
+    for run_id in runs:
+        await api.until(run_id, "waiting")
+    await run_cli("runs", "pause", runs[0])
+
+    dry = await run_cli.json("runs", "bulk", "pause", "--workflow", "waiter", "--dry-run")
+    assert (dry["matched"], dry["wouldAct"], dry["skipped"]) == (3, 2, 1)
+    assert {r["runId"]: r["would"] for r in dry["runs"]} == {
+        runs[0]: "skip",
+        runs[1]: "pause",
+        runs[2]: "pause",
+    }
+    text = await through_a_pipe(run_cli, "runs", "bulk", "pause", "--workflow", "waiter", "--dry-run")
+    assert all(run_id in text for run_id in runs)
+    assert "dry run: would pause 2 of 3 matching runs (1 skipped); nothing changed" in text
+    assert [(await api.run(r))["status"] for r in runs] == ["paused", "waiting", "waiting"]
+
+    runner = CliRunner()
+    args = ["runs", "bulk", "pause", "--workflow", "waiter"]
+    said_no = await trio.to_thread.run_sync(lambda: runner.invoke(cli, args, env=run_cli.env, input="n\n"))
+    assert said_no.exit_code == 1 and "pause 2 of 3 matching runs" in said_no.stderr
+    assert "not confirmed: nothing changed" in said_no.stderr
+    no_input = await trio.to_thread.run_sync(lambda: runner.invoke(cli, args, env=run_cli.env))
+    assert no_input.exit_code == 1
+    assert [(await api.run(r))["status"] for r in runs] == ["paused", "waiting", "waiting"]
+    said_yes = await trio.to_thread.run_sync(lambda: runner.invoke(cli, args, env=run_cli.env, input="y\n"))
+    assert said_yes.exit_code == 0, said_yes.output
+    assert "paused 2 of 3 matching runs (1 skipped)" in said_yes.stdout
+    assert [(await api.run(r))["status"] for r in runs] == ["paused"] * 3
+
+
+WAITER = {"name": "waiter", "steps": [{"name": "w", "type": "wait", "signal": "go"}]}
+
+
+async def test_operator_tokens(api: Api, run_cli: Cli) -> None:
+    admin = {"FOLIOT_TOKEN": ADMIN}
+    made = fields(
+        await through_a_pipe(run_cli, "tokens", "create", "--role", "viewer", "--name", "ana", env=admin)
+    )
+    assert (made["role"], made["name"]) == ("viewer", "ana") and made["token"].startswith("fo_")
+    viewer = {"Authorization": f"Bearer {made['token']}"}
+    assert (await api.call("GET", f"/apps/{api.app}/runs", headers=viewer)).status_code == 200
+    listed = await run_cli.json("tokens", "list", env=admin)
+    assert [(t["tokenId"], t["name"], t["role"]) for t in listed["tokens"]] == [
+        (made["tokenId"], "ana", "viewer")
+    ]
+    assert "token" not in listed["tokens"][0]
+    assert made["tokenId"] in (await through_a_pipe(run_cli, "tokens", "list", env=admin))
+    await run_cli("tokens", "create", "--role", "root", env=admin, code=2)
+    await run_cli("tokens", "list", code=1)  # an app key is no admin
+    await run_cli("tokens", "list", env={"FOLIOT_TOKEN": made["token"]}, code=1)  # nor a viewer
+
+    revoked = await run_cli.json("tokens", "revoke", made["tokenId"], env=admin)
+    assert revoked == {"tokenId": made["tokenId"], "revoked": True}
+    assert (await api.call("GET", f"/apps/{api.app}/runs", headers=viewer)).status_code == 401
+    await run_cli("tokens", "revoke", made["tokenId"], env=admin, code=3)
+    assert (await run_cli.json("tokens", "list", env=admin))["tokens"] == []

@@ -170,6 +170,31 @@ async def test_admin_apps_keys_secrets_and_operator_reads(api: Api) -> None:
         assert await admin.queues() == []
 
 
+async def test_operator_tokens_sync_and_async(api: Api) -> None:
+    async with client(api, token=ADMIN) as admin:
+        made = await admin.create_operator_token("operator", name="oncall")
+        assert (made.role, made.name) == ("operator", "oncall") and made.token and made.created_at
+        listed = await admin.list_operator_tokens()
+        assert [(t.token_id, t.token) for t in listed] == [(made.token_id, None)]
+        async with client(api, token=made.token) as person:
+            assert (await person.list_runs()).items == []
+            with pytest.raises(errors.Forbidden):
+                await person.list_operator_tokens()
+        with pytest.raises(errors.InvalidRequest) as bad:
+            await admin.create_operator_token("root")
+        assert bad.value.field == "role"
+
+    with Client(api.running.url, ADMIN, retry=FAST) as blocking:
+        viewer = await in_thread(lambda: blocking.create_operator_token("viewer"))
+        assert viewer.name is None and viewer.token is not None
+        ids = {t.token_id for t in await in_thread(blocking.list_operator_tokens)}
+        assert ids == {made.token_id, viewer.token_id}
+        await in_thread(lambda: blocking.revoke_operator_token(made.token_id))
+        with pytest.raises(errors.NotFound):
+            await in_thread(lambda: blocking.revoke_operator_token(made.token_id))
+        assert [t.token_id for t in await in_thread(blocking.list_operator_tokens)] == [viewer.token_id]
+
+
 async def test_queues_show_waiting_tasks_and_parked_pollers(api: Api) -> None:
     async with client(api, token=ADMIN) as admin, client(api) as c:
         await c.register_workflow(FLOW)

@@ -32,6 +32,14 @@ ORDER = {
         {"name": "ship", "type": "task"},
     ],
 }
+# Picking alone, with its compensation on the same queue (the worker routes both by step).
+PICKING = {
+    "name": "picking",
+    "steps": [
+        {"name": "pick", "type": "task", "queue": "warehouse", "onFailure": "restock"},
+        {"name": "restock", "type": "task", "queue": "warehouse", "next": "$fail"},
+    ],
+}
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -70,18 +78,30 @@ async def test_the_examples_run_the_order_workflow(
     try:
         async with AsyncClient(api.running.url, created.api_key, app="shop") as c:
             await c.register_workflow(ORDER)
+            await c.register_workflow(PICKING)
             good = await c.start_run("order-fulfilment", {"orderId": 7, "items": ["a", "b"]})
             empty = await c.start_run("order-fulfilment", {"orderId": 8, "items": []})
+            no_input = await c.start_run("picking")
             done = await api.until(good.run_id, "completed", "failed")
             failed = await api.until(empty.run_id, "completed", "failed")
+            undone = await api.until(no_input.run_id, "completed", "failed")
+            history = [(e.type, e.step) async for e in c.iter_events(no_input.run_id)]
         assert done["status"] == "completed", (tmp_path / "worker.log").read_text()
         assert done["state"]["reserve"] == {"reservationId": "R-7"}
         assert done["state"]["pick"] == {"picked": 2, "attempt": 1}
         assert done["state"]["ship"] == {"shipped": "R-7"}
         assert failed["status"] == "failed" and failed["error"]["class"] == "nothing_to_pick"
+        # A run started without input: `pick` refuses it (no crash), `restock` compensates.
+        assert ("task_failed", "pick") in history and undone["state"]["restock"] == {"restocked": 0}
+        assert undone["error"]["class"] == "failed_by_definition"
         worker.send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await worker.wait() == 0, (tmp_path / "worker.log").read_text()
+        logged = (tmp_path / "worker.log").read_text()
+        assert "polling queue 'warehouse' of app 'shop', 8 at a time, handlers for pick, restock" in logged
+        assert f"claimed {no_input.run_id}:1:restock:1: step 'restock' of picking v1" in logged
+        assert "SIGTERM: stopping gracefully" in logged
+        assert "stopped after 4 task(s): 2 completed, 2 failed, 0 released, 0 dropped" in logged
     finally:
         if worker.returncode is None:
             worker.kill()

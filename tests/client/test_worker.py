@@ -4,6 +4,8 @@ server that refuses connections for a while."""
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from typing import Any
 
@@ -256,3 +258,79 @@ async def test_a_briefly_unreachable_server_loses_no_task(api: Api, suffix: str)
                 assert (await api.until(run_id, "completed"))["state"]["work"] == i
             worker.stop()
     assert transport.left == 0 and worker.stats.outage_retries >= 1 and worker.stats.completed == 3
+
+
+SAGA = {
+    "name": "saga",
+    "steps": [
+        {"name": "reserve", "type": "task", "queue": "q"},
+        {"name": "charge", "type": "task", "queue": "q", "retry": {"maxAttempts": 1}, "onFailure": "release"},
+        {"name": "ship", "type": "task", "queue": "q", "next": "$end"},
+        {"name": "release", "type": "task", "queue": "q", "next": "$fail"},
+    ],
+}
+
+
+async def test_tasks_are_routed_by_step_and_compensation_runs_its_own_function(
+    api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    ran: list[tuple[str, str]] = []
+
+    def reserve(task: Task) -> Any:
+        ran.append(("reserve", task.step))
+        return {"held": task.input["sku"]}
+
+    async def charge(task: Task) -> Any:
+        ran.append(("charge", task.step))
+        if task.input["card"] == "bad":
+            raise TaskFailure("card_declined", retryable=False)
+        return {"charged": True}
+
+    def release(task: Task, ctx: TaskContext) -> Any:  # a sync compensation taking the context
+        ran.append(("release", task.step))
+        return {"released": task.state["reserve"]["held"]}
+
+    handlers: dict[Any, Any] = {
+        "reserve": reserve,
+        ("saga", "charge"): charge,
+        ("*", "release"): release,
+        ("other", "ship"): reserve,  # another workflow's step: never this one's
+    }
+    caplog.set_level(logging.INFO, logger="foliot_client.worker")
+    async with client(api) as c:
+        await c.register_workflow(SAGA)
+        bad = (await c.start_run("saga", {"sku": 7, "card": "bad"})).run_id
+        good = (await c.start_run("saga", {"sku": 8, "card": "ok"})).run_id
+        worker = Worker(c, "q", handlers, concurrency=2, wait_seconds=1)
+        async with trio.open_nursery() as n:
+            await n.start(worker.run)
+            failed = await api.until(bad, "failed")
+            shipless = await api.until(good, "failed")
+            worker.stop()
+    assert (
+        failed["state"]["release"] == {"released": 7} and failed["error"]["class"] == "failed_by_definition"
+    )
+    assert all(name == step for name, step in ran) and ("release", "release") in ran
+    # No handler for `ship` of `saga`: failed at once, not retried, as a push handler's 404 is.
+    assert shipless["state"]["charge"] == {"charged": True}
+    assert (shipless["error"]["step"], shipless["error"]["class"]) == ("ship", "unknown_step")
+    messages = [r.getMessage() for r in caplog.records if r.name == "foliot_client.worker"]
+    assert messages[0].startswith(f"worker {worker.worker_id}: polling queue 'q' of app '{api.app}'")
+    assert "reserve, saga/charge, */release, other/ship" in messages[0]
+    assert any(m.startswith(f"claimed {bad}:1:charge:1: step 'charge' of saga v1") for m in messages)
+    assert any("no handler for saga/ship on queue q" in m for m in messages)
+    # The last answer may still be on its way back when stop() is called: it is finished, not cut.
+    assert re.fullmatch(
+        rf"worker {worker.worker_id}: stopping; [01] task\(s\) under way get 30s to finish", messages[-2]
+    )
+    assert messages[-1].endswith("stopped after 6 task(s): 4 completed, 2 failed, 0 released, 0 dropped")
+
+
+def test_handlers_must_be_functions_keyed_by_step() -> None:
+    c = AsyncClient("http://foliot", "key", app="a")
+    with pytest.raises(TypeError):
+        Worker(c, "q", {("a", "b", "c"): lambda t: 1})
+    with pytest.raises(TypeError):
+        Worker(c, "q", {"step": "not a function"})
+    with pytest.raises(TypeError):
+        Worker(c, "q", 42)  # type: ignore[arg-type]

@@ -3,7 +3,17 @@
 (`pip install 'foliot-client[cli]'`)."""
 
 from . import errors
-from ._base import Actor, BulkPage, BulkSelection, Call, Diagnosis, RetryPolicy, should_retry
+from ._base import (
+    Actor,
+    BulkPage,
+    BulkSelection,
+    Call,
+    Diagnosis,
+    OperatorToken,
+    Polling,
+    RetryPolicy,
+    should_retry,
+)
 from .client import AsyncClient, Client
 from .handlers import HttpAnswer, IdempotencyStore, MemoryIdempotencyStore, TaskRouter
 from .models import (
@@ -49,7 +59,9 @@ __all__ = [
     "NewApiKey",
     "NewSigningSecret",
     "Next",
+    "OperatorToken",
     "Page",
+    "Polling",
     "RetryPolicy",
     "Run",
     "RunError",

@@ -9,6 +9,7 @@ import random
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
@@ -73,6 +74,32 @@ class RetryPolicy:
         return wait
 
 
+@dataclass(frozen=True)
+class Polling:
+    """How `wait_for_run` and `follow_events` poll: `interval` first, doubling up to
+    `max_interval` while nothing changes, back to `interval` when something did."""
+
+    interval: float = 0.1
+    max_interval: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.interval <= self.max_interval:
+            raise ValueError("need 0 < interval <= max_interval")
+
+    def after(self, delay: float) -> float:
+        return min(delay * 2, self.max_interval)
+
+
+def wait_time(delay: float, deadline: float | None, now: float) -> float | None:
+    """How long to sleep before the next read: `delay`, cut to the deadline; None once the
+    deadline has passed (then stop)."""
+    if deadline is None:
+        return delay
+    left = deadline - now
+    return None if left <= 0 else min(delay, left)
+
+
+DEFAULT_POLLING = Polling()
 NO_RETRY = RetryPolicy(max_attempts=1)
 DEFAULT_RETRY = RetryPolicy()
 
@@ -160,6 +187,26 @@ class Diagnosis:
     attention: bool  # the run will not move without someone acting
     facts: list[dict[str, Any]]  # [{code, text}]
     raw: dict[str, Any] = field(repr=False, compare=False)
+
+
+OPERATOR_ROLES = ("viewer", "operator", "admin")
+
+
+@dataclass(frozen=True)
+class OperatorToken:
+    """A scoped token for people (`/admin/operator-tokens`): `token` is set only in the answer
+    that created it (shown once)."""
+
+    token_id: str
+    name: str | None
+    role: str
+    created_at: datetime | None
+    token: str | None
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> OperatorToken:
+        return cls(d["tokenId"], d.get("name"), d["role"], parse_time(d.get("createdAt")), d.get("token"), d)
 
 
 BULK_ACTIONS = ("pause", "unpause", "cancel", "redrive")
@@ -529,6 +576,21 @@ class BaseClient:
 
     def b_queues(self) -> Call[list[dict[str, Any]]]:
         return Call("GET", "/admin/queues", lambda _, d: list(d["queues"]), safe=True)
+
+    def b_create_operator_token(self, role: str, name: str | None) -> Call[OperatorToken]:
+        body = {"role": role, **_clean({"name": name})}
+        return Call("POST", "/admin/operator-tokens", lambda _, d: OperatorToken.from_json(d), json=body)
+
+    def b_list_operator_tokens(self) -> Call[list[OperatorToken]]:
+        return Call(
+            "GET",
+            "/admin/operator-tokens",
+            lambda _, d: [OperatorToken.from_json(t) for t in d["tokens"]],
+            safe=True,
+        )
+
+    def b_revoke_operator_token(self, token_id: str) -> Call[None]:
+        return Call("DELETE", f"/admin/operator-tokens/{_q(token_id)}", _none)
 
 
 def complete_body(output: Any = None, next: str | None = None) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -14,6 +14,7 @@ import httpx
 
 from . import errors
 from ._base import (
+    DEFAULT_POLLING,
     DEFAULT_RETRY,
     NO_BODY,
     UNSET,
@@ -23,12 +24,15 @@ from ._base import (
     BulkSelection,
     Call,
     Diagnosis,
+    OperatorToken,
+    Polling,
     RetryPolicy,
     complete_body,
     fail_body,
     read_answer,
     should_retry,
     transport_error,
+    wait_time,
 )
 from .models import (
     App,
@@ -74,11 +78,13 @@ class Client(BaseClient):
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(base_url, token, app=app, retry=retry, timeout=timeout)
         self._http = httpx.Client(base_url=self.base_url, transport=transport, follow_redirects=False)
         self._sleep = sleep
         self._rand = rand
+        self._clock = clock
 
     def __enter__(self) -> Client:
         return self
@@ -209,6 +215,71 @@ class Client(BaseClient):
             if page.next_cursor is None or not page.items:
                 return
             after = page.items[-1].seq
+
+    def wait_for_run(
+        self,
+        run_id: str,
+        *,
+        timeout: float | None = None,
+        statuses: Collection[str] | None = None,
+        polling: Polling = DEFAULT_POLLING,
+        app: str | None = None,
+    ) -> Run:
+        """The run once it is closed (`completed`, `failed`, `cancelled`, `timed_out`), or in
+        one of `statuses` when given: reads it every `polling.interval` s, backing off to
+        `polling.max_interval`. After `timeout` s raises `errors.WaitTimeout` (`.run` is the
+        run as last read)."""
+        deadline = None if timeout is None else self._clock() + timeout
+        delay = polling.interval
+        while True:
+            run = self.get_run(run_id, app=app)
+            if run.status in statuses if statuses is not None else run.is_terminal:
+                return run
+            pause = wait_time(delay, deadline, self._clock())
+            if pause is None:
+                raise errors.WaitTimeout(f"run {run_id} still {run.status} after {timeout} s", run)
+            self._sleep(pause)
+            delay = polling.after(delay)
+
+    def follow_events(
+        self,
+        run_id: str,
+        *,
+        after: int | None = None,
+        until_closed: bool = True,
+        timeout: float | None = None,
+        polling: Polling = DEFAULT_POLLING,
+        app: str | None = None,
+    ) -> Iterator[Event]:
+        """The run's events as they are recorded: those after seq `after` (all by default),
+        then each new one as it comes, following the events' cursor. Ends once the run is
+        closed and its last event was yielded (never, with `until_closed=False`); after
+        `timeout` s raises `errors.WaitTimeout`. Resume a follow with `after=<last seq>`."""
+        deadline = None if timeout is None else self._clock() + timeout
+        delay = polling.interval
+        closed = False
+        run: Run | None = None
+        while True:
+            page = self.send(self.b_list_events(run_id, after, 1000, app))
+            for event in page.items:
+                after = event.seq
+                yield event
+            if page.items:
+                delay = polling.interval
+            if page.next_cursor is not None:
+                continue
+            if closed:  # read once more after the run was seen closed: that was its last event
+                return
+            if until_closed:
+                run = self.get_run(run_id, app=app)
+                if run.is_terminal:
+                    closed = True
+                    continue
+            pause = wait_time(delay, deadline, self._clock())
+            if pause is None:
+                raise errors.WaitTimeout(f"run {run_id} not closed after {timeout} s", run)
+            self._sleep(pause)
+            delay = polling.after(delay)
 
     def cancel_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
         return self.send(self.b_cancel_run(run_id, reason, app))
@@ -348,6 +419,16 @@ class Client(BaseClient):
 
     def queues(self) -> list[dict[str, Any]]:
         return self.send(self.b_queues())
+
+    def create_operator_token(self, role: str, *, name: str | None = None) -> OperatorToken:
+        """A `viewer`, `operator` or `admin` token; its `.token` is shown this once."""
+        return self.send(self.b_create_operator_token(role, name))
+
+    def list_operator_tokens(self) -> list[OperatorToken]:
+        return self.send(self.b_list_operator_tokens())
+
+    def revoke_operator_token(self, token_id: str) -> None:
+        self.send(self.b_revoke_operator_token(token_id))
 
 
 class AsyncClient(BaseClient):
@@ -501,6 +582,67 @@ class AsyncClient(BaseClient):
                 return
             after = page.items[-1].seq
 
+    async def wait_for_run(
+        self,
+        run_id: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 (checked between reads)
+        statuses: Collection[str] | None = None,
+        polling: Polling = DEFAULT_POLLING,
+        app: str | None = None,
+    ) -> Run:
+        """As `Client.wait_for_run`; the clock is the event loop's (`anyio.current_time`). The
+        timeout is checked between reads, never cutting a request off (`anyio.fail_after` around
+        the call would, and would lose the run last read)."""
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        delay = polling.interval
+        while True:
+            run = await self.get_run(run_id, app=app)
+            if run.status in statuses if statuses is not None else run.is_terminal:
+                return run
+            pause = wait_time(delay, deadline, anyio.current_time())
+            if pause is None:
+                raise errors.WaitTimeout(f"run {run_id} still {run.status} after {timeout} s", run)
+            await anyio.sleep(pause)
+            delay = polling.after(delay)
+
+    async def follow_events(
+        self,
+        run_id: str,
+        *,
+        after: int | None = None,
+        until_closed: bool = True,
+        timeout: float | None = None,  # noqa: ASYNC109 (checked between reads)
+        polling: Polling = DEFAULT_POLLING,
+        app: str | None = None,
+    ) -> AsyncIterator[Event]:
+        """As `Client.follow_events`: `async for event in client.follow_events(run_id)`."""
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        delay = polling.interval
+        closed = False
+        run: Run | None = None
+        while True:
+            page = await self.send(self.b_list_events(run_id, after, 1000, app))
+            for event in page.items:
+                after = event.seq
+                yield event
+            if page.items:
+                delay = polling.interval
+            if page.next_cursor is not None:
+                continue
+            if closed:
+                return
+            if until_closed:
+                run = await self.get_run(run_id, app=app)
+                if run.is_terminal:
+                    closed = True
+                    continue
+            pause = wait_time(delay, deadline, anyio.current_time())
+            if pause is None:
+                raise errors.WaitTimeout(f"run {run_id} not closed after {timeout} s", run)
+            await anyio.sleep(pause)
+            delay = polling.after(delay)
+
     async def cancel_run(self, run_id: str, *, reason: str | None = None, app: str | None = None) -> Run:
         return await self.send(self.b_cancel_run(run_id, reason, app))
 
@@ -633,3 +775,12 @@ class AsyncClient(BaseClient):
 
     async def queues(self) -> list[dict[str, Any]]:
         return await self.send(self.b_queues())
+
+    async def create_operator_token(self, role: str, *, name: str | None = None) -> OperatorToken:
+        return await self.send(self.b_create_operator_token(role, name))
+
+    async def list_operator_tokens(self) -> list[OperatorToken]:
+        return await self.send(self.b_list_operator_tokens())
+
+    async def revoke_operator_token(self, token_id: str) -> None:
+        await self.send(self.b_revoke_operator_token(token_id))

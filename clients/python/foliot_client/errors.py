@@ -2,6 +2,7 @@
 
     FoliotError
     ├── TransportError            the server could not be reached or the connection broke
+    ├── WaitTimeout               (also a TimeoutError) a run was not closed in time
     └── ApiError                  the server answered `{"error": {"code", "message", ...}}`
         ├── InvalidRequest        400 invalid_request (`field` names the offending path)
         │   ├── OutputTooLarge    400 output_too_large
@@ -38,6 +39,15 @@ class TransportError(FoliotError):
     def __init__(self, message: str, *, connected: bool) -> None:
         super().__init__(message)
         self.connected = connected
+
+
+class WaitTimeout(FoliotError, TimeoutError):
+    """`wait_for_run`/`follow_events` ran out of time; `run` is the run as last read (None when
+    it was not read), and nothing was changed on the server."""
+
+    def __init__(self, message: str, run: Any = None) -> None:
+        super().__init__(message)
+        self.run = run
 
 
 class ApiError(FoliotError):

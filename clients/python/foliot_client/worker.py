@@ -1,8 +1,13 @@
 """A pull worker: long-polls a queue, runs handlers concurrently, heartbeats, answers.
 
-    worker = Worker(client, "warehouse", handler, concurrency=8)
+    worker = Worker(client, "warehouse", {"pick": pick, "unpick": unpick}, concurrency=8)
     worker.run_sync()          # blocking; SIGTERM/SIGINT stop it gracefully
     # or, inside asyncio/Trio:  await worker.run()   and   worker.stop()
+
+Tasks are routed by step, as `TaskRouter` routes pushes: `handlers` is one function for every
+step of the queue, a mapping whose keys are step names or `(workflow, step)` pairs (`"*"` as
+the workflow matches any), or a `TaskRouter` itself. A task no handler takes fails at once,
+not retryable, with class `unknown_step` (what a push handler answers with a 404).
 
 A handler takes the `Task` (and, if it has a second parameter, a `TaskContext`). Sync handlers
 run in threads, async ones natively. What it returns or raises is answered as
@@ -26,10 +31,10 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -38,11 +43,48 @@ from . import errors
 from ._base import RetryPolicy, fail_body
 from .client import AsyncClient
 from .models import Task
-from .outcomes import answer_of, failure_of
+from .outcomes import TaskFailure, answer_of, failure_of
 
 log = logging.getLogger("foliot_client.worker")
 
 Handler = Callable[..., Any]
+
+
+class Router(Protocol):
+    """What routes a task to its handler (`TaskRouter` is one)."""
+
+    def handler_for(self, task: Task) -> Handler | None: ...
+
+
+Handlers = Handler | Mapping[str, Handler] | Mapping[tuple[str, str], Handler] | Router
+
+
+def router_of(handlers: Handlers) -> Callable[[Task], Handler | None]:
+    """How a worker finds a task's handler: one function takes every step; a mapping is read
+    by `(workflow, step)`, then `("*", step)`, then `step`; a router by its `handler_for`."""
+    if isinstance(handlers, Mapping):
+        table: dict[Any, Handler] = dict(handlers)
+        for key, fn in table.items():
+            pair = isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) for k in key)
+            if not (isinstance(key, str) or pair) or not callable(fn):
+                raise TypeError(f"handlers: {key!r} must map a step or (workflow, step) to a function")
+
+        def from_table(task: Task) -> Handler | None:
+            return (
+                table.get((task.workflow_name, task.step))
+                or table.get(("*", task.step))
+                or table.get(task.step)
+            )
+
+        return from_table
+    handler_for = getattr(handlers, "handler_for", None)
+    if callable(handler_for):
+        return handler_for  # type: ignore[no-any-return]
+    if callable(handlers):
+        single = handlers
+        return lambda task: single
+    raise TypeError("handlers must be a function, a mapping of steps to functions, or a TaskRouter")
+
 
 #: Backoff between tries while the server cannot be reached (poll, heartbeat, answer).
 OUTAGE_BACKOFF = RetryPolicy(max_attempts=1_000_000, initial_interval=0.2, coefficient=2.0, max_interval=5.0)
@@ -100,7 +142,7 @@ class Worker:
         self,
         client: AsyncClient,
         queue: str,
-        handler: Handler,
+        handlers: Handlers,
         *,
         concurrency: int = 1,
         app: str | None = None,
@@ -116,7 +158,8 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         self.client = client
         self.queue = queue
-        self.handler = handler
+        self.handlers = handlers
+        self._route = router_of(handlers)
         self.concurrency = concurrency
         self.app = app
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
@@ -127,8 +170,6 @@ class Worker:
         self.stats = WorkerStats()
         self._clock = clock
         self._rand = rand
-        self._is_async = inspect.iscoroutinefunction(handler)
-        self._wants_ctx = _takes_two(handler)
         self._held: dict[str, _Held] = {}
         self._slot_freed = anyio.Event()
         self._stopping = False
@@ -144,8 +185,12 @@ class Worker:
             self._poll_scope.cancel()
         self._slot_freed.set()
 
-    def run_sync(self, *, backend: str = "asyncio") -> None:
-        """Run until SIGTERM or SIGINT (a second one skips the grace period)."""
+    def run_sync(self, *, backend: str = "asyncio", log_to_stderr: bool = True) -> None:
+        """Run until SIGTERM or SIGINT (a second one skips the grace period). Unless the program
+        configured logging itself (or `log_to_stderr=False`), the worker's own log lines (start,
+        claims, shutdown, failures) go to stderr at INFO; other libraries' are left alone."""
+        if log_to_stderr:
+            _log_to_stderr()
         anyio.run(self._run_with_signals, backend=backend)
 
     async def _run_with_signals(self) -> None:
@@ -168,6 +213,11 @@ class Worker:
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Poll and work until `stop()`; then finish or release every held task."""
+        log.info(
+            "worker %s: polling queue %r of app %r, %d at a time, handlers for %s",
+            self.worker_id, self.queue, self.app or self.client.app, self.concurrency,
+            _describe(self.handlers),
+        )  # fmt: skip
         async with anyio.create_task_group() as tg:
             task_status.started()
             failures = 0
@@ -190,7 +240,16 @@ class Worker:
                 failures = 0
                 for task in tasks:
                     self._take(tg, task)
+            log.info(
+                "worker %s: stopping; %d task(s) under way get %gs to finish",
+                self.worker_id, len(self._held), self.shutdown_grace,
+            )  # fmt: skip
             await self._drain()
+        st = self.stats
+        log.info(
+            "worker %s: stopped after %d task(s): %d completed, %d failed, %d released, %d dropped",
+            self.worker_id, st.received, st.completed, st.failed, st.released, st.dropped,
+        )  # fmt: skip
 
     def _cancel_handlers(self) -> None:
         for held in self._held.values():
@@ -228,6 +287,11 @@ class Worker:
 
     def _take(self, tg: anyio.abc.TaskGroup, task: Task) -> None:
         self.stats.received += 1
+        log.info(
+            "claimed %s: step %r of %s v%d, attempt %d, run %s",
+            task.idempotency_key, task.step, task.workflow_name, task.workflow_version, task.attempt,
+            task.run_id,
+        )  # fmt: skip
         held = _Held(task, TaskContext(task), anyio.CancelScope())
         self._held[task.task_token] = held
         tg.start_soon(self._execute, held)
@@ -258,12 +322,22 @@ class Worker:
             self._slot_freed.set()
 
     async def _call(self, held: _Held) -> Any:
-        args: tuple[Any, ...] = (held.task, held.ctx) if self._wants_ctx else (held.task,)
-        if self._is_async:
-            result: Awaitable[Any] = self.handler(*args)
+        task = held.task
+        handler = self._route(task)
+        if handler is None:
+            log.error(
+                "task %s: no handler for %s/%s on queue %s", task.idempotency_key, task.workflow_name,
+                task.step, self.queue,
+            )  # fmt: skip
+            raise TaskFailure(
+                "unknown_step", f"no handler for {task.workflow_name}/{task.step}", retryable=False
+            )
+        args: tuple[Any, ...] = (task, held.ctx) if _takes_two(handler) else (task,)
+        if inspect.iscoroutinefunction(handler):
+            result: Awaitable[Any] = handler(*args)
             return await result
         return await anyio.to_thread.run_sync(
-            lambda: self.handler(*args), abandon_on_cancel=True, limiter=self._threads
+            lambda: handler(*args), abandon_on_cancel=True, limiter=self._threads
         )
 
     async def _heartbeat(self, held: _Held) -> None:
@@ -335,6 +409,25 @@ class Worker:
 _OUTAGE = errors.TransportError("outage", connected=False)
 
 
+def _describe(handlers: Handlers) -> str:
+    if isinstance(handlers, Mapping):
+        return ", ".join("/".join(k) if isinstance(k, tuple) else str(k) for k in handlers)
+    if callable(getattr(handlers, "handler_for", None)):
+        return "its router's steps"
+    return "every step"
+
+
+def _log_to_stderr() -> None:
+    """The worker's logger to stderr at INFO, unless logging was configured by the program."""
+    if logging.getLogger().handlers or log.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+
+
 def _takes_two(handler: Handler) -> bool:
     try:
         params = inspect.signature(handler).parameters.values()
@@ -344,4 +437,4 @@ def _takes_two(handler: Handler) -> bool:
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
-__all__ = ["TaskContext", "Worker", "WorkerStats", "heartbeat_period"]
+__all__ = ["Handlers", "Router", "TaskContext", "Worker", "WorkerStats", "heartbeat_period", "router_of"]

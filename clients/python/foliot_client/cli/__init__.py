@@ -1,4 +1,4 @@
-"""The operator CLI: `foliot runs|workflows|apps|actors|timers|queues|why …`.
+"""The operator CLI: `foliot runs|workflows|apps|tokens|actors|timers|queues|why …`.
 
 Installed as `foliot-cli` by `pip install 'foliot-client[cli]'`; the engine's `foliot` command
 hands every command other than `serve` and `migrate` to it. Talks HTTP only.
@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import os
 import sys
-from collections.abc import Sequence
+import textwrap
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
 import yaml
 
-from .._base import BULK_ACTIONS, UNSET, BulkSelection, Call, _raw
+from .._base import BULK_ACTIONS, OPERATOR_ROLES, UNSET, BulkSelection, Call, _raw
 from ..client import Client
 from ..errors import FoliotError
 from .config import ConfigError, config_path, load_profiles, resolve
-from .render import USAGE, Output, exit_code, one_line
+from .render import REFUSED, USAGE, Output, exit_code, one_line
 
 T = TypeVar("T")
 
@@ -105,19 +107,94 @@ def read_definition(path: str) -> dict[str, Any]:
     return document
 
 
-pass_session = click.make_pass_decorator(Session)
+@dataclasses.dataclass
+class Flags:
+    """The connection and output options, given before the command or after it (the later
+    one wins): `foliot --json runs list` and `foliot runs list --json` are the same."""
+
+    url: str | None = None
+    token: str | None = None
+    app: str | None = None
+    profile: str | None = None
+    as_json: bool = False
+    timeout: float = 30.0
+
+
+def _set_flag(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    def callback(ctx: click.Context, _: click.Parameter, value: Any) -> Any:
+        if value is not None and value is not False:
+            flags = ctx.find_object(Flags)
+            if flags is not None:  # None only while --help is shown before the group ran
+                setattr(flags, name, value)
+        return value
+
+    return callback
+
+
+#: (declarations, attributes) of the options accepted before and after the subcommand.
+SHARED_OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
+    (("--url", "url"), {"help": "Foliot's base URL [FOLIOT_URL; default http://127.0.0.1:8080]"}),
+    (("--token", "token"), {"help": "admin token, operator token or app key [FOLIOT_TOKEN]"}),
+    (("--app", "app"), {"help": "the app [FOLIOT_APP]"}),
+    (("--profile", "profile"), {"help": "a [profiles.NAME] of the config file [FOLIOT_PROFILE]"}),
+    (("--json", "as_json"), {"is_flag": True, "default": None, "help": "print JSON documents, not tables"}),
+)
+
+
+def shared_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The group's connection and output options, accepted after the subcommand too (under
+    other parameter names, so that `apps show APP` keeps its argument)."""
+    for (flag, name), attrs in reversed(SHARED_OPTIONS):
+        option = click.option(flag, f"shared_{name}", expose_value=False, callback=_set_flag(name), **attrs)
+        f = option(f)
+    return f
+
+
+def group_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    for decls, attrs in reversed(SHARED_OPTIONS):
+        f = click.option(*decls, **attrs)(f)
+    return f
+
+
+def session_of(ctx: click.Context) -> Session:
+    """The session of this invocation, made once, when the first command needs it (after every
+    option, before and after the subcommand, is parsed)."""
+    root = ctx.find_root()
+    session = root.meta.get("foliot.session")
+    if isinstance(session, Session):
+        return session
+    flags = ctx.find_object(Flags) or Flags()
+    env = dict(os.environ)
+    try:
+        target = resolve(
+            url=flags.url, token=flags.token, app=flags.app, profile=flags.profile,
+            profiles=load_profiles(config_path(env)), env=env,
+        )  # fmt: skip
+    except ConfigError as exc:
+        fail(str(exc))
+    session = Session(target.url, target.token, target.app, Output(flags.as_json), flags.timeout)
+    root.meta["foliot.session"] = session
+    root.call_on_close(session.close)
+    return session
+
+
+def pass_session(f: Callable[..., T]) -> Callable[..., T]:
+    """Hand the command its `Session` first, and accept the shared options after it."""
+
+    @functools.wraps(f)
+    def run(*args: Any, **kwargs: Any) -> T:
+        return f(session_of(click.get_current_context()), *args, **kwargs)
+
+    return shared_options(run)
 
 
 @click.group(
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog="The engine's `foliot` also has `serve` and `migrate`. Exit codes: 0 ok, 1 refused, "
-    "2 usage, 3 not found, 4 conflict, 5 server unreachable or failing.",
+    epilog="The engine's `foliot` also has `serve` and `migrate`. Options shown here are also "
+    "accepted after the command (`foliot runs list --json`). Exit codes: 0 ok, 1 refused (or a "
+    "bulk action not confirmed), 2 usage, 3 not found, 4 conflict, 5 server unreachable or failing.",
 )
-@click.option("--url", help="Foliot's base URL [FOLIOT_URL; default http://127.0.0.1:8080]")
-@click.option("--token", help="admin token or app key [FOLIOT_TOKEN]")
-@click.option("--app", help="the app [FOLIOT_APP]")
-@click.option("--profile", help="a [profiles.NAME] of the config file [FOLIOT_PROFILE]")
-@click.option("--json", "as_json", is_flag=True, help="print JSON documents instead of tables")
+@group_options
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="seconds per HTTP call")
 @click.pass_context
 def cli(
@@ -126,20 +203,11 @@ def cli(
     token: str | None,
     app: str | None,
     profile: str | None,
-    as_json: bool,
+    as_json: bool | None,
     timeout: float,
 ) -> None:
     """Operate a Foliot server over its HTTP API."""
-    env = dict(os.environ)
-    try:
-        target = resolve(
-            url=url, token=token, app=app, profile=profile, profiles=load_profiles(config_path(env)), env=env
-        )
-    except ConfigError as exc:
-        fail(str(exc))
-    session = Session(target.url, target.token, target.app, Output(as_json), timeout)
-    ctx.obj = session
-    ctx.call_on_close(session.close)
+    ctx.obj = Flags(url, token, app, profile, bool(as_json), timeout)
 
 
 # --- runs -------------------------------------------------------------------------------------
@@ -155,7 +223,7 @@ def runs() -> None:
 @click.option("--status")
 @click.option("--business-key")
 @click.option("--limit", type=int, default=20, show_default=True, help="runs to show (newest first)")
-@click.pass_obj
+@pass_session
 def runs_list(
     s: Session, workflow: str | None, status: str | None, business_key: str | None, limit: int
 ) -> None:
@@ -176,7 +244,7 @@ def runs_list(
 
 @runs.command("show")
 @click.argument("run_id")
-@click.pass_obj
+@pass_session
 def runs_show(s: Session, run_id: str) -> None:
     """One run document."""
     s.out.record(s.raw(s.client.b_get_run(run_id, s.need_app())), RUN_FIELDS)
@@ -186,7 +254,7 @@ def runs_show(s: Session, run_id: str) -> None:
 @click.argument("run_id")
 @click.option("--after", type=int, help="only events after this seq")
 @click.option("--limit", type=int, default=1000, show_default=True)
-@click.pass_obj
+@pass_session
 def runs_events(s: Session, run_id: str, after: int | None, limit: int) -> None:
     """The run's history, oldest first."""
     rows: list[dict[str, Any]] = []
@@ -206,7 +274,7 @@ def runs_events(s: Session, run_id: str, after: int | None, limit: int) -> None:
 @click.option("--business-key")
 @click.option("--run-timeout", help="e.g. 14d")
 @click.option("--idempotency-key", help="default: a fresh one (safe retries)")
-@click.pass_obj
+@pass_session
 def runs_start(
     s: Session,
     workflow: str,
@@ -234,7 +302,7 @@ def runs_start(
 @click.option("--start-if-missing", is_flag=True, help="no open run with the key: start one with the signal")
 @click.option("--input", "input_", help="with --start-if-missing: the new run's input (JSON, @file, -)")
 @click.option("--version", type=int, help="with --start-if-missing: the version to start")
-@click.pass_obj
+@pass_session
 def runs_signal(
     s: Session,
     name: str,
@@ -276,7 +344,7 @@ def _intervention(s: Session, call: Call[Any], verb: str) -> None:
 @runs.command("cancel")
 @click.argument("run_id")
 @click.option("--reason")
-@click.pass_obj
+@pass_session
 def runs_cancel(s: Session, run_id: str, reason: str | None) -> None:
     """Cancel an open run (permanently)."""
     _intervention(s, s.client.b_cancel_run(run_id, reason, s.need_app()), "cancelled")
@@ -285,7 +353,7 @@ def runs_cancel(s: Session, run_id: str, reason: str | None) -> None:
 @runs.command("redrive")
 @click.argument("run_id")
 @click.option("--reason")
-@click.pass_obj
+@pass_session
 def runs_redrive(s: Session, run_id: str, reason: str | None) -> None:
     """Re-run the failed step of a failed, stuck or timed-out run."""
     _intervention(s, s.client.b_redrive_run(run_id, reason, s.need_app()), "redrove")
@@ -294,7 +362,7 @@ def runs_redrive(s: Session, run_id: str, reason: str | None) -> None:
 @runs.command("pause")
 @click.argument("run_id")
 @click.option("--reason")
-@click.pass_obj
+@pass_session
 def runs_pause(s: Session, run_id: str, reason: str | None) -> None:
     """Hold a run: it dispatches nothing and advances on nothing until unpaused."""
     _intervention(s, s.client.b_pause_run(run_id, reason, s.need_app()), "paused")
@@ -303,10 +371,44 @@ def runs_pause(s: Session, run_id: str, reason: str | None) -> None:
 @runs.command("unpause")
 @click.argument("run_id")
 @click.option("--reason")
-@click.pass_obj
+@pass_session
 def runs_unpause(s: Session, run_id: str, reason: str | None) -> None:
     """Let a paused run go on from where it was held."""
     _intervention(s, s.client.b_unpause_run(run_id, reason, s.need_app()), "unpaused")
+
+
+#: The statuses each bulk action applies to (the single-run rules, docs/api.md "Intervening").
+OPEN_STATUSES = frozenset({"running", "waiting", "sleeping", "stuck", "paused"})
+BULK_APPLIES: dict[str, frozenset[str]] = {
+    "pause": OPEN_STATUSES - {"paused"},
+    "unpause": frozenset({"paused"}),
+    "cancel": OPEN_STATUSES,
+    "redrive": frozenset({"failed", "stuck", "timed_out"}),
+}
+BULK_VERBS = {"pause": "paused", "unpause": "unpaused", "cancel": "cancelled", "redrive": "redriven"}
+BULK_COLUMNS = ("runId", "status", "currentStep", "version", "businessKey", "would")
+
+
+def _bulk_preview(s: Session, action: str, selection: BulkSelection) -> list[dict[str, Any]]:
+    """The runs the bulk action would examine now (the listing's filters, then step and version,
+    as the server applies them), each marked with what the action would do to it."""
+    chosen: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        call = s.client.b_list_runs(
+            selection.workflow, selection.status, selection.business_key, 1000, cursor, s.need_app()
+        )
+        page = s.raw(call)
+        for run in page["runs"]:
+            if selection.step is not None and run.get("currentStep") != selection.step:
+                continue
+            if selection.version is not None and run.get("version") != selection.version:
+                continue
+            would = action if run.get("status") in BULK_APPLIES[action] else "skip"
+            chosen.append({**run, "would": would})
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            return chosen
 
 
 @runs.command("bulk")
@@ -318,7 +420,9 @@ def runs_unpause(s: Session, run_id: str, reason: str | None) -> None:
 @click.option("--version", type=int, help="only runs pinned to this version")
 @click.option("--reason")
 @click.option("--page-size", type=int, default=100, show_default=True, help="runs examined per call")
-@click.pass_obj
+@click.option("--dry-run", is_flag=True, help="list the runs it would touch; change nothing")
+@click.option("--yes", "-y", "yes", is_flag=True, help="do not ask for confirmation")
+@pass_session
 def runs_bulk(
     s: Session,
     action: str,
@@ -329,9 +433,38 @@ def runs_bulk(
     version: int | None,
     reason: str | None,
     page_size: int,
+    dry_run: bool,
+    yes: bool,
 ) -> None:
-    """Pause, unpause, cancel or redrive every run the filter selects (all pages)."""
+    """Pause, unpause, cancel or redrive every run the filter selects (all pages).
+
+    Asks first, saying how many runs it would touch (--yes does not ask); --dry-run lists them
+    and changes nothing."""
     selection = BulkSelection(workflow, status, business_key, step, version, reason, page_size)
+    if dry_run or not yes:
+        preview = _bulk_preview(s, action, selection)
+        acting = sum(1 for run in preview if run["would"] != "skip")
+        summary = f"{action} {acting} of {len(preview)} matching runs ({len(preview) - acting} skipped)"
+        if dry_run:
+            document = {"action": action, "dryRun": True, "matched": len(preview), "wouldAct": acting,
+                        "skipped": len(preview) - acting, "runs": preview}  # fmt: skip
+            if s.out.as_json:
+                s.out.json(document)
+            else:
+                s.out.table(preview, BULK_COLUMNS)
+                s.out.text(f"dry run: would {summary}; nothing changed")
+            return
+        if acting == 0:
+            s.out.text(f"nothing to do: would {summary}", {"action": action, **_no_totals(preview)})
+            return
+        question = f"{summary} of workflow {workflow!r} in app {s.need_app()!r}: go ahead?"
+        try:
+            confirmed = click.confirm(question, default=False, err=True)
+        except click.exceptions.Abort:
+            confirmed = False
+        if not confirmed:
+            click.echo("not confirmed: nothing changed (--yes skips the question)", err=True)
+            raise SystemExit(REFUSED)
     totals = {"matched": 0, "acted": 0, "skipped": 0, "pages": 0}
     cursor = None
     while True:
@@ -341,9 +474,13 @@ def runs_bulk(
         cursor = page.cursor
         if cursor is None:
             break
-    verb = {"pause": "paused", "unpause": "unpaused", "cancel": "cancelled", "redrive": "redriven"}[action]
+    verb = BULK_VERBS[action]
     line = f"{verb} {totals['acted']} of {totals['matched']} matching runs ({totals['skipped']} skipped)"
     s.out.text(line, {"action": action, **totals})
+
+
+def _no_totals(preview: Sequence[dict[str, Any]]) -> dict[str, int]:
+    return {"matched": len(preview), "acted": 0, "skipped": len(preview), "pages": 0}
 
 
 @runs.command("rewind")
@@ -351,7 +488,7 @@ def runs_bulk(
 @click.option("--to", "to_step", required=True, help="the step to continue at")
 @click.option("--version", type=int, help="move the run to this workflow version")
 @click.option("--reason")
-@click.pass_obj
+@pass_session
 def runs_rewind(s: Session, run_id: str, to_step: str, version: int | None, reason: str | None) -> None:
     """Continue a run at an earlier (or any) step."""
     _intervention(s, s.client.b_rewind_run(run_id, to_step, version, reason, s.need_app()), "rewound")
@@ -361,7 +498,7 @@ def runs_rewind(s: Session, run_id: str, to_step: str, version: int | None, reas
 @click.argument("run_id")
 @click.option("--output", help="the step's output: JSON, @file, or -")
 @click.option("--reason")
-@click.pass_obj
+@pass_session
 def runs_skip(s: Session, run_id: str, output: str | None, reason: str | None) -> None:
     """Mark the current step done with OUTPUT and continue."""
     value = parse_json(output, "--output")
@@ -373,7 +510,7 @@ def runs_skip(s: Session, run_id: str, output: str | None, reason: str | None) -
 @click.option("--set", "sets", multiple=True, metavar="KEY=JSON", help="set a top-level state key")
 @click.option("--unset", "unsets", multiple=True, metavar="KEY", help="remove a top-level state key")
 @click.option("--reason", required=True, help="recorded in the history (values never are)")
-@click.pass_obj
+@pass_session
 def runs_edit_state(s: Session, run_id: str, sets: Sequence[str], unsets: Sequence[str], reason: str) -> None:
     """Edit top-level keys of a run's state."""
     changes: dict[str, Any] = {}
@@ -398,7 +535,7 @@ def workflows() -> None:
 
 @workflows.command("push")
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.pass_obj
+@pass_session
 def workflows_push(s: Session, files: Sequence[str]) -> None:
     """Register each FILE (YAML or JSON) as a new version (unchanged ones keep theirs)."""
     rows = []
@@ -409,7 +546,7 @@ def workflows_push(s: Session, files: Sequence[str]) -> None:
 
 
 @workflows.command("list")
-@click.pass_obj
+@pass_session
 def workflows_list(s: Session) -> None:
     """Each workflow's latest version."""
     rows: list[dict[str, Any]] = []
@@ -426,7 +563,7 @@ def workflows_list(s: Session) -> None:
 @workflows.command("show")
 @click.argument("name")
 @click.option("--version", type=int, help="default: the latest")
-@click.pass_obj
+@pass_session
 def workflows_show(s: Session, name: str, version: int | None) -> None:
     """A version's definition (YAML; JSON with --json)."""
     document = s.raw(s.client.b_get_workflow(name, version, s.need_app()))
@@ -446,7 +583,7 @@ def _canonical(definition: Any) -> list[str]:
 @click.argument("old", required=False, type=int)
 @click.argument("new", required=False, type=int)
 @click.option("--file", "path", type=click.Path(dir_okay=False), help="compare this file with the latest")
-@click.pass_obj
+@pass_session
 def workflows_diff(s: Session, name: str, old: int | None, new: int | None, path: str | None) -> None:
     """Unified diff of two versions (default: the latest and the one before), or of --file
     against the latest. Exit code 0 either way; empty output when they are the same."""
@@ -475,14 +612,14 @@ def workflows_diff(s: Session, name: str, old: int | None, new: int | None, path
 
 @cli.group()
 def apps() -> None:
-    """Create apps, mint and revoke keys, rotate signing secrets (admin token)."""
+    """Create apps, mint and revoke keys, rotate signing secrets (admin)."""
 
 
 @apps.command("create")
 @click.argument("app")
 @click.option("--handler-base-url", required=True)
 @click.option("--description")
-@click.pass_obj
+@pass_session
 def apps_create(s: Session, app: str, handler_base_url: str, description: str | None) -> None:
     """Create APP (or update its handler URL); a new app's key and secret are shown once."""
     s.out.record(s.raw(s.client.b_put_app(app, handler_base_url, description)))
@@ -490,7 +627,7 @@ def apps_create(s: Session, app: str, handler_base_url: str, description: str | 
 
 @apps.command("show")
 @click.argument("app", required=False)
-@click.pass_obj
+@pass_session
 def apps_show(s: Session, app: str | None) -> None:
     """An app, its key ids and signing-secret ids (never their values)."""
     s.out.record(s.raw(s.client.b_get_app(s.need_app(app))))
@@ -503,7 +640,7 @@ def apps_keys() -> None:
 
 @apps_keys.command("create")
 @click.argument("app", required=False)
-@click.pass_obj
+@pass_session
 def apps_keys_create(s: Session, app: str | None) -> None:
     """Mint an API key (shown once)."""
     s.out.record(s.raw(s.client.b_create_api_key(s.need_app(app))))
@@ -511,11 +648,10 @@ def apps_keys_create(s: Session, app: str | None) -> None:
 
 @apps_keys.command("revoke")
 @click.argument("key_id")
-@click.option("--app", "app")
-@click.pass_obj
-def apps_keys_revoke(s: Session, key_id: str, app: str | None) -> None:
-    """Revoke an API key by its id."""
-    document = s.raw(s.client.b_revoke_api_key(key_id, s.need_app(app)))
+@pass_session
+def apps_keys_revoke(s: Session, key_id: str) -> None:
+    """Revoke an API key of --app by its id."""
+    document = s.raw(s.client.b_revoke_api_key(key_id, s.need_app()))
     s.out.text(f"revoked key {key_id}", document)
 
 
@@ -524,10 +660,47 @@ def apps_keys_revoke(s: Session, key_id: str, app: str | None) -> None:
 @click.option(
     "--grace", "grace_seconds", type=int, help="seconds the old secret keeps signing (default 86400)"
 )
-@click.pass_obj
+@pass_session
 def apps_rotate_secret(s: Session, app: str | None, grace_seconds: int | None) -> None:
     """Rotate the signing secret (the new one is shown once)."""
     s.out.record(s.raw(s.client.b_rotate_signing_secret(grace_seconds, s.need_app(app))))
+
+
+# --- operator tokens (admin) -----------------------------------------------------------------
+
+
+TOKEN_COLUMNS = ("tokenId", "name", "role", "createdAt")
+
+
+@cli.group()
+def tokens() -> None:
+    """Operator tokens for people: viewer, operator, admin (admin)."""
+
+
+@tokens.command("create")
+@click.option("--role", required=True, type=click.Choice(OPERATOR_ROLES), help="what the token may do")
+@click.option("--name", help="who or what it is for")
+@pass_session
+def tokens_create(s: Session, role: str, name: str | None) -> None:
+    """Mint an operator token (the token is shown once)."""
+    s.out.record(s.raw(s.client.b_create_operator_token(role, name)), (*TOKEN_COLUMNS, "token"))
+
+
+@tokens.command("list")
+@pass_session
+def tokens_list(s: Session) -> None:
+    """Live operator tokens (never their values)."""
+    document = s.raw(s.client.b_list_operator_tokens())
+    s.out.table(document["tokens"], TOKEN_COLUMNS, document)
+
+
+@tokens.command("revoke")
+@click.argument("token_id")
+@pass_session
+def tokens_revoke(s: Session, token_id: str) -> None:
+    """Revoke an operator token by its id (its console sessions end too)."""
+    document = s.raw(s.client.b_revoke_operator_token(token_id))
+    s.out.text(f"revoked operator token {token_id}", document)
 
 
 # --- operators (admin) ------------------------------------------------------------------------
@@ -537,9 +710,9 @@ def apps_rotate_secret(s: Session, app: str | None, grace_seconds: int | None) -
 @click.argument("run_id", required=False)
 @click.option("--status")
 @click.option("--limit", type=int, default=100, show_default=True)
-@click.pass_obj
+@pass_session
 def actors(s: Session, run_id: str | None, status: str | None, limit: int) -> None:
-    """Live run actors on the node (one actor with its timers when RUN_ID is given)."""
+    """Live run actors on the node (admin); with RUN_ID, one actor and its timers."""
     if run_id is not None:
         s.out.record(s.raw(s.client.b_get_actor(run_id)))
         return
@@ -556,14 +729,14 @@ def actors(s: Session, run_id: str | None, status: str | None, limit: int) -> No
 
 
 @cli.command()
-@click.pass_obj
+@pass_session
 def timers(s: Session) -> None:
     """The timer wheel: timers in memory, next due, lag."""
     s.out.record(s.raw(s.client.b_timers()))
 
 
 @cli.command()
-@click.pass_obj
+@pass_session
 def queues(s: Session) -> None:
     """Pull queues with tasks waiting or workers polling."""
     document = s.raw(s.client.b_queues())
@@ -572,9 +745,9 @@ def queues(s: Session) -> None:
 
 @cli.command()
 @click.argument("run_id")
-@click.pass_obj
+@pass_session
 def why(s: Session, run_id: str) -> None:
-    """Why is this run (not) moving: the server's diagnosis, as the console shows it."""
+    """Why a run is (not) moving: the server's diagnosis, as the console shows it."""
     document = s.raw(s.client.b_diagnosis(run_id, s.need_app()))
     if s.out.as_json:
         s.out.json(document)
@@ -594,6 +767,22 @@ def _fact(fact: Any) -> str:
     return str(fact)
 
 
+def command_summary() -> str:
+    """The operator commands, for the engine's `foliot --help` (which lists serve and migrate)."""
+    ctx = click.Context(cli, info_name="foliot")
+    lines = ["operator commands (foliot-client[cli]; `foliot COMMAND --help` for one):"]
+    for name in cli.list_commands(ctx):
+        command = cli.get_command(ctx, name)
+        if command is None or command.hidden:
+            continue
+        lines.append(f"  {name:<11} {command.get_short_help_str(limit=66)}")
+        if isinstance(command, click.Group):
+            names = ", ".join(command.list_commands(ctx))
+            lines.extend(textwrap.wrap(names, 78, initial_indent=" " * 14, subsequent_indent=" " * 14))
+    lines.append("--url, --token, --app, --profile and --json go before or after the command.")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None, prog_name: str = "foliot-cli") -> int:
     """Run the CLI; returns the exit code (see `render`)."""
     try:
@@ -609,4 +798,4 @@ def main(argv: Sequence[str] | None = None, prog_name: str = "foliot-cli") -> in
     return 0
 
 
-__all__: list[str] = ["cli", "main"]
+__all__: list[str] = ["cli", "command_summary", "main"]
