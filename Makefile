@@ -35,6 +35,7 @@ lint: $(DEV)
 	$(BIN)/ruff check foliot tests bench examples clients/python
 	$(BIN)/ruff format --check foliot clients/python
 	$(BIN)/mypy foliot clients/python/foliot_client
+	$(BIN)/lint-imports --no-cache
 
 # Quick versions of every benchmark (bench/README.md); figures only, nothing asserted.
 # wrk is installed when missing (root); without it the scripts use their Python client.
