@@ -129,7 +129,7 @@ class CounterKind:
             self.docs[actor.id] = new
             self.commits += 1
             actor.state = new
-            actor.engine.timers.sync(self.name, actor.id, self.timers(state), self.timers(new))
+            actor.host.timers.sync(self.name, actor.id, self.timers(state), self.timers(new))
         if envelope.reply is not None:
             envelope.reply.put(new.total)  # type: ignore[arg-type]
         return False
