@@ -310,8 +310,9 @@ class Rig:
 
     async def ask(self, actor_id: str, msg: Any, slot: ReplySlot | None = None) -> Any:
         slot = slot or ReplySlot()
-        await self.host.supervisor.ask(self.kind, actor_id, Envelope(msg, slot))
-        return await slot.wait()
+        with trio.fail_after(600):  # virtual time: a lost answer fails the test, never hangs it
+            await self.host.supervisor.ask(self.kind, actor_id, Envelope(msg, slot))
+            return await slot.wait()
 
 
 async def advance(seconds: float) -> None:
