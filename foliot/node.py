@@ -331,8 +331,6 @@ class Node:
             return True
         return False
 
-        # No longer pending (timed out, canceled, the execution closed): wait for the next.
-
     def _deliver_timer(self, actor_kind: str, actor_id: str, slot: str, kind: str, key: str) -> bool:
         target = self.kinds[actor_kind]
         return self.supervisor.tell(target, actor_id, Envelope(target.firing(slot, kind, key)))
@@ -358,8 +356,6 @@ class Node:
         self._nursery.start_soon(detached)
         await done.wait()
         return result[0].unwrap()
-
-        # Every offer had closed meanwhile (a cancelled run): wait for the next ones.
 
 
 _PASSIVATE_WAIT_S = 5.0  # how long a hand-over waits for the actors' messages to be handled
