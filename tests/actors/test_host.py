@@ -34,6 +34,7 @@ from foliot.core.errors import (
     StorageUnavailable,
     Unavailable,
 )
+from foliot.http.errors import status_of
 from foliot.storage.base import TimerRecord
 
 T0 = 1_800_000_000_000
@@ -390,7 +391,7 @@ async def test_a_full_mailbox_refuses_a_tell_and_an_ask_waits_for_room_then_is_r
     with pytest.raises(Overloaded) as refused:
         await rig.ask("ctr_a", Add(1000))
     assert trio.current_time() - began == pytest.approx(0.5)  # FOLIOT_MAILBOX_WAIT_MS
-    assert refused.value.status == 429 and refused.value.reason == "mailbox"
+    assert status_of(refused.value) == 429 and refused.value.reason == "mailbox"
     assert rig.host.admission.refused["mailbox"] == 1
 
     async def release_soon() -> None:
@@ -552,7 +553,7 @@ async def test_a_storage_failure_answers_its_caller_503_and_changes_nothing(rig:
     rig.store.fail_commits = 1
     with pytest.raises(Unavailable) as refused:
         await rig.ask("ctr_a", Add(5))
-    assert refused.value.status == 503
+    assert status_of(refused.value) == 503
     assert rig.store.docs["ctr_a"] == Counter() and rig.store.log == []
     assert rig.host.retries == []  # the caller was told; nothing is retried behind its back
     assert await rig.ask("ctr_a", Add(5)) == 5

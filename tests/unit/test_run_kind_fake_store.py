@@ -45,6 +45,7 @@ from foliot.core.views import run_view
 from foliot.core.workflow import machine
 from foliot.core.workflow.definition import canonical_json
 from foliot.core.workflow.model import Run, TaskRef, TaskRow
+from foliot.http.errors import status_of
 from foliot.kinds.run.service import Runs
 from foliot.storage.base import SIGNAL_ID_UNIQUE, IdempotencyRecord, TimerRecord, UnitOfWork, WorkflowRecord
 
@@ -378,7 +379,7 @@ async def test_a_start_refuses_with_503_until_the_node_is_ready(rig: Rig, autoju
     rig.host.ready = False
     with pytest.raises(Unavailable) as refused:
         await rig.start("charge")
-    assert refused.value.status == 503 and rig.store.refused == rig.store.commits == []
+    assert status_of(refused.value) == 503 and rig.store.refused == rig.store.commits == []
 
 
 async def test_an_idempotent_start_replays_its_first_answer_and_commits_once(
@@ -433,7 +434,7 @@ async def test_a_signal_whose_commit_fails_answers_503_and_has_no_effect(
     rig.store.fail_commits = 1
     with pytest.raises(Unavailable) as refused:
         await rig.signal(run_id, "paid", signal_id="s-1")
-    assert refused.value.status == 503
+    assert status_of(refused.value) == 503
     assert len(rig.store.refused) == 1 and len(rig.store.commits) == 1
     assert rig.store.runs[run_id].status == "waiting" and rig.host.dispatcher.pushes == []
     assert rig.runs.live(run_id) == rig.store.runs[run_id]  # the actor kept the stored document
