@@ -184,7 +184,8 @@ def _harden(response: Response) -> None:
 
 @blueprint.errorhandler(Refused)
 async def _error(error: Refused) -> Response:
-    return await render("error.html", status_of(error), error=error)
+    status = status_of(error)
+    return await render("error.html", status, error=error, error_status=status)
 
 
 def _form_fields(form: MultiDict[str, str], allowed: set[str]) -> None:

@@ -9,7 +9,8 @@ import ipaddress
 import pytest
 
 from foliot.core.config import Settings
-from foliot.http.proxy import Proxies, behind_proxies, parse_networks
+from foliot.core.networks import parse_networks
+from foliot.http.proxy import Proxies, behind_proxies
 
 from ..conftest import Api
 
