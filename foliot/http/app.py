@@ -40,10 +40,10 @@ from ..core.errors import (
 )
 from ..core.workflow.jsonconv import ValidationError, is_name, structure
 from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
-from ..node import Node
 from .conn import FinishingHTTPConnection
 from .errors import Answer, face_status, headers_of, status_of
 from .forward import quart_incoming, quart_response, relay
+from .services import Services
 
 T = TypeVar("T")
 log = logging.getLogger("foliot.http")
@@ -102,7 +102,7 @@ class Call:
     """What the hot routes (start, signal) read of a request: the same whether it came through
     Quart or straight from the ASGI edge (`foliot/http/hot.py`)."""
 
-    engine: Node
+    engine: Services
     admin_token: str
     authorization: str
     method: str
@@ -139,8 +139,8 @@ class EmptyBody:
     """A body that must be empty or `{}`."""
 
 
-def engine() -> Node:
-    e: Node = g.engine
+def engine() -> Services:
+    e: Services = g.engine
     return e
 
 
@@ -173,7 +173,7 @@ async def authenticate() -> Caller:
     return await authenticate_header(engine(), g.admin_token, request.headers.get("Authorization", ""))
 
 
-async def authenticate_header(eng: Node, admin_token: str, header: str) -> Caller:
+async def authenticate_header(eng: Services, admin_token: str, header: str) -> Caller:
     """The caller an Authorization header stands for (401 unless a live key); then, under
     Quart, 400 for a query parameter the route does not take (so an unknown caller learns
     nothing from the query, as from the body)."""
@@ -185,7 +185,7 @@ async def authenticate_header(eng: Node, admin_token: str, header: str) -> Calle
     return caller
 
 
-async def _caller(eng: Node, admin_token: str, header: str) -> Caller:
+async def _caller(eng: Services, admin_token: str, header: str) -> Caller:
     token = bearer_token(header)
     if hmac.compare_digest(token.encode(), admin_token.encode()):
         return Caller(admin=True)
@@ -205,7 +205,7 @@ async def _caller(eng: Node, admin_token: str, header: str) -> Caller:
     raise Unauthorized("invalid or revoked key")
 
 
-async def operator_caller(token: str, eng: Node | None = None) -> Caller | None:
+async def operator_caller(token: str, eng: Services | None = None) -> Caller | None:
     """The caller an operator token stands for (None: not a live operator token)."""
     parts = credentials.split_operator_token(token)
     if parts is None:
@@ -345,7 +345,7 @@ def check_name(value: str, field: str) -> None:
 
 
 def create_app(
-    engine_: Node, settings_: Settings, admin_token: str, faces: Sequence[Blueprint] = ()
+    engine_: Services, settings_: Settings, admin_token: str, faces: Sequence[Blueprint] = ()
 ) -> Quart:
     app = QuartTrio("foliot")
     app.asgi_http_class = FinishingHTTPConnection  # closes what it says it closes (conn.py)

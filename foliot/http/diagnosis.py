@@ -10,17 +10,17 @@ from __future__ import annotations
 from quart import Blueprint, Response
 
 from ..core.workflow.model import Run
-from ..node import Node
 from ..observe.diagnosis import Diagnosis, Observation, QueueSeen, StoredTimer, diagnose
 from .app import check_query, engine, json_response, require_app
 from .runs import owned_run
+from .services import Services
 
 blueprint = Blueprint("diagnosis", __name__)
 
 _RECENT_EVENTS = 20
 
 
-async def observe(eng: Node, run: Run) -> Observation:
+async def observe(eng: Services, run: Run) -> Observation:
     """Everything the diagnosis looks at for this run, read now."""
     now = eng.clock.now()
     task = run.task
@@ -65,7 +65,7 @@ async def observe(eng: Node, run: Run) -> Observation:
     )
 
 
-async def run_diagnosis(eng: Node, run: Run) -> Diagnosis:
+async def run_diagnosis(eng: Services, run: Run) -> Diagnosis:
     return diagnose(await observe(eng, run))
 
 

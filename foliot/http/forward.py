@@ -1,6 +1,6 @@
 """Requests for an actor that lives on another node, proxied to its owner.
 
-When `Node.ask`/`Node.swf_ask` find the addressed actor on another node they raise
+When `Runs.ask`/`Swf.ask` find the addressed actor on another node they raise
 `Elsewhere`; the HTTP layer (the Quart error handler, the ASGI hot path `foliot/http/hot.py`
 and the SWF route alike) hands the request as it arrived — method, path and query, headers,
 body — to `relay`, which sends it to the owner's FOLIOT_ADVERTISE_URL and returns the owner's

@@ -32,11 +32,11 @@ from werkzeug.exceptions import RequestTimeout
 
 from ..actors.placement import Elsewhere
 from ..core.errors import Internal, PayloadTooLarge, Refused, StorageUnavailable, Unavailable
-from ..node import Node
 from .app import BODY_TIMEOUT_S, Call, UnsupportedMediaType, is_json_media_type
 from .errors import Answer, headers_of, status_of
 from .forward import Incoming, relay
 from .runs import start_run_call
+from .services import Services
 from .signals import signal_call
 from .tasks import complete_call, heartbeat_call
 
@@ -54,7 +54,7 @@ class Hot:
     """ASGI wrapper: plain starts, signals and task answers are served here, everything else
     by `app`."""
 
-    def __init__(self, app: ASGIFramework, engine: Node, admin_token: str) -> None:
+    def __init__(self, app: ASGIFramework, engine: Services, admin_token: str) -> None:
         self.app = app
         self.engine = engine
         self.admin_token = admin_token

@@ -39,7 +39,6 @@ from ..core.workflow.payload import DepthError, loads
 from ..kinds.swf import queries, registry, writes
 from ..kinds.swf.keys import SwfKeys
 from ..kinds.swf.registry import Action, Ctx
-from ..node import Node
 from ..storage.swf import SwfLambdaFunction
 from .app import (
     EmptyBody,
@@ -55,6 +54,7 @@ from .app import (
 from .errors import status_of
 from .forward import Incoming, RawHeaders, Relayed, relay
 from .hot import Body, Disconnected, error_answer, plain_headers, send_answer
+from .services import Services
 from .urls import UrlError, check_http_url
 
 log = logging.getLogger("foliot.swf")
@@ -77,7 +77,7 @@ def keys() -> SwfKeys:
     return key_book(current_app.config, engine())
 
 
-def key_book(config: Any, eng: Node) -> SwfKeys:
+def key_book(config: Any, eng: Services) -> SwfKeys:
     """The key book kept in an app's config (made on first use): the Quart route and the edge
     (`SwfEdge`) share it, so a revocation drops the one cache."""
     found = config.get("FOLIOT_SWF_KEYS")
@@ -123,7 +123,7 @@ def signed_request(scope: Any, raw_body: bytes) -> sigv4.SignedRequest:
     )
 
 
-async def authenticate(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> str:
+async def authenticate(eng: Services, book: SwfKeys, scope: Any, raw_body: bytes) -> str:
     """The SigV4-verified request's region; an AWS fault otherwise."""
     auth = sigv4.parse_authorization(header(scope["headers"], b"authorization"))
     signed = signed_request(scope, raw_body)
@@ -158,7 +158,7 @@ def decode(raw_body: bytes) -> Any:
         raise SerializationException(f"The request body is not valid JSON: {exc}") from None
 
 
-async def handle(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> dict[str, Any]:
+async def handle(eng: Services, book: SwfKeys, scope: Any, raw_body: bytes) -> dict[str, Any]:
     region = await authenticate(eng, book, scope, raw_body)
     action = target(header(scope["headers"], b"x-amz-target") or "")
     body = decode(raw_body)
@@ -171,7 +171,7 @@ async def handle(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> dict[
     return await run(Ctx(eng.store, eng.clock.now(), region, eng.swf), body)
 
 
-async def answer(eng: Node, book: SwfKeys, scope: Any, raw_body: bytes) -> Answer:
+async def answer(eng: Services, book: SwfKeys, scope: Any, raw_body: bytes) -> Answer:
     """One SWF call, its body read: the answer, or the owner's answer when the execution lives
     on another node. Every refusal is an AWS fault."""
     try:
@@ -216,7 +216,7 @@ class SwfEdge:
     refusals only apply to requests this wrapper passes on, and the body is read first (within
     `BODY_TIMEOUT_S`) as the Quart route does, so the connection stays in step."""
 
-    def __init__(self, app: ASGIFramework, engine: Node, config: Any) -> None:
+    def __init__(self, app: ASGIFramework, engine: Services, config: Any) -> None:
         self.app = app
         self.engine = engine
         self.config = config

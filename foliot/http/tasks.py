@@ -14,7 +14,6 @@ from ..actors.pull import long_poll
 from ..core.errors import Conflict, InvalidRequest, NotFound
 from ..core.workflow import machine
 from ..core.workflow.model import TaskRow
-from ..node import Node
 from .app import (
     Call,
     EmptyBody,
@@ -29,6 +28,7 @@ from .app import (
     require_app_call,
 )
 from .runs import rejected_error
+from .services import Services
 
 blueprint = Blueprint("tasks", __name__)
 
@@ -91,7 +91,7 @@ async def poll(app_name: str) -> Response:
 
 
 async def claim_here(
-    eng: Node, app_name: str, queue: str, count: int, worker_id: str | None, wait_until: float
+    eng: Services, app_name: str, queue: str, count: int, worker_id: str | None, wait_until: float
 ) -> list[dict[str, Any]] | None:
     """Up to `count` tasks claimed from this node's queue by `wait_until` (Trio time), as the
     poll answers them; None when none came. Another node's poll calls this through
@@ -100,7 +100,7 @@ async def claim_here(
     return [task_body(run, task) for run, task in claimed] or None
 
 
-async def _task(eng: Node, app_name: str, token: str) -> TaskRow:
+async def _task(eng: Services, app_name: str, token: str) -> TaskRow:
     row = await eng.store.get_task(token) if len(token) <= 128 else None
     if row is None or row.app != app_name:
         raise NotFound("unknown task token")
