@@ -28,7 +28,7 @@ _FORBIDDEN_IN_NAMES = re.compile(r"[:/|\u0000-\u001f\u007f-\u009f]")
 
 @cache
 def model() -> dict[str, Any]:
-    text = (resources.files("foliot.swf") / "shapes.json").read_text(encoding="utf-8")
+    text = (resources.files("foliot.core.swf") / "shapes.json").read_text(encoding="utf-8")
     loaded: dict[str, Any] = json.loads(text)
     return loaded
 
