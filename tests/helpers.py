@@ -118,3 +118,9 @@ async def start_handler(nursery: trio.Nursery, handler: HandlerServer) -> Handle
     binds = await nursery.start(serve, handler, config)
     handler.url = binds[0]
     return handler
+
+
+async def advance(seconds: float) -> None:
+    """Let virtual time pass: the caller runs under `trio.testing.MockClock`, so nothing waits
+    on the wall clock."""
+    await trio.sleep_until(trio.current_time() + seconds)

@@ -41,7 +41,7 @@ from ..core.errors import (
 from ..core.workflow.jsonconv import ValidationError, is_name, structure
 from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from .conn import FinishingHTTPConnection
-from .errors import Answer, face_status, headers_of, status_of
+from .errors import Answer, UnsupportedMediaType, headers_of, status_of
 from .forward import quart_incoming, quart_response, relay
 from .services import Services
 
@@ -64,13 +64,6 @@ BODY_TIMEOUT_S = 60
 
 BODY_MAX_DEPTH = MAX_DEPTH + 2
 """A body's own object and one wrapper (`set` of a state edit) come on top of a value's levels."""
-
-
-class UnsupportedMediaType(Refused):
-    code = "unsupported_media_type"
-
-
-face_status(UnsupportedMediaType, 415)
 
 
 def is_json_media_type(content_type: str) -> bool:

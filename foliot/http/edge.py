@@ -28,7 +28,8 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 
 from ..actors.admission import Admission
 from ..core.errors import Overloaded
-from .errors import status_of
+from .errors import headers_of, status_of
+from .hot import send_answer
 
 _ADDS_WORK = re.compile(r"^/apps/[^/]+/(?:runs|signals)/?$")
 _DRAIN_MAX = 65_536  # a refused body up to this size is read, so its connection can be kept
@@ -81,17 +82,11 @@ async def _refuse(
     with trio.move_on_after(DRAIN_TIMEOUT_S):
         keep = await _drain(scope, receive)
     body = json.dumps(refusal.body(), separators=(",", ":")).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"retry-after", str(refusal.retry_after).encode()),
-        (b"content-length", str(len(body)).encode()),
-    ]
+    headers = [(b"content-type", b"application/json")]
+    headers += [(k.lower().encode(), v.encode()) for k, v in (headers_of(refusal) or {}).items()]
     if not keep:
         headers.append((b"connection", b"close"))
-    await send(
-        {"type": "http.response.start", "status": status_of(refusal), "headers": headers, "trailers": False}
-    )
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    await send_answer(send, status_of(refusal), headers, body)
 
 
 async def _drain(scope: Scope, receive: ASGIReceiveCallable) -> bool:

@@ -23,6 +23,19 @@ from ..core.errors import (
     Unavailable,
 )
 
+
+class UnsupportedMediaType(Refused):
+    """The request body is not JSON (its `Content-Type` says otherwise)."""
+
+    code = "unsupported_media_type"
+
+
+class GatewayTimeout(Refused):
+    """A forwarded request's owner took it but did not answer in time: its outcome is unknown."""
+
+    code = "owner_timeout"
+
+
 STATUS: Final[dict[type[Refused], int]] = {
     InvalidRequest: 400,
     Unauthorized: 401,
@@ -33,8 +46,9 @@ STATUS: Final[dict[type[Refused], int]] = {
     Overloaded: 429,
     Unavailable: 503,
     Internal: 500,
+    UnsupportedMediaType: 415,
+    GatewayTimeout: 504,
 }
-"""The status of each domain refusal. The HTTP layer's own refusals are added below."""
 
 
 class Answer(Refused):
@@ -68,9 +82,3 @@ def headers_of(error: Refused) -> dict[str, str] | None:
     if error.retry_after is None:
         return None
     return {"Retry-After": str(error.retry_after)}
-
-
-def face_status(cls: type[Refused], status: int) -> type[Refused]:
-    """Register the status of a refusal class the HTTP layer defines (a class decorator)."""
-    STATUS[cls] = status
-    return cls

@@ -30,8 +30,8 @@ from werkzeug.datastructures import Headers as QuartHeaders
 
 from ..actors.placement import Elsewhere, NotOwner, Remote
 from ..cluster import hop
-from ..core.errors import Refused, Unavailable
-from .errors import Answer, face_status
+from ..core.errors import Unavailable
+from .errors import Answer, GatewayTimeout
 
 log = logging.getLogger("foliot.forward")
 
@@ -52,15 +52,6 @@ _NOT_RETURNED = {
 }  # fmt: skip
 
 RawHeaders = Sequence[tuple[bytes, bytes]]
-
-
-class GatewayTimeout(Refused):
-    """The owner took the request but did not answer in time: its outcome is unknown."""
-
-    code = "owner_timeout"
-
-
-face_status(GatewayTimeout, 504)
 
 
 @attrs.frozen

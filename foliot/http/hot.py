@@ -32,8 +32,8 @@ from werkzeug.exceptions import RequestTimeout
 
 from ..actors.placement import Elsewhere
 from ..core.errors import Internal, PayloadTooLarge, Refused, StorageUnavailable, Unavailable
-from .app import BODY_TIMEOUT_S, Call, UnsupportedMediaType, is_json_media_type
-from .errors import Answer, headers_of, status_of
+from .app import BODY_TIMEOUT_S, Call, is_json_media_type
+from .errors import Answer, UnsupportedMediaType, headers_of, status_of
 from .forward import Incoming, relay
 from .runs import start_run_call
 from .services import Services

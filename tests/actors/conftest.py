@@ -23,6 +23,8 @@ from foliot.node import Node
 from foliot.storage.base import ApiKeyRecord, AppRecord, SecretRecord
 from foliot.storage.sqlite import open_sqlite
 
+from ..helpers import advance as advance  # re-exported for the actor tests
+
 T0 = 1_800_000_000_000
 DAY = 86_400.0
 
@@ -105,9 +107,6 @@ class Env:
                 await self.pushed.wait()
 
 
-async def advance(seconds: float) -> None:
-    """Let virtual time pass (these tests run under MockClock; nothing waits on the wall)."""
-    await trio.sleep_until(trio.current_time() + seconds)
 
 
 def ok(value: Any = None, status: int = 200, **headers: str) -> httpx.Response:

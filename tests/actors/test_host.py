@@ -37,82 +37,32 @@ from foliot.core.errors import (
 from foliot.http.errors import status_of
 from foliot.storage.base import TimerRecord
 
+from .counter import Add, Arm, Boom, Busy, Close, Counter, Fire, Hold, Timer, transition
+
 T0 = 1_800_000_000_000
 HOUR_MS = 3_600_000
 
 # ---------------------------------------------------------------------- the counter machine
 
 
-@attrs.frozen
-class Timer:
-    kind: str
-    key: str
-    due: int
 
 
-@attrs.frozen
-class Counter:
-    version: int = 0
-    total: int = 0
-    open: bool = True
-    busy: bool = False  # something in flight: the actor may not be passivated
-    timer: Timer | None = None
-    armings: int = 0
 
 
-@attrs.frozen
-class Add:
-    n: int
 
 
-@attrs.frozen
-class Arm:
-    at: int
 
 
-@attrs.frozen
-class Fire:
-    slot: str
-    key: str
 
 
-@attrs.frozen
-class Close:
-    pass
 
 
-@attrs.frozen
-class Busy:
-    busy: bool
 
 
-@attrs.frozen
-class Hold:
-    """Keeps the actor's drain busy until the kind's `release` is set."""
 
 
-@attrs.frozen
-class Boom:
-    """A bug in the machine."""
 
 
-def transition(state: Counter, msg: Any) -> Counter:
-    if isinstance(msg, Add):
-        return attrs.evolve(state, total=state.total + msg.n)
-    if isinstance(msg, Arm):
-        n = state.armings + 1
-        return attrs.evolve(state, timer=Timer("tick", f"tick#{n}", msg.at), armings=n)
-    if isinstance(msg, Fire):
-        if state.timer is None or state.timer.key != msg.key:
-            return state  # stale
-        return attrs.evolve(state, total=state.total + 1, timer=None)
-    if isinstance(msg, Close):
-        return attrs.evolve(state, open=False, timer=None)
-    if isinstance(msg, Busy):
-        return attrs.evolve(state, busy=msg.busy)
-    if isinstance(msg, Hold):
-        return state
-    raise RuntimeError("a bug in the machine")
 
 
 def timers_of(state: Counter) -> list[tuple[str, Timer]]:

@@ -21,72 +21,7 @@ from foliot.actors.runtime import Actor
 from foliot.core.errors import Internal, StaleWrite, StorageUnavailable, Unavailable
 
 from .conftest import Env, advance
-
-
-@attrs.frozen
-class Timer:
-    kind: str
-    key: str
-    due: int
-
-
-@attrs.frozen
-class Counter:
-    version: int = 0
-    total: int = 0
-    open: bool = True
-    busy: bool = False  # "something in flight": not parked
-    timer: Timer | None = None
-    armings: int = 0
-
-
-@attrs.frozen
-class Add:
-    n: int
-
-
-@attrs.frozen
-class Arm:
-    at: int
-
-
-@attrs.frozen
-class Fire:
-    slot: str
-    key: str
-
-
-@attrs.frozen
-class Close:
-    pass
-
-
-@attrs.frozen
-class Busy:
-    busy: bool
-
-
-@attrs.frozen
-class Boom:
-    pass
-
-
-def transition(state: Counter, msg: Any) -> Counter:
-    """The pure machine."""
-    if isinstance(msg, Add):
-        return attrs.evolve(state, total=state.total + msg.n)
-    if isinstance(msg, Arm):
-        n = state.armings + 1
-        return attrs.evolve(state, timer=Timer("tick", f"tick#{n}", msg.at), armings=n)
-    if isinstance(msg, Fire):
-        if state.timer is None or state.timer.key != msg.key:
-            return state  # stale
-        return attrs.evolve(state, total=state.total + 1, timer=None)
-    if isinstance(msg, Close):
-        return attrs.evolve(state, open=False, timer=None)
-    if isinstance(msg, Busy):
-        return attrs.evolve(state, busy=msg.busy)
-    raise RuntimeError("a bug in the machine")
+from .counter import Add, Arm, Boom, Busy, Close, Counter, Fire, Timer, transition
 
 
 class CounterKind:

@@ -5,13 +5,12 @@ lands clears the mark. MockClock; the inline `:memory:` store writes on the Trio
 from __future__ import annotations
 
 import pytest
-import trio
 from trio.testing import MockClock
 
 from foliot.core.errors import Refused, StorageUnavailable, UniqueViolation
 from foliot.storage.health import WriteHealth, refuses_writes
 
-from .conftest import Env
+from .conftest import Env, advance
 
 FLOW = {"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]}
 
@@ -34,7 +33,7 @@ async def test_a_refused_commit_marks_the_store_failing_until_a_write_lands(
         await env.start("w")
     assert not health.healthy and "readonly" in (health.reason or "")
     since = health.failing_since
-    await trio.sleep(5)
+    await advance(5)
     assert not await health.recheck(env.engine.store, env.engine.clock.now())  # still refused
     assert health.failing_since == since and health.failures >= 2
     read_only(env, False)

@@ -14,6 +14,7 @@ import trio.testing
 from foliot_client import AsyncClient, Client, Event, Polling, RetryPolicy, errors
 
 from ..conftest import Api
+from ..helpers import advance
 
 FAST = RetryPolicy(max_attempts=2, initial_interval=0.001, max_interval=0.001)
 QUICK = Polling(interval=0.001, max_interval=0.01)
@@ -167,9 +168,9 @@ async def test_follow_reads_new_events_resets_its_backoff_and_drains_after_the_c
     async with fake(script) as c, trio.open_nursery() as n:
 
         async def later() -> None:
-            await trio.sleep(6)
+            await advance(6)
             script.add("signal_received")
-            await trio.sleep(14)  # t = 20: the run closes with its last event
+            await advance(14)  # t = 20: the run closes with its last event
             script.add("run_completed")
 
         n.start_soon(later)

@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 import attrs
-import trio
 
 from foliot.core.errors import StorageUnavailable
 from foliot.core.leases import PARTITIONS, Lease, Node, View
+
+from ..helpers import advance as advance  # re-exported for the cluster tests
 
 
 class FakeCluster:
@@ -116,6 +117,3 @@ class FakeClusterStore:
         self.cluster.leave(node_id)
 
 
-async def advance(seconds: float) -> None:
-    """Let virtual time pass (MockClock: nothing waits on the wall)."""
-    await trio.sleep_until(trio.current_time() + seconds)

@@ -10,8 +10,8 @@ import trio
 from foliot.actors.placement import Elsewhere, NotOwner, Remote
 from foliot.cluster import hop
 from foliot.core.errors import Unavailable
-from foliot.http.errors import headers_of, status_of
-from foliot.http.forward import Forwarder, GatewayTimeout, Incoming, relay
+from foliot.http.errors import GatewayTimeout, headers_of, status_of
+from foliot.http.forward import Forwarder, Incoming, relay
 
 KEY = b"k" * 32
 NOW = 1_800_000_000_000

@@ -49,6 +49,8 @@ from foliot.http.errors import status_of
 from foliot.kinds.run.service import Runs
 from foliot.storage.base import SIGNAL_ID_UNIQUE, IdempotencyRecord, TimerRecord, UnitOfWork, WorkflowRecord
 
+from ..helpers import advance
+
 T = TypeVar("T")
 T0 = 1_800_000_000_000
 APP = "shop"
@@ -462,7 +464,7 @@ async def test_a_passivated_run_is_read_from_the_store_and_a_stale_write_reread(
 ) -> None:
     body, _ = await rig.start("order")
     run_id = body["runId"]
-    await trio.sleep(61)  # past FOLIOT_PASSIVATE_AFTER_MS: a waiting run leaves memory
+    await advance(61)  # past FOLIOT_PASSIVATE_AFTER_MS: a waiting run leaves memory
     assert rig.runs.live(run_id) is None and rig.store.get_run_calls == 0
     stored = rig.store.runs[run_id]
     assert await rig.runs.document(run_id) == stored and rig.store.get_run_calls == 1
@@ -503,7 +505,7 @@ async def test_a_short_sleep_is_armed_in_the_wheel_by_the_commit_and_fires(
     run_id = body["runId"]
     [(slot, armed)] = rig.store.runs[run_id].timers()
     assert rig.host.timers.pending_for(run_id, [slot])[0]["key"] == armed.key
-    await trio.sleep(11)
+    await advance(11)
     assert rig.store.runs[run_id].status == "completed"
     assert rig.host.timers.pending_for(run_id, [slot]) == []
 
@@ -517,8 +519,8 @@ async def test_a_sleep_fires_through_the_wheel_from_the_stored_run(
     [(slot, armed)] = rig.store.runs[run_id].timers()
     # An hour is beyond the wheel's 60 s window: only the stored row holds it for now.
     assert rig.host.timers.pending_for(run_id, [slot]) == []
-    await trio.sleep(3_599)
+    await advance(3_599)
     assert rig.host.timers.pending_for(run_id, [slot])[0]["key"] == armed.key  # paged in
     assert rig.store.runs[run_id].status == "sleeping"
-    await trio.sleep(2)
+    await advance(2)
     assert rig.store.runs[run_id].status == "completed" and len(rig.store.commits) == 2

@@ -75,12 +75,12 @@ class RunKind:
         run = actor.state
         assert run is not None
         runs, host = self.runs, self.host
-        definition = await runs.definition(run.app, run.workflow, run.version)
+        definition = await host.directory.definition(run.app, run.workflow, run.version)
         if isinstance(msg, Redeliver):
             self.redeliver(run, definition, msg.token)
             return False
         if isinstance(msg, Rewind) and msg.version is not None and msg.version != run.version:
-            target = await runs.maybe_definition(run.app, run.workflow, msg.version)
+            target = await host.directory.maybe_definition(run.app, run.workflow, msg.version)
             if target is None:
                 if slot is not None:
                     slot.put(
@@ -143,7 +143,7 @@ class RunKind:
         run = await host.store.get_run(actor.id)
         if run is None or not run.is_open:
             return
-        definition = await runs.definition(run.app, run.workflow, run.version)
+        definition = await host.directory.definition(run.app, run.workflow, run.version)
         message = f"the run's actor crashed {host.supervisor.max_crashes} times: {type(exc).__name__}"
         tr = machine.mark_stuck(run, definition, "internal_error", message, runs.context())
         await runs.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))

@@ -19,7 +19,6 @@ from ...actors.placement import check_local
 from ...actors.queues import Reservation
 from ...core.errors import Conflict, Fenced, NotFound, Unavailable, UniqueViolation
 from ...core.workflow import machine
-from ...core.workflow.definition import Definition
 from ...core.workflow.machine import Context, Reply
 from ...core.workflow.model import Run, TaskRef
 from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
@@ -46,12 +45,6 @@ class Runs:
             signal_buffer_max=settings.signal_buffer_max,
             signal_buffer_max_bytes=settings.signal_buffer_max_bytes,
         )
-
-    async def definition(self, app: str, name: str, version: int) -> Definition:
-        return await self.host.directory.definition(app, name, version)
-
-    async def maybe_definition(self, app: str, name: str, version: int) -> Definition | None:
-        return await self.host.directory.maybe_definition(app, name, version)
 
     async def commit(self, unit: UnitOfWork) -> None:
         """Commit one unit of work, fenced by the run's lease and shielded (`KindHost.shielded`):

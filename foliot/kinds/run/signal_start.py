@@ -122,11 +122,14 @@ async def _deliver(runs: Runs, req: SignalStart, run: Run) -> dict[str, Any] | N
 
 async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
     """Start the run with the signal in it; None when another caller's run took the key first."""
+    directory = runs.host.directory
     version = req.version
     if version is None:
-        latest = await runs.host.directory.latest_workflow(req.app, req.workflow)
+        latest = await directory.latest_workflow(req.app, req.workflow)
         version = latest.version if latest is not None else None
-    definition = await runs.maybe_definition(req.app, req.workflow, version) if version is not None else None
+    definition = (
+        await directory.maybe_definition(req.app, req.workflow, version) if version is not None else None
+    )
     if definition is None:
         which = f"version {version} of " if version is not None else ""
         raise NotFound(f"{which}workflow {req.workflow!r} not found")

@@ -135,9 +135,6 @@ class Swf:
                 return slot.reply, slot.value
             # No longer pending (timed out, canceled, the execution closed): wait for the next.
 
-    async def recover(self, only: Any = None) -> int:
-        return await self.kind.recover(only)
-
 
 def _settle_swf_claim(held: Reservation, token: str, slot: ReplySlot) -> None:
     """An SWF task's start answered: drop the entry once started or gone, else put it back."""
