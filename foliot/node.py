@@ -264,11 +264,19 @@ class Node:
                 self.runs.tell(task.run_id, Redeliver(task.token))
             recovered += 1
         self.recovered_tasks += recovered
+
+        def ours(actor_id: str) -> bool:
+            return (only is None or only(actor_id)) and self.ownership.accepts(actor_id)
+
+        told, cancelled = await self.runs.reconcile(ours)
         open_swf = await self.swf.kind.recover(only)
         log.info(
-            "recovery done%s: %d open tasks re-delivered or re-offered, %d open SWF executions recovered",
+            "recovery done%s: %d open tasks re-delivered or re-offered, %d parents told of closed"
+            " children, %d children cancelled, %d open SWF executions recovered",
             "" if partitions is None else f" for {len(partitions)} partitions",
             recovered,
+            told,
+            cancelled,
             open_swf,
         )
 

@@ -28,6 +28,8 @@ from ..actors.messages import Envelope
 from ..actors.placement import Local, Unowned, Where
 from ..core.swf import messages as m
 from ..core.swf.model import ExecutionRef
+from ..core.workflow import machine
+from ..core.workflow.model import ErrorInfo, ParentRef
 from ..kinds.swf.actor import _FROM_OTHERS as FROM_OTHERS
 
 if TYPE_CHECKING:
@@ -38,9 +40,16 @@ log = logging.getLogger("foliot.cluster.tell")
 # What one execution sends another: requests (signal, cancel request, a child policy's
 # terminate), and the answers the runtime already treats as coming from other executions.
 MESSAGES: Final[dict[str, type[Any]]] = {
-    cls.__name__: cls for cls in (m.Signal, m.RequestCancel, m.Terminate, *FROM_OTHERS)
+    cls.__name__: cls
+    for cls in (m.Signal, m.RequestCancel, m.Terminate, *FROM_OTHERS, machine.ChildClosed, machine.Cancel)
 }
-_NESTED: Final[dict[str, type[Any]]] = {"ExecutionRef": ExecutionRef}
+_NESTED: Final[dict[str, type[Any]]] = {
+    "ExecutionRef": ExecutionRef,
+    "ParentRef": ParentRef,
+    "ErrorInfo": ErrorInfo,
+}
+# Fields that hold any JSON value (a child's output), carried as {"type": "Json", "value": ...}.
+_JSON_FIELDS: Final = frozenset({("ChildClosed", "output")})
 RETRIES_S: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 2.0, 2.0, 5.0, 5.0, 10.0, 10.0, 20.0)
 
 
@@ -58,9 +67,14 @@ def encode(message: Any) -> dict[str, Any]:
 
 def _encode(value: Any) -> Any:
     if attrs.has(type(value)):
-        out = {"type": type(value).__name__}
+        name = type(value).__name__
+        out: dict[str, Any] = {"type": name}
         for field in attrs.fields(type(value)):
-            out[field.name] = _encode(getattr(value, field.name))
+            inner = getattr(value, field.name)
+            if (name, field.name) in _JSON_FIELDS:
+                out[field.name] = {"type": "Json", "value": inner}
+            else:
+                out[field.name] = _encode(inner)
         return out
     if value is None or isinstance(value, (str, int, bool)):
         return value
@@ -82,6 +96,11 @@ def _decode(raw: dict[str, Any], cls: type[Any]) -> Any:
     values: dict[str, Any] = {}
     for name in names & set(raw):
         value = raw[name]
+        if (cls.__name__, name) in _JSON_FIELDS:
+            if not isinstance(value, dict) or value.get("type") != "Json" or set(value) != {"type", "value"}:
+                raise Undecodable(f"{cls.__name__}.{name} is not a JSON value")
+            values[name] = value["value"]
+            continue
         if isinstance(value, dict):
             nested = _NESTED.get(str(value.get("type")))
             if nested is None:

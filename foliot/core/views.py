@@ -30,6 +30,9 @@ def run_view(run: Run) -> dict[str, Any]:
         "updatedAt": ts(run.updated_at),
         "closedAt": ts(run.closed_at),
         "error": run.error.to_json() if run.error is not None else None,
+        "output": run.output if run.status == "completed" else None,
+        "parent": run.parent.to_json() if run.parent is not None else None,
+        "children": run.fan.to_json() if run.fan is not None else None,
     }
 
 

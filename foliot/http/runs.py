@@ -170,9 +170,12 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
 @reads_query
 async def list_runs(app_name: str) -> Response:
     await require_app(app_name)
-    check_query({"workflow", "status", "businessKey", "limit", "cursor"})
+    check_query({"workflow", "status", "businessKey", "parentRunId", "limit", "cursor"})
     args = request.args
     workflow, status, bkey = args.get("workflow"), args.get("status"), args.get("businessKey")
+    parent = args.get("parentRunId")
+    if parent is not None and not 1 <= len(parent) <= 64:
+        raise InvalidRequest("must be a run id", field="parentRunId")
     if workflow is not None:
         check_name(workflow, "workflow")
     if status is not None and status not in STATUSES:
@@ -182,7 +185,9 @@ async def list_runs(app_name: str) -> Response:
     cursor = args.get("cursor")
     if cursor:
         after = _runs_cursor(cursor)
-    runs = await engine().store.list_runs(RunFilter(app_name, workflow, status, bkey), limit + 1, after)
+    runs = await engine().store.list_runs(
+        RunFilter(app_name, workflow, status, bkey, parent), limit + 1, after
+    )
     page = runs[:limit]
     next_cursor = encode_cursor(page[-1].created_at, page[-1].run_id) if len(runs) > limit else None
     return json_response({"runs": [run_view(r) for r in page], "nextCursor": next_cursor})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
 import attrs
@@ -109,6 +110,27 @@ class UnitOfWork:
     idempotency_expired_before: int | None = None
     # The lease this unit is written under, when several nodes share the database (`Fence`).
     fences: tuple[Fence, ...] = ()
+    # Child runs the transition started (new runs, `expected_seq` None): written in the same
+    # transaction, so a parent's step and its children exist together or not at all.
+    children: tuple[UnitOfWork, ...] = ()
+
+
+def flatten(units: Sequence[UnitOfWork]) -> list[UnitOfWork]:
+    """`units` with the child runs each of them starts, parents first."""
+    if not any(unit.children for unit in units):
+        return list(units)
+    out: list[UnitOfWork] = []
+    stack = list(reversed(units))
+    while stack:
+        unit = stack.pop()
+        out.append(unit)
+        stack.extend(reversed(unit.children))
+    return out
+
+
+def parent_of(run: Run) -> str | None:
+    """The `runs.parent_run_id` column (migration 0071)."""
+    return run.parent.run_id if run.parent is not None else None
 
 
 @attrs.frozen
@@ -129,6 +151,7 @@ class RunFilter:
     workflow: str | None = None
     status: str | None = None
     business_key: str | None = None
+    parent_run_id: str | None = None
 
 
 def encode_cursor(*parts: Any) -> str:
@@ -219,6 +242,16 @@ class RunStore(Protocol):
     async def find_open_run(self, app: str, workflow: str, business_key: str) -> Run | None: ...
 
     async def list_runs(self, flt: RunFilter, limit: int, after: tuple[int, str] | None) -> list[Run]: ...
+
+    async def children_of(self, parent_run_id: str) -> list[Run]:
+        """Every child run of a run (all its steps and generations), oldest first."""
+        ...
+
+    async def child_links(self) -> list[tuple[Run, Run]]:
+        """(child, parent) for every open child run, and for every closed child of an open
+        parent waiting on children: what recovery reconciles (a child's close its parent may
+        not have been told of; a child its closed or moved-on parent no longer waits for)."""
+        ...
 
     async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]: ...
 

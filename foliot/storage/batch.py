@@ -19,7 +19,9 @@ from .base import (
     IdempotencyRecord,
     UnitOfWork,
     event_rows,
+    flatten,
     idempotency_row,
+    parent_of,
     run_row,
     search_columns,
     signal_id_rows,
@@ -68,7 +70,7 @@ def batch_rows(units: list[UnitOfWork]) -> BatchRows | None:
     signal_ids: list[tuple[Any, ...]] = []
     plain: list[tuple[Any, ...]] = []
     replacing: list[tuple[Any, ...]] = []
-    for unit in units:
+    for unit in flatten(units):
         run = unit.run
         if run.run_id in runs:
             return None
@@ -77,7 +79,7 @@ def batch_rows(units: list[UnitOfWork]) -> BatchRows | None:
         step, since = step_columns(run)
         version, error_class = search_columns(run)
         if unit.expected_seq is None:
-            inserts.append((*row, step, since, version, error_class))
+            inserts.append((*row, step, since, version, error_class, parent_of(run)))
         else:
             updates.append(
                 (

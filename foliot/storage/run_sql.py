@@ -28,6 +28,7 @@ from .base import (
     WorkflowRecord,
     event_rows,
     idempotency_row,
+    parent_of,
     prune_pick,
     run_row,
     search_columns,
@@ -51,7 +52,7 @@ def _insert(table: str, columns: str) -> str:
 INSERT_RUN_HEAD: Final = _insert(
     "runs",
     "run_id, app, workflow, status, business_key, is_open, created_at, seq, doc, closed_at,"
-    " current_step, step_since, workflow_version, error_class",
+    " current_step, step_since, workflow_version, error_class, parent_run_id",
 )
 INSERT_EVENT_HEAD: Final = _insert("events", "run_id, seq, at, generation, type, step, attempt, data")
 INSERT_TASK_HEAD: Final = _insert(
@@ -69,7 +70,7 @@ INSERT_IDEMPOTENCY_HEAD: Final = _insert(
     "idempotency", "app, key, request_hash, run_id, response, created_at"
 )
 
-INSERT_RUN: Final = INSERT_RUN_HEAD + marks(14)
+INSERT_RUN: Final = INSERT_RUN_HEAD + marks(15)
 # (status, is_open, seq, doc, closed_at, current_step, step_since, workflow_version,
 # error_class, run_id, expected seq): written only where the run is still at the expected seq.
 UPDATE_RUN: Final = (
@@ -102,7 +103,7 @@ def unit_tx(unit: UnitOfWork) -> Tx[None]:
     step, since = step_columns(run)
     version, error_class = search_columns(run)
     if unit.expected_seq is None:
-        yield change(INSERT_RUN, *row, step, since, version, error_class)
+        yield change(INSERT_RUN, *row, step, since, version, error_class, parent_of(run))
     else:
         moved = yield change(
             UPDATE_RUN,
@@ -142,6 +143,8 @@ def unit_tx(unit: UnitOfWork) -> Tx[None]:
             )
             if taken != 1:
                 raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+    for child in unit.children:  # child runs the transition started: inserted with it
+        yield from unit_tx(child)
 
 
 # ---------------------------------------------------------------------------------- apps and credentials
@@ -257,6 +260,7 @@ def list_runs_sql(flt: RunFilter, limit: int, after: tuple[int, str] | None) -> 
         ("workflow", flt.workflow),
         ("status", flt.status),
         ("business_key", flt.business_key),
+        ("parent_run_id", flt.parent_run_id),
     ):
         if value is not None:
             clauses.append(f"{column} = ?")
@@ -269,6 +273,15 @@ def list_runs_sql(flt: RunFilter, limit: int, after: tuple[int, str] | None) -> 
     args.append(limit)  # type: ignore[arg-type]
     sql = f"SELECT doc FROM runs WHERE {' AND '.join(clauses)} ORDER BY created_at DESC, run_id DESC LIMIT ?"
     return sql, args
+
+
+CHILDREN_OF: Final = "SELECT doc FROM runs WHERE parent_run_id = ? ORDER BY created_at, run_id"
+# (true, true, false): open children; closed children of open parents parked on children.
+CHILD_LINKS: Final = (
+    "SELECT c.doc AS child, p.doc AS parent FROM runs AS c JOIN runs AS p ON p.run_id = c.parent_run_id"
+    " WHERE c.parent_run_id IS NOT NULL AND (c.is_open = ?"
+    " OR (p.is_open = ? AND c.is_open = ? AND p.status IN ('waiting', 'paused')))"
+)
 
 
 def prune_runs_tx(dialect: Dialect, closed_before: int, limit: int) -> Tx[int]:

@@ -159,6 +159,13 @@ class SqlRunStore:
         sql, args = run_sql.list_runs_sql(flt, limit, after)
         return [_run(r["doc"]) for r in await self._all(sql, args, scan=True)]
 
+    async def children_of(self, parent_run_id: str) -> list[Run]:
+        return [_run(r["doc"]) for r in await self._all(run_sql.CHILDREN_OF, (parent_run_id,), scan=True)]
+
+    async def child_links(self) -> list[tuple[Run, Run]]:
+        found = await self._all(run_sql.CHILD_LINKS, (True, True, False), scan=True)
+        return [(_run(r["child"]), _run(r["parent"])) for r in found]
+
     async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         found = await self._all(run_sql.LIST_EVENTS, (run_id, after, limit), scan=True)
         return [

@@ -16,14 +16,22 @@ from urllib.parse import unquote
 import attrs
 
 from .duration import DurationError, parse_duration, parse_timestamp
-from .jsonconv import ValidationError, is_name, structure
+from .jsonconv import ValidationError, camel, is_name, structure
 from .predicate import Predicate, PredicateError, parse_path, parse_predicate
 
 END: Final = "$end"
 FAIL: Final = "$fail"
 STUCK: Final = "$stuck"
 SENTINELS: Final = frozenset({END, FAIL, STUCK})
-STEP_KINDS: Final = ("task", "sleep", "wait", "choice")
+STEP_KINDS: Final = ("task", "sleep", "wait", "choice", "run", "map", "parallel")
+CHILD_KINDS: Final = frozenset({"run", "map", "parallel"})  # steps that wait for child runs
+ON_PARENT_CLOSE: Final = ("cancel", "abandon")
+MAX_DEPTH: Final = 8  # a run's children may nest this deep below it (a top-level run is depth 0)
+MAX_ITEMS: Final = 10_000  # items of one map step
+MAX_CONCURRENCY: Final = 1_000
+DEFAULT_MAP_CONCURRENCY: Final = 10
+MIN_BRANCHES: Final = 2
+MAX_BRANCHES: Final = 20
 
 DEFAULT_TIMEOUT_MS: Final = 30_000
 DEFAULT_MAX_ATTEMPTS: Final = 3
@@ -61,6 +69,14 @@ class ChoiceSpec:
 
 
 @attrs.frozen
+class BranchSpec:
+    name: str
+    workflow: str
+    version: int | None = None
+    input_path: str | None = None
+
+
+@attrs.frozen
 class StepSpec:
     name: str
     type: str
@@ -80,6 +96,15 @@ class StepSpec:
     on_timeout: str | None = None
     choices: tuple[ChoiceSpec, ...] | None = None
     default: str | None = None
+    workflow: str | None = None
+    version: int | None = None
+    input_path: str | None = None
+    on_parent_close: str | None = None
+    items_path: str | None = None
+    max_concurrency: int | None = None
+    tolerated_failures: int | None = None
+    tolerated_failure_percentage: float | None = None
+    branches: tuple[BranchSpec, ...] | None = None
 
 
 @attrs.frozen
@@ -88,6 +113,7 @@ class DefinitionSpec:
     steps: tuple[StepSpec, ...]
     run_timeout: str | None = None
     defaults: DefaultsSpec | None = None
+    output: str | None = None
 
 
 # Which optional fields each kind of step may carry (camelCase, as the document spells them).
@@ -96,6 +122,19 @@ _ALLOWED: Final = {
     "sleep": {"next", "duration", "until", "untilPath"},
     "wait": {"next", "signal", "signals", "onSignal", "timeout", "onTimeout"},
     "choice": {"choices", "default"},
+    "run": {"next", "onFailure", "retry", "timeout", "workflow", "version", "inputPath", "onParentClose"},
+    "map": {
+        "next",
+        "onFailure",
+        "workflow",
+        "version",
+        "itemsPath",
+        "maxConcurrency",
+        "toleratedFailures",
+        "toleratedFailurePercentage",
+        "onParentClose",
+    },
+    "parallel": {"next", "onFailure", "branches", "onParentClose"},
 }
 _OPTIONAL_FIELDS: Final = tuple(a.name for a in attrs.fields(StepSpec) if a.name not in ("name", "type"))
 
@@ -126,6 +165,16 @@ class Choice:
 
 
 @attrs.frozen
+class Branch:
+    """One branch of a parallel step (for a run or map step: the one child workflow)."""
+
+    name: str
+    workflow: str
+    version: int | None = None  # None: the latest when the step starts
+    input_path: tuple[str, ...] | None = None  # None: the parent's input
+
+
+@attrs.frozen
 class Step:
     name: str
     kind: str
@@ -145,6 +194,22 @@ class Step:
     on_timeout: str | None = None
     choices: tuple[Choice, ...] = ()
     default: str | None = None
+    # run, map and parallel: the child workflows (a run or map step has one, named after it)
+    branches: tuple[Branch, ...] = ()
+    on_parent_close: str = "cancel"
+    items_path: tuple[str, ...] | None = None
+    max_concurrency: int = DEFAULT_MAP_CONCURRENCY
+    tolerated_failures: int | None = None
+    tolerated_failure_percentage: float | None = None
+
+    def tolerance(self, total: int) -> int:
+        """How many of a map's `total` children may fail and the step still complete."""
+        allowed = 0
+        if self.tolerated_failures is not None:
+            allowed = self.tolerated_failures
+        if self.tolerated_failure_percentage is not None:
+            allowed = max(allowed, int(total * self.tolerated_failure_percentage / 100))
+        return allowed
 
     @property
     def awaited(self) -> tuple[str, ...]:
@@ -167,6 +232,7 @@ class Definition:
     run_timeout_ms: int | None
     document: dict[str, Any] = attrs.field(eq=False)
     index: dict[str, Step] = attrs.field(eq=False)
+    output: tuple[str, ...] | None = None  # the path of the run's output; None: its whole state
 
     def step(self, name: str) -> Step:
         return self.index[name]
@@ -356,13 +422,7 @@ def parse_definition(raw: Any) -> Definition:
         if s.type not in STEP_KINDS:
             raise ValidationError(f"{at}.type", f"unknown step type {s.type!r}; expected {list(STEP_KINDS)}")
         for attr in _OPTIONAL_FIELDS:
-            key = {
-                "on_failure": "onFailure",
-                "until_path": "untilPath",
-                "on_timeout": "onTimeout",
-                "on_signal": "onSignal",
-                "queue_timeout": "queueTimeout",
-            }.get(attr, attr)
+            key = camel(attr)
             if getattr(s, attr) is not None and key not in _ALLOWED[s.type]:
                 raise ValidationError(f"{at}.{key}", f"not allowed on a {s.type} step")
         following = spec.steps[i + 1].name if i + 1 < len(spec.steps) else END
@@ -425,6 +485,8 @@ def parse_definition(raw: Any) -> Definition:
                     on_timeout=target(s.on_timeout, f"{at}.onTimeout"),
                 )
             )
+        elif s.type in CHILD_KINDS:
+            compiled.append(_child_step(s, at, common, target))
         else:
             if not s.choices:
                 raise ValidationError(f"{at}.choices", "a choice step needs at least one choice")
@@ -451,4 +513,73 @@ def parse_definition(raw: Any) -> Definition:
         run_timeout_ms=run_timeout_ms,
         document=raw,
         index={s.name: s for s in steps},
+        output=_path(spec.output, "output") if spec.output is not None else None,
     )
+
+
+def _path(text: str, field: str) -> tuple[str, ...]:
+    try:
+        return parse_path(text, field)
+    except PredicateError as exc:
+        raise ValidationError(exc.field, exc.message) from None
+
+
+def _branch(
+    workflow: str | None, version: int | None, input_path: str | None, at: str
+) -> tuple[str, ...] | None:
+    if workflow is None:
+        raise ValidationError(f"{at}.workflow", "required field missing")
+    if not is_name(workflow):
+        raise ValidationError(f"{at}.workflow", _NAME_RULE)
+    if version is not None and version < 1:
+        raise ValidationError(f"{at}.version", "must be 1 or more")
+    return _path(input_path, f"{at}.inputPath") if input_path is not None else None
+
+
+def _child_step(s: StepSpec, at: str, common: dict[str, Any], target: Any) -> Step:
+    """A run, map or parallel step: the child workflows it starts and how it waits for them."""
+    if s.on_parent_close is not None and s.on_parent_close not in ON_PARENT_CLOSE:
+        raise ValidationError(f"{at}.onParentClose", f"must be one of {list(ON_PARENT_CLOSE)}")
+    fields: dict[str, Any] = {
+        "on_failure": target(s.on_failure, f"{at}.onFailure"),
+        "on_parent_close": s.on_parent_close or "cancel",
+    }
+    if s.type == "parallel":
+        if s.branches is None:
+            raise ValidationError(f"{at}.branches", "required field missing")
+        if not MIN_BRANCHES <= len(s.branches) <= MAX_BRANCHES:
+            raise ValidationError(f"{at}.branches", f"must hold {MIN_BRANCHES}..{MAX_BRANCHES} branches")
+        branches = []
+        for j, b in enumerate(s.branches):
+            where = f"{at}.branches[{j}]"
+            if not is_name(b.name):
+                raise ValidationError(f"{where}.name", _NAME_RULE)
+            if any(other.name == b.name for other in s.branches[:j]):
+                raise ValidationError(f"{where}.name", f"duplicate branch name {b.name!r}")
+            path = _branch(b.workflow, b.version, b.input_path, where)
+            branches.append(Branch(b.name, b.workflow, b.version, path))
+        return Step(**common, **fields, branches=tuple(branches))
+    path = _branch(s.workflow, s.version, s.input_path if s.type == "run" else None, at)
+    assert s.workflow is not None
+    fields["branches"] = (Branch(s.name, s.workflow, s.version, path),)
+    if s.type == "run":
+        fields["timeout_ms"] = _duration(s.timeout, f"{at}.timeout")
+        # A child run is retried only when the step says so (a task's default policy and the
+        # workflow's `defaults.retry` are for handlers, not for whole child workflows).
+        fields["retry"] = _retry(s.retry, None, at) if s.retry is not None else Retry(1, 0, 1.0, 0, None)
+        return Step(**common, **fields)
+    if s.items_path is None:
+        raise ValidationError(f"{at}.itemsPath", "required field missing")
+    fields["items_path"] = _path(s.items_path, f"{at}.itemsPath")
+    if s.max_concurrency is not None:
+        if not 1 <= s.max_concurrency <= MAX_CONCURRENCY:
+            raise ValidationError(f"{at}.maxConcurrency", f"must be 1..{MAX_CONCURRENCY}")
+        fields["max_concurrency"] = s.max_concurrency
+    if s.tolerated_failures is not None and s.tolerated_failures < 0:
+        raise ValidationError(f"{at}.toleratedFailures", "must be 0 or more")
+    pct = s.tolerated_failure_percentage
+    if pct is not None and not 0 <= pct <= 100:
+        raise ValidationError(f"{at}.toleratedFailurePercentage", "must be 0..100")
+    fields["tolerated_failures"] = s.tolerated_failures
+    fields["tolerated_failure_percentage"] = pct
+    return Step(**common, **fields)

@@ -17,14 +17,17 @@ from typing import Any, Final
 
 import attrs
 
-from .definition import END, FAIL, STUCK, Definition, Step
+from .definition import CHILD_KINDS, END, FAIL, MAX_DEPTH, MAX_ITEMS, STUCK, Definition, Step
 from .duration import DurationError, parse_timestamp
 from .model import (
     TERMINAL_STATUSES,
     BufferedSignal,
+    ChildSlot,
     ErrorInfo,
     Event,
+    FanOut,
     HeldOutcome,
+    ParentRef,
     Run,
     TaskRef,
     TaskRow,
@@ -149,6 +152,30 @@ class MarkStuck:
     message: str
 
 
+@attrs.frozen
+class ChildClosed:
+    """A child run closed (`status` is terminal), or could not be started at all (`status`
+    `failed` with the reason in `error`). Sent by the child after its commit; also re-sent
+    from storage when the parent is recovered, so duplicates and stale ones are ignored."""
+
+    run_id: str
+    parent: ParentRef
+    status: str
+    output: Any = None
+    error: ErrorInfo | None = None
+
+
+@attrs.frozen
+class Gathered:
+    """The outputs of a map's or parallel step's children, read from storage once the last of
+    them closed (`Transition.gather`), in item order; None for a child that did not complete."""
+
+    step: str
+    generation: int
+    attempt: int
+    outputs: tuple[Any, ...]
+
+
 Message = (
     TaskAnswer
     | TimerFired
@@ -163,6 +190,8 @@ Message = (
     | Pause
     | Unpause
     | MarkStuck
+    | ChildClosed
+    | Gathered
 )
 
 
@@ -202,7 +231,49 @@ class Withdraw:
     token: str
 
 
-Effect = Dispatch | Abort | Claimed | Withdraw
+@attrs.frozen
+class CancelChildren:
+    """Cancel these child runs: their parent closed or stopped waiting for them."""
+
+    run_ids: tuple[str, ...]
+    reason: str
+
+
+@attrs.frozen
+class NotifyParent:
+    """This run is a child that just closed: tell its parent."""
+
+    parent_run_id: str
+    message: ChildClosed
+
+
+Effect = Dispatch | Abort | Claimed | Withdraw | CancelChildren | NotifyParent
+
+
+@attrs.frozen
+class ChildRequest:
+    """A child run to create in the same unit of work as the transition that asked for it.
+
+    The machine cannot read definitions: the actor resolves `workflow` and `version` (None: the
+    latest), starts the child with `start(...)` and commits both, or answers `ChildClosed` with
+    the reason it could not."""
+
+    run_id: str
+    workflow: str
+    version: int | None
+    input: Any
+    parent: ParentRef
+    depth: int
+
+
+@attrs.frozen
+class Gather:
+    """Read the outputs of this step's children (all closed) and answer `Gathered`."""
+
+    step: str
+    generation: int
+    attempt: int
+    total: int
 
 
 @attrs.frozen
@@ -228,6 +299,7 @@ class Context:
     payload_max: int = 262_144
     signal_buffer_max: int = 100  # buffered signals per run
     signal_buffer_max_bytes: int = 1_048_576  # their payloads' compact-JSON bytes, summed
+    new_run_id: Callable[[], str] | None = None  # a child run's id (run, map and parallel steps)
 
 
 @attrs.frozen
@@ -241,6 +313,41 @@ class Transition:
     # signalIds the run took: committed with the transition into a table whose unique key
     # refuses a second one (the actor then answers `duplicate` and commits nothing).
     signal_ids: tuple[str, ...] = ()
+    children: tuple[ChildRequest, ...] = ()  # child runs to create with this commit
+    gather: Gather | None = None  # read the children's outputs and apply `Gathered`
+
+
+def chain(first: Transition, second: Transition) -> Transition:
+    """`first` then `second` (computed on `first.run`) as one transition: one commit.
+
+    Child runs `first` asked for that `second` no longer waits for are dropped (never created),
+    and so are cancellations of them."""
+    children = first.children + second.children
+    effects = first.effects + second.effects
+    if first.children:
+        fan = second.run.fan
+        wanted = {slot.run_id for slot in fan.open} if fan is not None else set()
+        dropped = {c.run_id for c in first.children if c.run_id not in wanted}
+        if dropped:
+            children = tuple(c for c in children if c.run_id not in dropped)
+            effects = tuple(_without(e, dropped) for e in effects)
+    return Transition(
+        second.run,
+        first.events + second.events,
+        effects,
+        first.tasks + second.tasks,
+        first.reply,
+        True,
+        first.signal_ids + second.signal_ids,
+        children,
+        second.gather,
+    )
+
+
+def _without(effect: Effect, dropped: set[str]) -> Effect:
+    if isinstance(effect, CancelChildren):
+        return CancelChildren(tuple(i for i in effect.run_ids if i not in dropped), effect.reason)
+    return effect
 
 
 # --------------------------------------------------------------------------- classification
@@ -309,6 +416,8 @@ class _Tx:
         self.effects: list[Effect] = []
         self.tasks: list[TaskRow] = []
         self.signal_ids: list[str] = []
+        self.children: list[ChildRequest] = []
+        self.gather: Gather | None = None
         self.reply: Reply = Ok()
 
     @property
@@ -349,6 +458,8 @@ class _Tx:
             tuple(self.tasks),
             self.reply,
             signal_ids=tuple(self.signal_ids),
+            children=tuple(self.children),
+            gather=self.gather,
         )
 
     # ------------------------------------------------------------------ tasks
@@ -401,10 +512,34 @@ class _Tx:
 
     def finish(self, status: str, event: str, error: ErrorInfo | None = None, **data: Any) -> None:
         self.close_task("cancelled" if status == "cancelled" else "superseded")
-        self.park(status, closed_at=self.ctx.now, error=error)
+        self.drop_fan(f"its parent {self.run.run_id} is {status}")
+        output = self.output() if status == "completed" else None
+        self.park(status, closed_at=self.ctx.now, error=error, output=output)
         if error is not None:
             data = {"class": error.cls, "message": error.message, **data}
         self.emit(event, self.run.current_step, **data)
+        parent = self.run.parent
+        if parent is not None:
+            closed = ChildClosed(self.run.run_id, parent, status, output, error)
+            self.effects.append(NotifyParent(parent.run_id, closed))
+
+    def output(self) -> Any:
+        """The run's output: the value at the workflow's `output` path, else its whole state."""
+        path = self.definition.output
+        if path is None:
+            return self.run.state
+        return lookup(path, self.scope())[1]
+
+    def drop_fan(self, reason: str) -> None:
+        """The run stops waiting for its step's children: cancel the open ones (unless the step
+        says `onParentClose: abandon`)."""
+        fan = self.run.fan
+        if fan is None:
+            return
+        self.set(fan=None)
+        step = self.definition.index.get(fan.step)
+        if fan.open and (step is None or step.on_parent_close == "cancel"):
+            self.effects.append(CancelChildren(tuple(slot.run_id for slot in fan.open), reason))
 
     def hold(self, kind: str, **fields: Any) -> None:
         """Paused: keep a task answer for the unpause (the task is closed, its timer moot)."""
@@ -457,6 +592,8 @@ class _Tx:
             return self.enter_sleep(step)
         if step.kind == "wait":
             return self.enter_wait(step)
+        if step.kind in CHILD_KINDS:
+            return self.enter_children(step, 1)
         return self.evaluate_choice(step)
 
     def start_attempt(self, step: Step, attempt: int) -> None:
@@ -551,6 +688,94 @@ class _Tx:
     def scope(self) -> dict[str, Any]:
         return {"input": self.run.input, "state": self.run.state}
 
+    # ------------------------------------------------------------------ child runs
+
+    def enter_children(self, step: Step, attempt: int) -> str | None:
+        """A run, map or parallel step: start its first children and wait for them."""
+        self.set(attempt=attempt)
+        if self.run.depth >= MAX_DEPTH:
+            message = f"a run at depth {self.run.depth} cannot start children (at most {MAX_DEPTH} levels)"
+            self.step_failed(step, ErrorInfo(step.name, "child_depth_exceeded", message))
+            return None
+        if step.kind == "map":
+            assert step.items_path is not None
+            found, items = lookup(step.items_path, self.scope())
+            where = ".".join(step.items_path)
+            if not found or not isinstance(items, list):
+                self.step_failed(step, ErrorInfo(step.name, "invalid_items", f"{where} is not an array"))
+                return None
+            if len(items) > MAX_ITEMS:
+                message = f"{where} holds {len(items)} items, over the {MAX_ITEMS}-item limit"
+                self.step_failed(step, ErrorInfo(step.name, "too_many_items", message))
+                return None
+            total = len(items)
+            if total == 0:
+                self.set(state={**self.run.state, step.name: []})
+                self.emit("step_completed", step.name, attempt)
+                return step.next
+        else:
+            total = len(step.branches)
+            path = step.branches[0].input_path
+            if step.kind == "run" and path is not None and not lookup(path, self.scope())[0]:
+                message = f"inputPath {'.'.join(path)} is not in the run's input or state"
+                self.step_failed(step, ErrorInfo(step.name, "invalid_input", message))
+                return None
+        timer = None
+        if step.kind == "run" and step.timeout_ms is not None:
+            timer = self.arm(
+                "child_timeout", self.ctx.now + step.timeout_ms, f"{self.run.generation}:{step.name}"
+            )
+        fan = FanOut(step.name, step.kind, self.run.generation, attempt, total, 0)
+        self.park("waiting", fan=fan, timer=timer, wake_at=timer.due if timer is not None else None)
+        self.top_up(step)
+        return None
+
+    def top_up(self, step: Step) -> None:
+        """Start children in item order until the step's concurrency is reached."""
+        fan = self.run.fan
+        assert fan is not None
+        limit = step.max_concurrency if step.kind == "map" else fan.total
+        items: Any = None
+        if step.kind == "map" and fan.started < fan.total and len(fan.open) < limit:
+            assert step.items_path is not None
+            items = lookup(step.items_path, self.scope())[1]
+        opened = list(fan.open)
+        started = fan.started
+        while started < fan.total and len(opened) < limit:
+            branch = step.branches[started] if step.kind == "parallel" else step.branches[0]
+            if step.kind == "map":
+                # The items as they are now: an operator's edit reaches the children not started.
+                child_input = items[started] if isinstance(items, list) and started < len(items) else None
+            elif branch.input_path is not None:
+                child_input = lookup(branch.input_path, self.scope())[1]
+            else:
+                child_input = self.run.input
+            assert self.ctx.new_run_id is not None, "child runs need Context.new_run_id"
+            child_id = self.ctx.new_run_id()
+            ref = ParentRef(
+                self.run.run_id, step.name, fan.generation, fan.attempt, started, step.on_parent_close
+            )
+            self.children.append(
+                ChildRequest(child_id, branch.workflow, branch.version, child_input, ref, self.run.depth + 1)
+            )
+            which = {"branch": branch.name} if step.kind == "parallel" else {"index": started}
+            self.emit(
+                "child_started", step.name, fan.attempt, runId=child_id, workflow=branch.workflow, **which
+            )
+            opened.append(ChildSlot(started, child_id))
+            started += 1
+        self.set(fan=attrs.evolve(fan, open=tuple(opened), started=started))
+
+    def fan_progress(self, step: Step) -> None:
+        """After a child closed: start the next ones, or read the outputs once all are done."""
+        fan = self.run.fan
+        assert fan is not None
+        self.top_up(step)
+        fan = self.run.fan
+        assert fan is not None
+        if not fan.open and fan.started >= fan.total:
+            self.gather = Gather(step.name, fan.generation, fan.attempt, fan.total)
+
     # ------------------------------------------------------------------ task outcomes
 
     def step_failed(self, step: Step, error: ErrorInfo) -> None:
@@ -592,8 +817,10 @@ def start(
     run_timeout_ms: int | None,
     trace_id: str,
     ctx: Context,
+    parent: ParentRef | None = None,
+    depth: int = 0,
 ) -> Transition:
-    """A new run: `run_started`, then the first step."""
+    """A new run: `run_started`, then the first step (a child run: `parent` started it)."""
     timeout = run_timeout_ms if run_timeout_ms is not None else definition.run_timeout_ms
     run = Run(
         run_id=run_id,
@@ -610,9 +837,14 @@ def start(
         business_key=business_key,
         run_timeout_ms=timeout,
         deadline=ctx.now + timeout if timeout is not None else None,
+        parent=parent,
+        depth=depth,
     )
     tx = _Tx(run, definition, ctx)
-    tx.emit("run_started", None, version=version, businessKey=business_key)
+    if parent is None:
+        tx.emit("run_started", None, version=version, businessKey=business_key)
+    else:
+        tx.emit("run_started", None, version=version, businessKey=business_key, parent=parent.to_json())
     tx.enter(definition.first.name)
     tx.reply = Ok(tx.run)
     return tx.done()
@@ -759,7 +991,20 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
         tx.emit("task_timed_out", step.name, task.attempt, **{"class": "queue_timeout"})
         tx.attempt_failed(step, queue_timeout_failure())
     elif timer.kind == "retry":
-        tx.start_attempt(step, (run.attempt or 1) + 1)
+        if step.kind in CHILD_KINDS:
+            follow = tx.enter_children(step, (run.attempt or 1) + 1)
+            if follow is not None:
+                tx.enter(follow)
+        else:
+            tx.start_attempt(step, (run.attempt or 1) + 1)
+    elif timer.kind == "child_timeout":
+        fan = run.fan
+        assert fan is not None
+        tx.drop_fan(f"its parent's step {step.name!r} timed out")
+        ids = ", ".join(slot.run_id for slot in fan.open)
+        tx.emit("child_timed_out", step.name, run.attempt, runIds=[slot.run_id for slot in fan.open])
+        failure = Failed("child_timed_out", f"child run {ids} did not close within the step's timeout", True)
+        tx.attempt_failed(step, failure)
     elif timer.kind == "sleep":
         tx.emit("sleep_finished", step.name)
         tx.emit("step_completed", step.name)
@@ -891,6 +1136,7 @@ def _on_redrive(tx: _Tx, msg: Redrive) -> Reply | None:
         return _invalid_status(run, "redrive")
     step_name = run.current_step
     tx.close_task("superseded")
+    tx.drop_fan(f"its parent {run.run_id} was redriven")
     changes: dict[str, Any] = {"generation": run.generation + 1, "closed_at": None, "error": None}
     if run.status == "timed_out" and run.run_timeout_ms is not None:
         changes["deadline"] = tx.ctx.now + run.run_timeout_ms
@@ -915,6 +1161,7 @@ def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
             "toStep",
         )
     tx.close_task("superseded")
+    tx.drop_fan(f"its parent {run.run_id} was rewound")
     changes: dict[str, Any] = {
         "generation": run.generation + 1,
         "closed_at": None,
@@ -953,6 +1200,7 @@ def _on_skip(tx: _Tx, msg: Skip) -> Reply | None:
     if (err := _check_size(msg.output, tx.ctx.payload_max, "output")) is not None:
         return err
     tx.close_task("superseded")
+    tx.drop_fan(f"its parent's step {step.name!r} was skipped")
     tx.set(state={**run.state, step.name: msg.output}, closed_at=None, error=None, carried_error=None)
     tx.emit("step_skipped", step.name, run.attempt, reason=msg.reason, fromStatus=run.status)
     tx.park("running")
@@ -1051,6 +1299,9 @@ def _resume(tx: _Tx, held: HeldOutcome | None) -> None:
         assert timer is not None
         _on_timer(tx, TimerFired("step", timer.kind, timer.key))
         return
+    if run.fan is not None and step.kind in ("map", "parallel"):
+        tx.fan_progress(step)  # children that closed during the pause: start the next ones
+        return
     task = run.task
     if task is not None and task.queue is not None and task.claimed_by is None and step.timeout_ms:
         tx.effects.append(Dispatch(task, step.push_path(tx.definition.name), step.timeout_ms))
@@ -1063,7 +1314,148 @@ def _on_mark_stuck(tx: _Tx, msg: MarkStuck) -> Reply | None:
     return None
 
 
+_CHILD_CLASSES: Final = {"timed_out": "child_timed_out", "cancelled": "child_cancelled"}
+
+
+def _on_child_closed(tx: _Tx, msg: ChildClosed) -> Reply | None:
+    """A child closed: record it in the step's fan-out, then move the step on. Stale (another
+    generation, attempt or step), duplicated and unknown children change nothing."""
+    run = tx.run
+    fan = run.fan
+    ref = msg.parent
+    if (
+        not run.is_open
+        or run.status == "stuck"
+        or fan is None
+        or ref.generation != fan.generation
+        or ref.step != fan.step
+        or ref.attempt != fan.attempt
+    ):
+        return Ok("stale")
+    slot = fan.slot(msg.run_id)
+    if slot is None:
+        return Ok("stale")
+    step = tx.definition.step(fan.step)
+    opened = tuple(s for s in fan.open if s.run_id != msg.run_id)
+    paused = run.status == "paused"
+    which: dict[str, Any] = {"index": slot.index}
+    if step.kind == "parallel":
+        which = {"branch": step.branches[slot.index].name}
+    if msg.status == "completed":
+        fan = attrs.evolve(fan, open=opened, completed=fan.completed + 1)
+        tx.emit("child_completed", step.name, fan.attempt, runId=msg.run_id, **which)
+    else:
+        cls = _CHILD_CLASSES.get(msg.status, "child_failed")
+        child_error = msg.error.cls if msg.error is not None else msg.status
+        tx.emit(
+            "child_failed",
+            step.name,
+            fan.attempt,
+            runId=msg.run_id,
+            status=msg.status,
+            error=child_error,
+            **which,
+        )
+        if msg.status == "cancelled":
+            fan = attrs.evolve(fan, open=opened, cancelled=fan.cancelled + 1)
+        else:
+            fan = attrs.evolve(fan, open=opened, failed=fan.failed + 1)
+        if step.kind == "run":
+            detail = f": {msg.error.cls}: {msg.error.message}" if msg.error is not None else ""
+            error = ErrorInfo(step.name, cls, f"child run {msg.run_id} is {msg.status}{detail}")
+            tx.set(fan=None, timer=None, wake_at=None)
+            if paused:
+                tx.hold("failed", error=error, retryable=True)
+            else:
+                tx.attempt_failed(step, Failed(error.cls, error.message, True))
+            return None
+        tolerated = step.kind == "map" and fan.failed + fan.cancelled <= step.tolerance(fan.total)
+        if not tolerated:
+            tx.set(fan=fan)
+            tx.drop_fan(f"a sibling of it in step {step.name!r} failed")
+            if step.kind == "map":
+                cls, text = (
+                    "map_failed",
+                    (
+                        f"{fan.failed + fan.cancelled} of {fan.total} children did not complete (tolerated:"
+                        f" {step.tolerance(fan.total)}): {fan.completed} completed, {fan.failed} failed,"
+                        f" {fan.cancelled} cancelled; the last was {msg.run_id} ({msg.status})"
+                    ),
+                )
+            else:
+                branch = step.branches[slot.index].name
+                cls, text = "branch_failed", f"branch {branch!r} (child run {msg.run_id}) is {msg.status}"
+            tx.step_failed_or_hold(step, ErrorInfo(step.name, cls, text))
+            return None
+    if step.kind == "run":
+        try:
+            size = payload_size(msg.output)
+        except PayloadError:
+            size = tx.ctx.payload_max + 1
+        tx.set(fan=None, timer=None, wake_at=None)
+        if size > tx.ctx.payload_max:
+            limit = tx.ctx.payload_max
+            text = f"the output of child run {msg.run_id} is {size} bytes, over the {limit}-byte limit"
+            tx.step_failed_or_hold(step, ErrorInfo(step.name, "output_too_large", text))
+            return None
+        tx.set(state={**tx.run.state, step.name: msg.output}, carried_error=None)
+        if paused:
+            tx.hold("completed")
+            return None
+        tx.emit("step_completed", step.name, fan.attempt)
+        tx.enter(step.next)
+        return None
+    tx.set(fan=fan)
+    if not paused:
+        tx.fan_progress(step)
+    return None
+
+
+def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
+    """The outputs of a map's or parallel step's children: the step's result, and on."""
+    run = tx.run
+    fan = run.fan
+    if (
+        not run.is_open
+        or run.status in ("paused", "stuck")
+        or fan is None
+        or fan.open
+        or fan.started < fan.total
+        or (msg.step, msg.generation, msg.attempt) != (fan.step, fan.generation, fan.attempt)
+    ):
+        return Ok("stale")
+    step = tx.definition.step(fan.step)
+    value: Any
+    if step.kind == "parallel":
+        value = {branch.name: out for branch, out in zip(step.branches, msg.outputs, strict=False)}
+    else:
+        value = list(msg.outputs)
+    tx.set(fan=None)
+    try:
+        size = payload_size(value)
+    except PayloadError:
+        size = tx.ctx.payload_max + 1
+    if size > tx.ctx.payload_max:
+        limit = tx.ctx.payload_max
+        text = f"the children's outputs of step {step.name!r} are {size} bytes, over the {limit}-byte limit"
+        tx.step_failed(step, ErrorInfo(step.name, "output_too_large", text))
+        return None
+    tx.set(state={**run.state, step.name: value}, carried_error=None)
+    tx.emit(
+        "step_completed",
+        step.name,
+        fan.attempt,
+        completed=fan.completed,
+        failed=fan.failed,
+        cancelled=fan.cancelled,
+    )
+    tx.enter(step.next)
+    return None
+
+
 _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
+    ChildClosed: _on_child_closed,
+    Gathered: _on_gathered,
     TaskAnswer: _on_answer,
     TimerFired: _on_timer,
     SignalIn: _on_signal,

@@ -82,6 +82,70 @@ class HeldOutcome:
 
 
 @attrs.frozen
+class ParentRef:
+    """A child run's link to the step of its parent that started it (`index`: the item of a
+    map or the branch of a parallel step, in the step's order; 0 for a run step)."""
+
+    run_id: str
+    step: str
+    generation: int
+    attempt: int
+    index: int = 0
+    on_close: str = "cancel"  # the step's onParentClose: cancel | abandon
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runId": self.run_id,
+            "step": self.step,
+            "generation": self.generation,
+            "attempt": self.attempt,
+            "index": self.index,
+        }
+
+
+@attrs.frozen
+class ChildSlot:
+    index: int
+    run_id: str
+
+
+@attrs.frozen
+class FanOut:
+    """A run, map or parallel step waiting for its child runs (at most one per run).
+
+    Children start in item order; `started` is how many have (the next item's index), `open`
+    the ones not closed yet. Outputs are not kept here: a map's list is read from the children
+    when the last one closes, so the parent's document stays small at any fan-out."""
+
+    step: str
+    kind: str  # run | map | parallel
+    generation: int
+    attempt: int
+    total: int
+    started: int
+    open: tuple[ChildSlot, ...] = ()
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    def slot(self, run_id: str) -> ChildSlot | None:
+        return next((slot for slot in self.open if slot.run_id == run_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "kind": self.kind,
+            "total": self.total,
+            "started": self.started,
+            "open": len(self.open),
+            "completed": self.completed,
+            "failed": self.failed,
+            "cancelled": self.cancelled,
+            "openRunIds": [slot.run_id for slot in self.open[:20]],
+        }
+
+
+@attrs.frozen
 class Run:
     run_id: str
     app: str
@@ -112,6 +176,10 @@ class Run:
     step_since: int | None = None  # when the run entered `current_step` (None: stored before)
     paused_from: str | None = None  # while `paused`: the status it returns to at unpause
     held: HeldOutcome | None = None  # while `paused`: a task answer waiting for the unpause
+    parent: ParentRef | None = None  # a child run: the parent step that started it
+    depth: int = 0  # how many parents above this run
+    fan: FanOut | None = None  # at a run, map or parallel step: its children
+    output: Any = None  # once completed: the value at the workflow's `output` path, or `state`
     seq: int = 0  # the last event's sequence number; also the row's write version
 
     @property
@@ -169,8 +237,12 @@ def _getter(cls: type) -> tuple[tuple[str, ...], Any]:
 
 
 _RUN_NAMES, _run_values = _getter(Run)
-_FLAT = {cls: _getter(cls) for cls in (ErrorInfo, TaskRef, Timer, BufferedSignal, HeldOutcome)}
-_NESTED_ONE: Final = ("error", "task", "timer", "carried_error")
+_FLAT = {
+    cls: _getter(cls)
+    for cls in (ErrorInfo, TaskRef, Timer, BufferedSignal, HeldOutcome, ParentRef, ChildSlot)
+}
+_NESTED_ONE: Final = ("error", "task", "timer", "carried_error", "parent")
+_FAN_NAMES, _fan_values = _getter(FanOut)
 
 
 def _flat(obj: Any) -> dict[str, Any]:
@@ -202,6 +274,11 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         out["held"] = flat
     out["wait_signals"] = list(run.wait_signals)
     out["buffer"] = [_flat(signal) for signal in run.buffer]
+    fan = run.fan
+    if fan is not None:
+        flat_fan = dict(zip(_FAN_NAMES, _fan_values(fan), strict=True))
+        flat_fan["open"] = [_flat(slot) for slot in fan.open]
+        out["fan"] = flat_fan
     return out
 
 

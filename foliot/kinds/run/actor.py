@@ -89,6 +89,10 @@ class RunKind:
                 return False
             msg = attrs.evolve(msg, target=target)
         tr = machine.transition(run, definition, msg, runs.context())
+        started: list[Transition] = []
+        children_units: tuple[UnitOfWork, ...] = ()
+        if tr.changed and (tr.children or tr.gather is not None):
+            tr, children_units, started = await runs.settle(tr, definition)
         if tr.changed:
             try:
                 idem = envelope.idempotency(tr.reply) if envelope.idempotency is not None else None
@@ -101,6 +105,7 @@ class RunKind:
                         idem,
                         signal_ids=tr.signal_ids,
                         idempotency_expired_before=runs.idempotency_cutoff() if idem else None,
+                        children=children_units,
                     )
                 )
             except UniqueViolation as exc:
@@ -113,6 +118,7 @@ class RunKind:
                 return True
             actor.state = tr.run
             self.perform(run, tr)
+            runs.adopt_children(started)
         elif (
             isinstance(msg, SignalIn)
             and msg.signal_id is not None
@@ -164,6 +170,11 @@ class RunKind:
                 runs.abort(effect.token)
             elif isinstance(effect, machine.Withdraw):
                 host.queues.withdraw(effect.token)
+            elif isinstance(effect, machine.CancelChildren):
+                for child_id in effect.run_ids:
+                    runs.tell(child_id, machine.Cancel(effect.reason))
+            elif isinstance(effect, machine.NotifyParent):
+                runs.tell(effect.parent_run_id, effect.message)
         runs.notify(tr.run)
 
     def redeliver(self, run: Run, definition: Definition, token: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -19,11 +20,14 @@ from ...actors.placement import check_local
 from ...actors.queues import Reservation
 from ...core.errors import Conflict, Fenced, NotFound, Unavailable, UniqueViolation
 from ...core.workflow import machine
+from ...core.workflow.definition import Definition
 from ...core.workflow.machine import Context, Reply
 from ...core.workflow.model import Run, TaskRef
 from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
 from ..host import KindHost
+from . import children
 from .actor import RunKind
+from .ids import new_run_id
 
 
 class Runs:
@@ -44,12 +48,16 @@ class Runs:
             payload_max=settings.payload_max_bytes,
             signal_buffer_max=settings.signal_buffer_max,
             signal_buffer_max_bytes=settings.signal_buffer_max_bytes,
+            new_run_id=self._new_child_id,
         )
+
+    def _new_child_id(self) -> str:
+        return self.host.new_id(new_run_id)
 
     async def commit(self, unit: UnitOfWork) -> None:
         """Commit one unit of work, fenced by the run's lease and shielded (`KindHost.shielded`):
         a shutdown or a caller's cancellation cannot cut a commit from the effects after it."""
-        fences = self.host.fences(unit.run.run_id)
+        fences = self.host.fences(unit.run.run_id, *(child.run.run_id for child in unit.children))
         if fences is not None:
             unit = attrs.evolve(unit, fences=fences)
         await self.host.shielded(partial(self.host.store.commit, unit))
@@ -81,6 +89,23 @@ class Runs:
         """A run just created and committed: its actor holds the document, its effects run."""
         self.host.supervisor.adopt(self.kind, tr.run.run_id, tr.run)
         self.kind.perform(None, tr)
+
+    async def settle(
+        self, tr: machine.Transition, definition: Definition
+    ) -> tuple[machine.Transition, tuple[UnitOfWork, ...], list[machine.Transition]]:
+        """`children.settle`, and the units of work of the child runs it starts."""
+        tr, started = await children.settle(self, tr, definition)
+        units = tuple(UnitOfWork(child.run, None, child.events, child.tasks) for child in started)
+        return tr, units, started
+
+    async def reconcile(self, only: Callable[[str], bool]) -> tuple[int, int]:
+        """After a restart: what parents and children may not have been told (`children`)."""
+        return await children.reconcile(self, only)
+
+    def adopt_children(self, started: list[machine.Transition]) -> None:
+        """Child runs committed with their parent's transition: now they run."""
+        for child in started:
+            self.adopt(child)
 
     # ------------------------------------------------------------------ messages without a caller
 
@@ -199,6 +224,7 @@ class Runs:
             trace_id=secrets.token_hex(16),
             ctx=self.context(),
         )
+        tr, children_units, started = await self.settle(tr, definition)
         body = render(tr.run)
         idem = None
         if idempotency_key is not None:
@@ -206,7 +232,15 @@ class Runs:
                 app, idempotency_key, request_hash, run_id, json_dumps(body), self.host.clock.now()
             )
         cutoff = self.idempotency_cutoff()
-        unit = UnitOfWork(tr.run, None, tr.events, tr.tasks, idem, idempotency_expired_before=cutoff)
+        unit = UnitOfWork(
+            tr.run,
+            None,
+            tr.events,
+            tr.tasks,
+            idem,
+            idempotency_expired_before=cutoff,
+            children=children_units,
+        )
 
         if self.host.supervisor.closed:
             raise Unavailable("the server is shutting down")
@@ -227,6 +261,7 @@ class Runs:
                 await self._refuse_business_key(app, workflow, business_key)
             raise Conflict(str(exc)) from exc
         self.adopt(tr)
+        self.adopt_children(started)
         return body, True
 
     async def replay(self, app: str, key: str, request_hash: str) -> dict[str, Any] | None:
@@ -274,10 +309,6 @@ class Runs:
                     # The last waiter to leave removes the entry: nothing kept for runs no one watches.
                     if self._watchers.get(run_id) is event and event.statistics().tasks_waiting == 0:
                         del self._watchers[run_id]
-
-
-def new_run_id() -> str:
-    return "run_" + secrets.token_hex(12)
 
 
 def _settle_claim(held: Reservation, token: str, slot: ReplySlot) -> None:

@@ -29,6 +29,7 @@ from ...core.errors import (
 from ...core.workflow import machine
 from ...core.workflow.model import Run
 from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
+from .ids import new_run_id
 
 if TYPE_CHECKING:
     from ...actors.admission import Ticket
@@ -135,7 +136,7 @@ async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
         raise NotFound(f"{which}workflow {req.workflow!r} not found")
     assert version is not None
     ctx = runs.context()
-    run_id = "run_" + secrets.token_hex(12)
+    run_id = runs.host.new_id(new_run_id)
     started = machine.start(
         run_id=run_id,
         app=req.app,
@@ -151,12 +152,8 @@ async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
     if isinstance(signalled.reply, machine.Rejected):
         raise _error(signalled.reply)  # nothing stored: the signal itself is refused
     body = _body(run_id, signalled.reply.value, True)
-    both = attrs.evolve(
-        signalled,
-        events=started.events + signalled.events,
-        effects=started.effects + signalled.effects,
-        tasks=started.tasks + signalled.tasks,
-    )
+    both = attrs.evolve(machine.chain(started, signalled), reply=signalled.reply)
+    both, children_units, children = await runs.settle(both, definition)
     unit = UnitOfWork(
         both.run,
         None,
@@ -165,11 +162,13 @@ async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
         _record(runs, req, run_id, body),
         signal_ids=both.signal_ids,
         idempotency_expired_before=runs.idempotency_cutoff(),
+        children=children_units,
     )
 
     async def commit_and_perform() -> None:
         await runs.commit(unit)
         runs.adopt(both)
+        runs.adopt_children(children)
 
     try:
         await runs.host.outlive_caller(commit_and_perform)

@@ -92,6 +92,7 @@ def only_new_runs(rows: BatchRows) -> bool:
     return (
         not rows.updates
         and not rows.idempotency_replacing
+        and all(row[14] is None for row in rows.inserts)  # child runs: `apply_units`
         and len({task[0] for task in rows.tasks}) == len(rows.tasks)
     )
 
@@ -121,7 +122,7 @@ def update_set_columns(rows: BatchRows) -> list[list[Any]]:
 
 def new_run_columns(rows: BatchRows) -> list[list[Any]]:
     return [
-        *_columns(rows.inserts, 14),
+        *_columns(rows.inserts, 15)[:14],
         *_columns(rows.events, 8),
         *_columns(rows.tasks, 11),
         *_columns(rows.timers, 5),
