@@ -27,6 +27,7 @@ class Kit:
     ) -> None:
         self.definition: Definition = parse_definition({"name": "wf", "steps": steps, **doc})
         self.tokens = (f"tok{i}" for i in itertools.count(1))
+        self.child_ids = (f"child{i}" for i in itertools.count(1))
         self.now = T0
         self.payload_max = payload_max
         self.buffer_max = buffer_max
@@ -41,9 +42,10 @@ class Kit:
             payload_max=self.payload_max,
             signal_buffer_max=self.buffer_max,
             signal_buffer_max_bytes=self.buffer_max_bytes,
+            new_run_id=lambda: next(self.child_ids),
         )
 
-    def start(self, input: Any = None, run_timeout_ms: int | None = None) -> Transition:
+    def start(self, input: Any = None, run_timeout_ms: int | None = None, depth: int = 0) -> Transition:
         tr = machine.start(
             run_id="run1",
             app="app",
@@ -54,6 +56,7 @@ class Kit:
             run_timeout_ms=run_timeout_ms,
             trace_id="0" * 32,
             ctx=self.ctx(),
+            depth=depth,
         )
         self.run = tr.run
         self.history.append(tr)
