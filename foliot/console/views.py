@@ -52,7 +52,7 @@ from ..http.sessions import (
 )
 from ..observe import trends
 from ..observe.diagnosis import diagnose, human
-from ..storage.base import decode_cursor, encode_cursor
+from ..storage.base import RunFilter, decode_cursor, encode_cursor
 from ..storage.console import ROLES, OperatorTokenRecord, RunQuery
 from . import graph
 
@@ -62,6 +62,7 @@ COOKIE: Final = "foliot_console"
 LOGIN_COOKIE: Final = "foliot_login"
 PAGE: Final = 50
 EVENTS_PAGE: Final = 200
+CHILDREN_SHOWN: Final = 50  # child runs listed on a run page (newest first; the API pages them all)
 TIMER_COUNT_CAP: Final = 100_000
 STATUS_ORDER: Final = (
     "running",
@@ -519,9 +520,14 @@ async def _run_page(
         else ""
     )
     steps = [s["name"] for s in (document or {}).get("steps", [])]
+    children = await eng.store.list_runs(
+        RunFilter(run.app, parent_run_id=run.run_id), CHILDREN_SHOWN + 1, None
+    )
     return await render(
         "run.html",
         status,
+        children=children[:CHILDREN_SHOWN],
+        more_children=len(children) > CHILDREN_SHOWN,
         run=run,
         view=run_view(run),
         events=[event_view(e) for e in events],

@@ -214,8 +214,33 @@ def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:
     return _attempt(obs, step, facts)
 
 
+def _children(obs: Observation, step: str) -> tuple[str, bool]:
+    """A run, map or parallel step waiting for its child runs."""
+    run, now = obs.run, obs.now
+    fan = run.fan
+    assert fan is not None
+    age = human(now - (run.step_since if run.step_since is not None else run.updated_at))
+    if fan.kind == "run":
+        child = fan.open[0].run_id if fan.open else "its child"
+        text = f"waiting at {step} for child run {child} (attempt {fan.attempt}) for {age}"
+        if run.wake_at is not None:
+            text += f"; the step times out {_in_or_ago(run.wake_at, now)}"
+        return text, False
+    pending = fan.total - fan.completed - fan.failed - fan.cancelled
+    text = f"waiting for {pending} of {fan.total} children of {step}; {fan.completed} completed"
+    if fan.failed or fan.cancelled:
+        text += f", {fan.failed} failed, {fan.cancelled} cancelled"
+    not_started = fan.total - fan.started
+    text += f"; {len(fan.open)} open"
+    if not_started:
+        text += f", {not_started} not started yet"
+    return text + f", for {age}", False
+
+
 def _waiting(obs: Observation, step: str) -> tuple[str, bool]:
     run, now = obs.run, obs.now
+    if run.fan is not None:
+        return _children(obs, step)
     text = f"waiting at {step} for signal `{run.wait_signal}` for {human(now - run.updated_at)}"
     if run.wake_at is not None:
         text += f"; it times out {_in_or_ago(run.wake_at, now)}"

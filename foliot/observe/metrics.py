@@ -20,7 +20,7 @@ from prometheus_client.exposition import generate_latest
 
 from ..core.workflow.machine import Accepted, Completed, Failed, Outcome
 from ..core.workflow.model import STATUSES
-from ..storage.base import Store, UnitOfWork
+from ..storage.base import Store, UnitOfWork, flatten
 from . import gcwatch
 
 if TYPE_CHECKING:
@@ -54,10 +54,11 @@ RUN_EVENTS: Final = {"run_started": 0, "run_completed": 1, "run_failed": 2, "run
 
 def tally_run_events(tally: dict[str, list[int]], unit: UnitOfWork) -> None:
     """Count a committed unit's run starts, completions and failures under its app."""
-    for event in unit.events:
-        slot = RUN_EVENTS.get(event.type)
-        if slot is not None:
-            tally.setdefault(unit.run.app, [0, 0, 0])[slot] += 1
+    for written in flatten([unit]) if unit.children else (unit,):  # child runs start with it
+        for event in written.events:
+            slot = RUN_EVENTS.get(event.type)
+            if slot is not None:
+                tally.setdefault(written.run.app, [0, 0, 0])[slot] += 1
 
 
 # SWF: every label value is from the service model's enums (fixed vocabularies).

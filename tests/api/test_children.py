@@ -240,3 +240,39 @@ async def test_child_step_fields_are_validated_and_nothing_is_stored(api: Api) -
     )
     assert r.status_code == 400 and r.json()["error"]["message"].startswith("output")
     assert (await api.call("GET", "/apps/orders/workflows")).json()["workflows"] == []
+
+
+async def test_why_and_the_console_show_a_maps_progress_and_links(api: Api) -> None:
+    from ..conftest import ADMIN
+    from .test_console import browser, login
+
+    await api.register(WAITING_CHILD)
+    await api.register(
+        {
+            "name": "fan",
+            "steps": [
+                {
+                    "name": "all",
+                    "type": "map",
+                    "itemsPath": "input",
+                    "workflow": "waiter",
+                    "maxConcurrency": 2,
+                }
+            ],
+        }
+    )
+    run = await api.start("fan", [1, 2, 3])
+    assert run["children"]["total"] == 3 and run["children"]["open"] == 2
+    first = run["children"]["openRunIds"][0]
+    r = await api.call("POST", "/apps/orders/signals", {"runId": first, "name": "go"})
+    assert r.status_code == 202, r.text
+    await api.engine.runs.wait_for(run["runId"], lambda x: x.fan is not None and x.fan.completed == 1)
+    why = (await api.call("GET", f"/apps/orders/runs/{run['runId']}/diagnosis")).json()
+    assert why["summary"].startswith("waiting for 2 of 3 children of `all`; 1 completed"), why
+    async with browser(api) as c:
+        await login(api, ADMIN, c)
+        page = await c.get(f"/console/apps/orders/runs/{run['runId']}")
+        assert page.status_code == 200
+        assert "1 of 3 done" in page.text and f"/console/apps/orders/runs/{first}" in page.text
+        child = await c.get(f"/console/apps/orders/runs/{first}")
+        assert f"/console/apps/orders/runs/{run['runId']}" in child.text and "child run of" in child.text

@@ -378,8 +378,15 @@ class BaseClient:
         limit: int | None,
         cursor: str | None,
         app: str | None,
+        parent_run_id: str | None = None,
     ) -> Call[Page[Run]]:
-        params = {"workflow": workflow, "status": status, "businessKey": business_key, "limit": limit}
+        params = {
+            "workflow": workflow,
+            "status": status,
+            "businessKey": business_key,
+            "parentRunId": parent_run_id,
+            "limit": limit,
+        }
         return Call(
             "GET",
             f"{self._app(app)}/runs",

@@ -179,8 +179,10 @@ class Client(BaseClient):
         limit: int | None = None,
         cursor: str | None = None,
         app: str | None = None,
+        parent_run_id: str | None = None,
     ) -> Page[Run]:
-        return self.send(self.b_list_runs(workflow, status, business_key, limit, cursor, app))
+        """A page of runs, newest first; `parent_run_id` lists that run's child runs."""
+        return self.send(self.b_list_runs(workflow, status, business_key, limit, cursor, app, parent_run_id))
 
     def iter_runs(
         self,
@@ -190,11 +192,14 @@ class Client(BaseClient):
         business_key: str | None = None,
         page_size: int | None = None,
         app: str | None = None,
+        parent_run_id: str | None = None,
     ) -> Iterator[Run]:
         """Every matching run, newest first, following `nextCursor` page by page."""
         cursor = None
         while True:
-            page = self.send(self.b_list_runs(workflow, status, business_key, page_size, cursor, app))
+            page = self.send(
+                self.b_list_runs(workflow, status, business_key, page_size, cursor, app, parent_run_id)
+            )
             yield from page.items
             if page.next_cursor is None:
                 return
@@ -545,8 +550,12 @@ class AsyncClient(BaseClient):
         limit: int | None = None,
         cursor: str | None = None,
         app: str | None = None,
+        parent_run_id: str | None = None,
     ) -> Page[Run]:
-        return await self.send(self.b_list_runs(workflow, status, business_key, limit, cursor, app))
+        """A page of runs, newest first; `parent_run_id` lists that run's child runs."""
+        return await self.send(
+            self.b_list_runs(workflow, status, business_key, limit, cursor, app, parent_run_id)
+        )
 
     async def iter_runs(
         self,
@@ -556,10 +565,13 @@ class AsyncClient(BaseClient):
         business_key: str | None = None,
         page_size: int | None = None,
         app: str | None = None,
+        parent_run_id: str | None = None,
     ) -> AsyncIterator[Run]:
         cursor = None
         while True:
-            page = await self.send(self.b_list_runs(workflow, status, business_key, page_size, cursor, app))
+            page = await self.send(
+                self.b_list_runs(workflow, status, business_key, page_size, cursor, app, parent_run_id)
+            )
             for item in page.items:
                 yield item
             if page.next_cursor is None:

@@ -67,6 +67,9 @@ class Run:
     closed_at: datetime | None
     error: RunError | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    output: Any = None  # once completed: the workflow's `output` (or its whole state)
+    parent: dict[str, Any] | None = None  # a child run: {runId, step, generation, attempt, index}
+    children: dict[str, Any] | None = None  # at a run/map/parallel step: its children's progress
 
     @property
     def is_terminal(self) -> bool:
@@ -96,6 +99,9 @@ class Run:
             closed_at=parse_time(d.get("closedAt")),
             error=RunError.from_json(error) if isinstance(error, dict) else None,
             raw=d,
+            output=d.get("output"),
+            parent=d["parent"] if isinstance(d.get("parent"), dict) else None,
+            children=d["children"] if isinstance(d.get("children"), dict) else None,
         )
 
 

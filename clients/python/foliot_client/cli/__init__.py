@@ -32,7 +32,7 @@ RUN_COLUMNS = ("runId", "workflow", "version", "status", "currentStep", "busines
 RUN_FIELDS = (
     "runId", "app", "workflow", "version", "status", "businessKey", "currentStep", "attempt",
     "generation", "waitSignal", "wakeAt", "deadline", "createdAt", "updatedAt", "closedAt",
-    "error", "input", "state",
+    "error", "parent", "children", "input", "state", "output",
 )  # fmt: skip
 
 
@@ -222,17 +222,23 @@ def runs() -> None:
 @click.option("--workflow")
 @click.option("--status")
 @click.option("--business-key")
+@click.option("--parent", "parent_run_id", metavar="RUN_ID", help="only the child runs of this run")
 @click.option("--limit", type=int, default=20, show_default=True, help="runs to show (newest first)")
 @pass_session
 def runs_list(
-    s: Session, workflow: str | None, status: str | None, business_key: str | None, limit: int
+    s: Session,
+    workflow: str | None,
+    status: str | None,
+    business_key: str | None,
+    parent_run_id: str | None,
+    limit: int,
 ) -> None:
     """Runs, newest first (follows pages up to --limit)."""
     rows: list[dict[str, Any]] = []
     cursor = None
     while len(rows) < limit:
         call = s.client.b_list_runs(
-            workflow, status, business_key, min(limit - len(rows), 1000), cursor, s.need_app()
+            workflow, status, business_key, min(limit - len(rows), 1000), cursor, s.need_app(), parent_run_id
         )
         page = s.raw(call)
         rows.extend(page["runs"])
