@@ -276,3 +276,55 @@ async def test_why_and_the_console_show_a_maps_progress_and_links(api: Api) -> N
         assert "1 of 3 done" in page.text and f"/console/apps/orders/runs/{first}" in page.text
         child = await c.get(f"/console/apps/orders/runs/{first}")
         assert f"/console/apps/orders/runs/{run['runId']}" in child.text and "child run of" in child.text
+
+
+INSTANT = {
+    "name": "instant",
+    "output": "input",
+    "steps": [
+        {
+            "name": "c",
+            "type": "choice",
+            "choices": [{"when": {"path": "input", "op": "exists", "value": True}, "next": "$end"}],
+            "default": "$end",
+        }
+    ],
+}
+
+
+async def test_children_that_close_at_once_are_applied_in_bursts(api: Api) -> None:
+    """Children completing in their own start transition queue their closes in the parent's
+    mailbox together; the parent applies a burst in one commit and loses none."""
+    await api.register(INSTANT)
+    await api.register(
+        {
+            "name": "fan",
+            "steps": [
+                {
+                    "name": "all",
+                    "type": "map",
+                    "itemsPath": "input",
+                    "workflow": "instant",
+                    "maxConcurrency": 40,
+                }
+            ],
+        }
+    )
+    run = await api.start("fan", list(range(200)))
+    done = await api.until(run["runId"], "completed")
+    assert done["state"]["all"] == list(range(200))
+    events = await api.call("GET", f"/apps/orders/runs/{run['runId']}/events", params={"limit": 1000})
+    types = [e["type"] for e in events.json()["events"]]
+    assert types.count("child_started") == 200 and types.count("child_completed") == 200
+    seen: set[int] = set()
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"parentRunId": run["runId"], "limit": 1000}
+        if cursor:
+            params["cursor"] = cursor
+        page = (await api.call("GET", "/apps/orders/runs", params=params)).json()
+        seen.update(c["parent"]["index"] for c in page["runs"])
+        cursor = page["nextCursor"]
+        if not cursor:
+            break
+    assert seen == set(range(200))

@@ -9,6 +9,7 @@ and effects are.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,16 @@ from ...core.errors import Fenced, StaleWrite, UniqueViolation
 from ...core.logs import log_transition
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
-from ...core.workflow.machine import Ok, Rejected, Reply, Rewind, SignalIn, TimerFired, Transition
+from ...core.workflow.machine import (
+    ChildClosed,
+    Ok,
+    Rejected,
+    Reply,
+    Rewind,
+    SignalIn,
+    TimerFired,
+    Transition,
+)
 from ...core.workflow.model import Run, Timer
 from ...storage.base import SIGNAL_ID_UNIQUE, UnitOfWork
 
@@ -32,6 +42,17 @@ PARKED = frozenset({"waiting", "sleeping", "stuck", "paused"})
 _SIGNAL_REFUSALS = frozenset({"run_closed", "signal_buffer_full", "signal_buffer_too_large"})
 
 RunActor = Actor[Run]
+_MAX_BATCHED_CLOSES = 256  # child closes applied in one commit
+
+
+def _give_back(actor: RunActor, taken: list[Envelope]) -> None:
+    """Messages taken from the mailbox but not committed: back at its front, in order."""
+    if not taken:
+        return
+    if actor.mailbox is None:
+        actor.mailbox = deque()
+    actor.mailbox.extendleft(reversed(taken))
+    taken.clear()
 
 
 class RunKind:
@@ -65,8 +86,9 @@ class RunKind:
         return Rejected(404, "not_found", f"no run {actor_id}")
 
     def persistent(self, message: Any) -> bool:
-        # A push answer is never given up: an unsent-deadline push attempt has no timer behind it.
-        return isinstance(message, machine.TaskAnswer)
+        # A push answer is never given up: an unsent-deadline push attempt has no timer behind
+        # it; nor is a child's close (its parent would wait for it until the next restart).
+        return isinstance(message, machine.TaskAnswer | ChildClosed)
 
     async def handle(self, actor: RunActor, envelope: Envelope) -> bool:
         """One try; True when the commit met a StaleWrite and the run must be reloaded."""
@@ -89,6 +111,45 @@ class RunKind:
                 return False
             msg = attrs.evolve(msg, target=target)
         tr = machine.transition(run, definition, msg, runs.context())
+        taken: list[Envelope] = []
+        if type(msg) is ChildClosed and slot is None and actor.mailbox:
+            tr, taken = self._more_closes(actor, tr, definition)
+        try:
+            stale = await self._commit(actor, envelope, run, definition, tr)
+        except BaseException:
+            _give_back(actor, taken)  # not committed: they are handled again
+            raise
+        if stale:
+            _give_back(actor, taken)
+        return stale
+
+    def _more_closes(
+        self, actor: RunActor, tr: Transition, definition: Definition
+    ) -> tuple[Transition, list[Envelope]]:
+        """Child closes queued behind this one, applied with it: one commit for a burst of a
+        map's children instead of one each. Stops at anything else, or once the fan-out is done."""
+        mailbox = actor.mailbox
+        assert mailbox is not None
+        taken: list[Envelope] = []
+        ctx = self.runs.context()
+        while mailbox and len(taken) < _MAX_BATCHED_CLOSES and tr.gather is None:
+            nxt = mailbox[0]
+            if type(nxt.message) is not ChildClosed or nxt.reply is not None or tr.run.fan is None:
+                break
+            mailbox.popleft()
+            taken.append(nxt)
+            more = machine.transition(tr.run, definition, nxt.message, ctx)
+            if more.changed:
+                tr = machine.chain(tr, more) if tr.changed else more
+        return tr, taken
+
+    async def _commit(
+        self, actor: RunActor, envelope: Envelope, run: Run, definition: Definition, tr: Transition
+    ) -> bool:
+        runs = self.runs
+        msg = envelope.message
+        slot = envelope.reply
+        host = self.host
         started: list[Transition] = []
         children_units: tuple[UnitOfWork, ...] = ()
         if tr.changed and (tr.children or tr.gather is not None):
