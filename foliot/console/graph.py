@@ -21,6 +21,7 @@ GAP: Final = 26
 LEFT: Final = 12
 TOP: Final = 12
 LANE: Final = 16
+LABEL_LINE: Final = 13  # vertical room for one edge label
 
 
 @attrs.frozen
@@ -28,7 +29,7 @@ class Edge:
     source: str
     target: str
     label: str  # "" for the plain `next`
-    kind: str  # next | failure | timeout | choice | default
+    kind: str  # next | failure | timeout | choice | default | signal
 
 
 @attrs.frozen
@@ -58,6 +59,8 @@ def edges(document: dict[str, Any]) -> list[Edge]:
             out.append(Edge(name, step["onFailure"], "on failure", "failure"))
         if step.get("onTimeout"):
             out.append(Edge(name, step["onTimeout"], "on timeout", "timeout"))
+        for signal, target in (step.get("onSignal") or {}).items():
+            out.append(Edge(name, target, f"on {signal}", "signal"))
     return out
 
 
@@ -70,8 +73,18 @@ def render(document: dict[str, Any], marks: Marks = Marks()) -> str:
     kinds = {s["name"]: s.get("type", "") for s in steps}
     row = {name: i for i, name in enumerate(order)}
     lanes = [e for e in all_edges if not (e.kind == "next" and row.get(e.target) == row[e.source] + 1)]
+    leaving: dict[str, int] = {}
+    for e in lanes:
+        leaving[e.source] = leaving.get(e.source, 0) + 1
+    # A box is as tall as the lanes leaving it need (one label line each), so labels never overlap.
+    heights = {name: max(BOX_H, 10 + LABEL_LINE * leaving.get(name, 0)) for name in order}
+    tops: dict[str, int] = {}
+    y = TOP
+    for name in order:
+        tops[name] = y
+        y += heights[name] + GAP
     width = LEFT + BOX_W + 40 + LANE * len(lanes) + 90
-    height = TOP + len(order) * (BOX_H + GAP)
+    height = y
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="graph" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="workflow graph">',
@@ -79,10 +92,10 @@ def render(document: dict[str, Any], marks: Marks = Marks()) -> str:
         'orient="auto-start-reverse"><path d="M 0 0 L 10 5 L 0 10 z" fill="#555"/></marker></defs>',
     ]
     for name in order:
-        i = row[name]
-        x, y = LEFT, TOP + i * (BOX_H + GAP)
+        x, y = LEFT, tops[name]
+        box_h = heights[name]
         classes = ["node", "sentinel" if name in SENTINELS else f"kind-{escape(kinds.get(name, ''))}"]
-        if name in marks.visited:
+        if name in marks.visited and name not in marks.failed:
             classes.append("visited")
         if name in marks.failed:
             classes.append("failed")
@@ -91,12 +104,12 @@ def render(document: dict[str, Any], marks: Marks = Marks()) -> str:
         label = escape(name) if name in SENTINELS else f"{escape(name)} · {escape(kinds.get(name, ''))}"
         parts.append(
             f'<g class="{" ".join(classes)}" data-step="{escape(name)}"><title>{escape(name)}</title>'
-            f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{BOX_H}" rx="6"/>'
+            f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{box_h}" rx="6"/>'
             f'<text x="{x + 10}" y="{y + BOX_H / 2 + 5}">{label}</text></g>'
         )
     for e in all_edges:
         if e not in lanes and e.source in row and e.target in row:
-            y0 = TOP + row[e.source] * (BOX_H + GAP) + BOX_H
+            y0 = tops[e.source] + heights[e.source]
             parts.append(
                 f'<line class="edge" x1="{LEFT + BOX_W / 2}" y1="{y0}" x2="{LEFT + BOX_W / 2}" '
                 f'y2="{y0 + GAP - 2}" marker-end="url(#arrow)"/>'
@@ -107,8 +120,8 @@ def render(document: dict[str, Any], marks: Marks = Marks()) -> str:
             continue
         nth = from_source.get(e.source, 0)  # the n-th lane leaving this box: its own height
         from_source[e.source] = nth + 1
-        ys = TOP + row[e.source] * (BOX_H + GAP) + 8 + 9 * min(nth, 3)
-        yt = TOP + row[e.target] * (BOX_H + GAP) + BOX_H / 2 + 6
+        ys = tops[e.source] + 10 + LABEL_LINE * nth
+        yt = tops[e.target] + BOX_H / 2 + 6
         xr = LEFT + BOX_W
         xl = xr + 20 + LANE * lane
         parts.append(
@@ -116,6 +129,7 @@ def render(document: dict[str, Any], marks: Marks = Marks()) -> str:
             f'marker-end="url(#arrow)"/>'
         )
         if e.label:
-            parts.append(f'<text class="edge-label" x="{xl + 3}" y="{ys + 3}">{escape(e.label)}</text>')
+            # Just right of the box, on its own lane's line: one line per lane leaving the box.
+            parts.append(f'<text class="edge-label" x="{xr + 4}" y="{ys - 2}">{escape(e.label)}</text>')
     parts.append("</svg>")
     return "".join(parts)

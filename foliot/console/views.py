@@ -62,6 +62,7 @@ COOKIE: Final = "foliot_console"
 LOGIN_COOKIE: Final = "foliot_login"
 PAGE: Final = 50
 EVENTS_PAGE: Final = 200
+FAR_FUTURE_MS: Final = 2**62  # "every timer": the bound of the earliest-timer read
 CHILDREN_SHOWN: Final = 50  # child runs listed on a run page (newest first; the API pages them all)
 TIMER_COUNT_CAP: Final = 100_000
 STATUS_ORDER: Final = (
@@ -230,7 +231,14 @@ async def login() -> Response:
         if caller is not None and caller.key_id is not None:
             subject = caller.key_id
     if subject is None:
-        raise Unauthorized("that token is not an admin or operator token (or it was revoked)")
+        # The form again (its sign-in cookie and CSRF token still hold), saying why.
+        return await render(
+            "login.html",
+            401,
+            next=_safe_next(form.get("next")),
+            login_csrf=form.get("csrf"),
+            login_error="that token is not an admin or operator token (or it was revoked)",
+        )
     lifetime = engine().settings.console_session_ms
     record, value = new_session(_key(), subject, now, lifetime)
     await engine().store.add_console_session(record)
@@ -287,6 +295,7 @@ async def overview() -> Response:
     open_runs = sum(totals[s] for s in OPEN_STATUSES)
     live = len(eng.supervisor.actors)
     stored_timers = await eng.store.count_timers(TIMER_COUNT_CAP)
+    earliest = await eng.store.timers_due_before(FAR_FUTURE_MS, 1)
     push_count, push_sum, buckets = trends.histogram(eng.metrics.registry, trends.PUSH_HISTOGRAM)
     push_buckets = sorted(buckets.items())
     queues = []
@@ -312,6 +321,7 @@ async def overview() -> Response:
         passivated=max(open_runs - live, 0),
         timers=eng.timers.stats(),
         stored_timers=stored_timers,
+        stored_next_due=earliest[0].due_at if earliest else None,
         timer_cap=TIMER_COUNT_CAP,
         pushes={
             "count": push_count,
@@ -440,11 +450,24 @@ RUN_ARGS: Final = {
 async def runs() -> Response:
     check_query(RUN_ARGS)
     eng = engine()
-    apps = sorted({app for app, _ in await eng.store.run_counts()})
+    counts = await eng.store.run_counts()
+    apps = sorted({app for app, _ in counts})
     if not request.args.get("app"):
-        if not apps:
-            return await render("runs.html", query=None, apps=apps, runs=[], next_url=None, filters={})
-        return see_other(f"/console/runs?{urlencode({'app': apps[0]})}", 303)
+        # Every app at once, from the run counters (never a scan of the runs): pick one to list.
+        by_app: dict[str, dict[str, int]] = {app: {} for app in apps}
+        for (app, status), n in counts.items():
+            if n:
+                by_app[app][status] = n
+        return await render(
+            "runs.html",
+            query=None,
+            apps=apps,
+            runs=[],
+            next_url=None,
+            filters={},
+            statuses=STATUS_ORDER,
+            by_app=by_app,
+        )
     query = run_query_from_args()
     found = await eng.store.query_runs(query, PAGE + 1, _cursor(request.args.get("cursor")))
     page_runs = found[:PAGE]
@@ -508,6 +531,17 @@ async def _run_page(
         e.step for e in events if e.step and e.type in ("step_completed", "step_started")
     }
     failed = {e.step for e in events if e.step and e.type == "step_failed"}
+    if (
+        run.current_step
+        and run.is_open
+        and any(
+            e.type in ("task_failed", "child_failed")
+            and e.step == run.current_step
+            and e.generation == run.generation
+            for e in events
+        )
+    ):
+        failed.add(run.current_step)  # its attempts keep failing: red, not green
     if run.error is not None and run.error.step:
         failed.add(run.error.step)
     if run.status == "completed":

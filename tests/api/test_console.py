@@ -74,6 +74,10 @@ async def test_sign_in_cookie_flags_and_refusals(api: Api) -> None:
         assert no_csrf.status_code == 403 and "foliot_console=" not in no_csrf.headers.get("set-cookie", "")
         wrong = await c.post("/console/login", data={"token": "nope", "csrf": csrf.group(1)})
         assert wrong.status_code == 401 and "foliot_console=" not in wrong.headers.get("set-cookie", "")
+        # The form again, saying why, and it still signs in.
+        assert 'name="token"' in wrong.text and "not an admin or operator token" in wrong.text
+        again = CSRF.search(wrong.text)
+        assert again is not None and again.group(1) == csrf.group(1)
         app_key = await c.post("/console/login", data={"token": api.key, "csrf": csrf.group(1)})
         assert app_key.status_code == 401  # an app key is not a console token
         extra = await c.post("/console/login", data={"token": ADMIN, "csrf": csrf.group(1), "x": "1"})
@@ -157,8 +161,9 @@ async def test_every_page_renders_for_runs_in_each_status(api: Api) -> None:
         assert home.status_code == 200
         for status in ids:
             assert f"/console/runs?app=orders&amp;status={status}" in home.text
-        runs = await c.get("/console/runs")
-        assert runs.status_code == 303 and runs.headers["location"] == "/console/runs?app=orders"
+        runs = await c.get("/console/runs")  # every app at once, from the counters
+        assert runs.status_code == 200 and "Every app" in runs.text
+        assert "/console/runs?app=orders&amp;status=completed" in runs.text
         for status, run_id in ids.items():
             listed = await c.get("/console/runs", params={"app": "orders", "status": status})
             assert listed.status_code == 200 and run_id in listed.text
@@ -506,3 +511,25 @@ async def test_overview_draws_the_trends_and_serves_them_as_json(api: Api) -> No
         page = await c.get("/console/queues")
         assert f'aria-label="{api.app}/warehouse: pollers waiting"' in page.text
         assert (await c.get("/console/trends.json?x=1")).status_code == 400
+
+
+async def test_the_overview_shows_the_next_timer_in_storage_and_a_failing_step_is_red(api: Api) -> None:
+    await api.register({"name": "nap", "steps": [{"name": "z", "type": "sleep", "duration": "1h"}]})
+    await api.start("nap")
+    api.handler.route("t", lambda body, headers: answer_json({"error": {"class": "down"}}, 503))
+    await api.register(
+        {
+            "name": "flaky",
+            "steps": [{"name": "t", "type": "task", "retry": {"maxAttempts": 5, "initialInterval": "1h"}}],
+        }
+    )
+    flaky = await api.start("flaky")
+    await api.engine.runs.wait_for(flaky["runId"], lambda r: r.timer is not None and r.timer.kind == "retry")
+    async with browser(api) as c:
+        await login(api, ADMIN, c)
+        home = await c.get("/console/")
+        assert home.status_code == 200
+        due = re.search(r"<th>next due \(storage\)</th><td>([^<]+)</td>", home.text)
+        assert due is not None and due.group(1) != "—"
+        page = await c.get(f"/console/apps/orders/runs/{flaky['runId']}")
+        assert "failed" in node_classes(page.text, "t") and "visited" not in node_classes(page.text, "t")

@@ -67,7 +67,7 @@ def test_edges_cover_every_transition() -> None:
 def test_svg_marks_and_nodes() -> None:
     svg = graph.render(DOC, graph.Marks("pay", frozenset({"reserve", "pay"}), frozenset({"reserve"})))
     nodes = dict(re.findall(r'<g class="([^"]*)" data-step="([^"]+)">', svg)[i][::-1] for i in range(8))
-    assert nodes["reserve"] == "node kind-task visited failed"
+    assert nodes["reserve"] == "node kind-task failed"  # failed wins over passed-through
     assert nodes["pay"] == "node kind-wait visited current"
     assert nodes["ship"] == "node kind-task"
     assert (
@@ -80,6 +80,34 @@ def test_svg_marks_and_nodes() -> None:
     assert svg.count('<line class="edge"') == 2
     assert svg.count('<path class="edge') == 6
     assert ">on failure<" in svg and ">when #1<" in svg and ">default<" in svg
+
+
+def test_on_signal_branches_are_edges_and_labels_never_overlap() -> None:
+    doc = {
+        "name": "x",
+        "steps": [
+            {"name": "w", "type": "wait", "signals": ["a", "b"], "onSignal": {"a": "t", "b": "u"}},
+            {
+                "name": "c",
+                "type": "choice",
+                "choices": [
+                    {"when": {"path": "input", "op": "exists"}, "next": n}
+                    for n in ("t", "u", "$end", "$fail", "w")
+                ],
+                "default": "$stuck",
+            },
+            {"name": "t", "type": "task"},
+            {"name": "u", "type": "task"},
+        ],
+    }
+    kinds = [(e.source, e.target, e.label) for e in graph.edges(doc) if e.kind == "signal"]
+    assert kinds == [("w", "t", "on a"), ("w", "u", "on b")]
+    svg = graph.render(doc)
+    labels = re.findall(r'<text class="edge-label" x="([\d.]+)" y="([\d.]+)">([^<]*)</text>', svg)
+    assert {text for _, _, text in labels} >= {"on a", "on b", "when #1", "when #5", "default"}
+    spots = [(x, float(y)) for x, y, _ in labels]
+    for i, (x, y) in enumerate(spots):  # no two labels on the same line within a line's height
+        assert all(not (x == x2 and abs(y - y2) < graph.LABEL_LINE) for x2, y2 in spots[i + 1 :])
 
 
 def test_svg_escapes_text() -> None:
