@@ -41,15 +41,16 @@ log = logging.getLogger("foliot.cluster.tell")
 # terminate), and the answers the runtime already treats as coming from other executions.
 MESSAGES: Final[dict[str, type[Any]]] = {
     cls.__name__: cls
-    for cls in (m.Signal, m.RequestCancel, m.Terminate, *FROM_OTHERS, machine.ChildClosed, machine.Cancel)
+    for cls in (m.Signal, m.RequestCancel, m.Terminate, *FROM_OTHERS, machine.ChildRunClosed, machine.Cancel)
 }
+assert len(MESSAGES) == len(FROM_OTHERS) + 5, "two message classes carried between nodes share a name"
 _NESTED: Final[dict[str, type[Any]]] = {
     "ExecutionRef": ExecutionRef,
     "ParentRef": ParentRef,
     "ErrorInfo": ErrorInfo,
 }
 # Fields that hold any JSON value (a child's output), carried as {"type": "Json", "value": ...}.
-_JSON_FIELDS: Final = frozenset({("ChildClosed", "output")})
+_JSON_FIELDS: Final = frozenset({("ChildRunClosed", "output")})
 RETRIES_S: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 2.0, 2.0, 5.0, 5.0, 10.0, 10.0, 20.0)
 
 

@@ -107,8 +107,6 @@ class Env:
                 await self.pushed.wait()
 
 
-
-
 def ok(value: Any = None, status: int = 200, **headers: str) -> httpx.Response:
     return httpx.Response(status, content=json.dumps(value).encode(), headers=headers)
 

@@ -45,26 +45,6 @@ HOUR_MS = 3_600_000
 # ---------------------------------------------------------------------- the counter machine
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def timers_of(state: Counter) -> list[tuple[str, Timer]]:
     return [("tick", state.timer)] if state.timer is not None and state.open else []
 

@@ -115,5 +115,3 @@ class FakeClusterStore:
 
     async def cluster_leave(self, node_id: str) -> None:
         self.cluster.leave(node_id)
-
-

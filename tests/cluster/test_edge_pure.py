@@ -119,6 +119,9 @@ def test_a_single_node_holds_every_partition() -> None:
 
 
 def test_every_message_between_nodes_travels_as_json_and_comes_back_the_same() -> None:
+    from foliot.core.workflow import machine
+    from foliot.core.workflow.model import ErrorInfo, ParentRef
+
     ref = ExecutionRef("o-1", "r" * 44)
     messages = [
         m.Signal("poke", "in", external=ref, external_initiated_event_id=7),
@@ -134,6 +137,15 @@ def test_every_message_between_nodes_travels_as_json_and_comes_back_the_same() -
         m.ExternalCancelFailed(9),
         m.LambdaCompleted(4, result="42"),
         m.LambdaFailed(4, reason="boom", details=None),
+        machine.ChildRunClosed(
+            "run_c",
+            ParentRef("run_p", "ship", 2, 1, 7),
+            "failed",
+            {"any": ["json", 1]},
+            ErrorInfo("s", "c", "m"),
+        ),
+        machine.ChildRunClosed("run_c", ParentRef("run_p", "ship", 1, 1), "completed", None, None),
+        machine.Cancel("its parent closed"),
     ]
     assert {type(x).__name__ for x in messages} == set(remote.MESSAGES)
     for message in messages:

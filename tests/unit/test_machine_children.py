@@ -10,7 +10,7 @@ import pytest
 
 from foliot.core.workflow import machine
 from foliot.core.workflow.definition import MAX_DEPTH
-from foliot.core.workflow.machine import CancelChildren, ChildClosed, Gathered, NotifyParent
+from foliot.core.workflow.machine import CancelChildren, ChildRunClosed, Gathered, NotifyParent
 from foliot.core.workflow.model import ErrorInfo, ParentRef
 
 from .machine_kit import Kit
@@ -19,7 +19,9 @@ RUN_STEP = {"name": "ship", "type": "run", "workflow": "shipping"}
 AFTER = {"name": "after", "type": "task"}
 
 
-def closed(kit: Kit, run_id: str, status: str = "completed", output: Any = None, **ref: Any) -> ChildClosed:
+def closed(
+    kit: Kit, run_id: str, status: str = "completed", output: Any = None, **ref: Any
+) -> ChildRunClosed:
     """The message `run_id` (an open child of the kit's run) sends when it closes."""
     fan = kit.run.fan
     assert fan is not None
@@ -29,7 +31,7 @@ def closed(kit: Kit, run_id: str, status: str = "completed", output: Any = None,
     if ref:
         parent = attrs.evolve(parent, **ref)
     error = None if status == "completed" else ErrorInfo("x", "boom", "it broke")
-    return ChildClosed(run_id, parent, status, output, error)
+    return ChildRunClosed(run_id, parent, status, output, error)
 
 
 def open_ids(kit: Kit) -> list[str]:
@@ -78,7 +80,7 @@ def test_a_child_that_closes_tells_its_parent_with_its_output() -> None:
     kit.run = tr.run
     done = kit.ok(5)
     notes = [e for e in done.effects if isinstance(e, NotifyParent)]
-    assert notes == [NotifyParent("p1", ChildClosed("c", ref, "completed", 5, None))]
+    assert notes == [NotifyParent("p1", ChildRunClosed("c", ref, "completed", 5, None))]
     kit.start()  # a top-level run tells nobody
     assert not [e for e in kit.ok(5).effects if isinstance(e, NotifyParent)]
 
@@ -178,7 +180,7 @@ def test_the_step_timeout_cancels_the_child_and_fails_the_step() -> None:
     kit.fire()
     assert kit.run.status == "failed" and kit.run.error is not None and kit.run.error.cls == "child_timed_out"
     assert cancels(kit) == ["child1"]
-    late = ChildClosed("child1", ParentRef("run1", "ship", 1, 1, 0), "completed")
+    late = ChildRunClosed("child1", ParentRef("run1", "ship", 1, 1, 0), "completed")
     assert kit.send(late).changed is False
 
 

@@ -153,7 +153,7 @@ class MarkStuck:
 
 
 @attrs.frozen
-class ChildClosed:
+class ChildRunClosed:
     """A child run closed (`status` is terminal), or could not be started at all (`status`
     `failed` with the reason in `error`). Sent by the child after its commit; also re-sent
     from storage when the parent is recovered, so duplicates and stale ones are ignored."""
@@ -190,7 +190,7 @@ Message = (
     | Pause
     | Unpause
     | MarkStuck
-    | ChildClosed
+    | ChildRunClosed
     | Gathered
 )
 
@@ -244,7 +244,7 @@ class NotifyParent:
     """This run is a child that just closed: tell its parent."""
 
     parent_run_id: str
-    message: ChildClosed
+    message: ChildRunClosed
 
 
 Effect = Dispatch | Abort | Claimed | Withdraw | CancelChildren | NotifyParent
@@ -255,7 +255,7 @@ class ChildRequest:
     """A child run to create in the same unit of work as the transition that asked for it.
 
     The machine cannot read definitions: the actor resolves `workflow` and `version` (None: the
-    latest), starts the child with `start(...)` and commits both, or answers `ChildClosed` with
+    latest), starts the child with `start(...)` and commits both, or answers `ChildRunClosed` with
     the reason it could not."""
 
     run_id: str
@@ -520,7 +520,7 @@ class _Tx:
         self.emit(event, self.run.current_step, **data)
         parent = self.run.parent
         if parent is not None:
-            closed = ChildClosed(self.run.run_id, parent, status, output, error)
+            closed = ChildRunClosed(self.run.run_id, parent, status, output, error)
             self.effects.append(NotifyParent(parent.run_id, closed))
 
     def output(self) -> Any:
@@ -1317,7 +1317,7 @@ def _on_mark_stuck(tx: _Tx, msg: MarkStuck) -> Reply | None:
 _CHILD_CLASSES: Final = {"timed_out": "child_timed_out", "cancelled": "child_cancelled"}
 
 
-def _on_child_closed(tx: _Tx, msg: ChildClosed) -> Reply | None:
+def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
     """A child closed: record it in the step's fan-out, then move the step on. Stale (another
     generation, attempt or step), duplicated and unknown children change nothing."""
     run = tx.run
@@ -1454,7 +1454,7 @@ def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
 
 
 _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
-    ChildClosed: _on_child_closed,
+    ChildRunClosed: _on_child_closed,
     Gathered: _on_gathered,
     TaskAnswer: _on_answer,
     TimerFired: _on_timer,

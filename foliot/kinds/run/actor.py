@@ -22,7 +22,7 @@ from ...core.logs import log_transition
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.machine import (
-    ChildClosed,
+    ChildRunClosed,
     Ok,
     Rejected,
     Reply,
@@ -88,7 +88,7 @@ class RunKind:
     def persistent(self, message: Any) -> bool:
         # A push answer is never given up: an unsent-deadline push attempt has no timer behind
         # it; nor is a child's close (its parent would wait for it until the next restart).
-        return isinstance(message, machine.TaskAnswer | ChildClosed)
+        return isinstance(message, machine.TaskAnswer | ChildRunClosed)
 
     async def handle(self, actor: RunActor, envelope: Envelope) -> bool:
         """One try; True when the commit met a StaleWrite and the run must be reloaded."""
@@ -112,7 +112,7 @@ class RunKind:
             msg = attrs.evolve(msg, target=target)
         tr = machine.transition(run, definition, msg, runs.context())
         taken: list[Envelope] = []
-        if type(msg) is ChildClosed and slot is None and actor.mailbox:
+        if type(msg) is ChildRunClosed and slot is None and actor.mailbox:
             tr, taken = self._more_closes(actor, tr, definition)
         try:
             stale = await self._commit(actor, envelope, run, definition, tr)
@@ -134,7 +134,7 @@ class RunKind:
         ctx = self.runs.context()
         while mailbox and len(taken) < _MAX_BATCHED_CLOSES and tr.gather is None:
             nxt = mailbox[0]
-            if type(nxt.message) is not ChildClosed or nxt.reply is not None or tr.run.fan is None:
+            if type(nxt.message) is not ChildRunClosed or nxt.reply is not None or tr.run.fan is None:
                 break
             mailbox.popleft()
             taken.append(nxt)

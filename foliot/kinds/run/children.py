@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
-from ...core.workflow.machine import ChildClosed, Gathered, Transition
+from ...core.workflow.machine import ChildRunClosed, Gathered, Transition
 from ...core.workflow.model import ErrorInfo, Run
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Tr
             break
         which = f"version {missing.version} of " if missing.version is not None else ""
         error = ErrorInfo(None, "workflow_not_found", f"{which}workflow {missing.workflow!r} not found")
-        message = ChildClosed(missing.run_id, missing.parent, "failed", None, error)
+        message = ChildRunClosed(missing.run_id, missing.parent, "failed", None, error)
         tr = machine.chain(tr, machine.transition(tr.run, definition, message, ctx))
     started: list[Transition] = []
     for request in tr.children:
@@ -111,11 +111,11 @@ async def _outputs(runs: Runs, run: Run, gather: machine.Gather) -> tuple[Any, .
     return tuple(outputs)
 
 
-def closed_message(child: Run) -> ChildClosed:
+def closed_message(child: Run) -> ChildRunClosed:
     """What a closed child tells its parent."""
     assert child.parent is not None
     output = child.output if child.status == "completed" else None
-    return ChildClosed(child.run_id, child.parent, child.status, output, child.error)
+    return ChildRunClosed(child.run_id, child.parent, child.status, output, child.error)
 
 
 def waits_for(parent: Run, child: Run) -> bool:
