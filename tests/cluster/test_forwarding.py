@@ -483,3 +483,30 @@ async def test_a_console_intervention_on_another_node_is_made_by_the_owner(clust
     assert c.nodes["b"].engine.forwarder.forwarded == 1
     run = (await c.call("b", "GET", f"/apps/{c.app}/runs/{run_id}")).json()
     assert run["status"] == "cancelled"
+
+
+async def test_a_childs_close_reaches_a_parent_that_lives_on_another_node(cluster: Cluster) -> None:
+    """A child's close is a message with no caller: when its parent lives elsewhere (its
+    partition moved since the child started) it travels by `/internal/tell`, JSON output and all."""
+    from foliot.core.workflow import machine
+
+    c = cluster
+    for workflow in (
+        {"name": "child", "steps": [{"name": "w", "type": "wait", "signal": "go"}]},
+        {"name": "parent", "steps": [{"name": "c", "type": "run", "workflow": "child"}]},
+    ):
+        r = await c.call("a", "POST", f"/apps/{c.app}/workflows", workflow)
+        assert r.status_code in (200, 201), r.text
+    parent_id = await start(c, "a", "parent")
+    parent = await c.nodes["a"].engine.runs.document(parent_id)
+    assert parent.fan is not None
+    child_id = parent.fan.open[0].run_id
+    child = await c.nodes["a"].engine.runs.document(child_id)
+    assert child.parent is not None
+    b = c.nodes["b"].engine
+    closed = machine.ChildRunClosed(child_id, child.parent, "completed", {"tracking": ["T", 1]}, None)
+    assert b.remote_tell(b.runs.kind, parent_id, Envelope(closed)) is True
+    await until(lambda: b.remote_tell.sent == 1)
+    done = await c.nodes["a"].engine.runs.wait_for(parent_id, lambda r: r.status == "completed")
+    assert done.state["c"] == {"tracking": ["T", 1]}
+    assert parent_id not in b.supervisor.actors
