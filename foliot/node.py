@@ -144,6 +144,7 @@ class Node:
                 await nursery.start(self.pruner.serve)
                 await nursery.start(self.sampler.serve)
                 await nursery.start(self.admission.watch_lag)
+                await nursery.start(self.runs.pump)
                 self.ready = True
                 task_status.started()
                 try:

@@ -41,9 +41,17 @@ log = logging.getLogger("foliot.cluster.tell")
 # terminate), and the answers the runtime already treats as coming from other executions.
 MESSAGES: Final[dict[str, type[Any]]] = {
     cls.__name__: cls
-    for cls in (m.Signal, m.RequestCancel, m.Terminate, *FROM_OTHERS, machine.ChildRunClosed, machine.Cancel)
+    for cls in (
+        m.Signal,
+        m.RequestCancel,
+        m.Terminate,
+        *FROM_OTHERS,
+        machine.ChildRunClosed,
+        machine.Cancel,
+        machine.Admit,
+    )
 }
-assert len(MESSAGES) == len(FROM_OTHERS) + 5, "two message classes carried between nodes share a name"
+assert len(MESSAGES) == len(FROM_OTHERS) + 6, "two message classes carried between nodes share a name"
 _NESTED: Final[dict[str, type[Any]]] = {
     "ExecutionRef": ExecutionRef,
     "ParentRef": ParentRef,

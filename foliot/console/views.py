@@ -66,6 +66,7 @@ FAR_FUTURE_MS: Final = 2**62  # "every timer": the bound of the earliest-timer r
 CHILDREN_SHOWN: Final = 50  # child runs listed on a run page (newest first; the API pages them all)
 TIMER_COUNT_CAP: Final = 100_000
 STATUS_ORDER: Final = (
+    "queued",
     "running",
     "waiting",
     "sleeping",

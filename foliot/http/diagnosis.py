@@ -10,7 +10,7 @@ from __future__ import annotations
 from quart import Blueprint, Response
 
 from ..core.workflow.model import Run
-from ..observe.diagnosis import Diagnosis, Observation, QueueSeen, StoredTimer, diagnose
+from ..observe.diagnosis import Diagnosis, Observation, QueueSeen, SlotSeen, StoredTimer, diagnose
 from .app import check_query, engine, json_response, require_app
 from .runs import owned_run
 from .services import Services
@@ -51,7 +51,9 @@ async def observe(eng: Services, run: Run) -> Observation:
         failures = [e for e in recent if e.type == "task_failed"]
         last_failure = dict(failures[-1].data) if failures else None
     actor = eng.supervisor.actors.get(run.run_id)
+    slot = await _slot_seen(eng, run) if run.waits_for_slot else None
     return Observation(
+        slot=slot,
         run=run,
         now=now,
         task_row=task_row,
@@ -63,6 +65,17 @@ async def observe(eng: Services, run: Run) -> Observation:
         queue=queue,
         last_failure=last_failure,
     )
+
+
+async def _slot_seen(eng: Services, run: Run) -> SlotSeen | None:
+    definition = await eng.directory.maybe_definition(run.app, run.workflow, run.version)
+    if definition is None or definition.concurrency is None or run.concurrency_key is None:
+        return None
+    ahead, held = await eng.store.queue_ahead(run)
+    value = run.concurrency_key.partition("/")[2]
+    path = definition.concurrency.key
+    key = f"{path[-1]}={value}" if path is not None else ""
+    return SlotSeen(key, ahead, held, definition.concurrency.limit)
 
 
 async def run_diagnosis(eng: Services, run: Run) -> Diagnosis:

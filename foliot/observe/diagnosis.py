@@ -47,6 +47,16 @@ class QueueSeen:
 
 
 @attrs.frozen
+class SlotSeen:
+    """A queued run's place: its concurrency key and the runs before it."""
+
+    key: str  # "customer=42" (the key path's last name and the value), or "" for the workflow
+    ahead: int  # queued runs of the key older than this one
+    held: int  # slots of the key held now
+    limit: int
+
+
+@attrs.frozen
 class Observation:
     run: Run
     now: int
@@ -58,6 +68,7 @@ class Observation:
     mailbox: int = 0  # messages waiting in that actor's mailbox
     queue: QueueSeen | None = None
     last_failure: dict[str, Any] | None = None  # data of the run's last `task_failed` event
+    slot: SlotSeen | None = None  # a queued run: its concurrency key and place
 
 
 @attrs.frozen
@@ -195,6 +206,8 @@ def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:
         return text + "; an operator paused it: unpause it to continue", True
     if run.status == "waiting":
         return _waiting(obs, step)
+    if run.status == "queued":
+        return _queued_for_slot(obs)
     if run.status == "sleeping":
         if run.wake_at is None:
             return f"sleeping at {step} with no wake-up time", True
@@ -212,6 +225,21 @@ def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:
             return f"running {step}: {obs.mailbox} message(s) are being applied", False
         return f"running {step}", False
     return _attempt(obs, step, facts)
+
+
+def _queued_for_slot(obs: Observation) -> tuple[str, bool]:
+    run, now, slot = obs.run, obs.now, obs.slot
+    age = human(now - run.created_at)
+    if slot is None:
+        return f"waiting for a concurrency slot for {age}", False
+    where = f" on {slot.key}" if slot.key else " of its workflow"
+    text = (
+        f"waiting for a concurrency slot{where} ({slot.ahead} ahead of it; {slot.held} of {slot.limit}"
+        f" slots held) for {age}"
+    )
+    if slot.held < slot.limit and slot.ahead == 0:
+        return text + "; a slot is free: it is admitted within seconds", False
+    return text + "; it starts when a run of that key closes", False
 
 
 def _children(obs: Observation, step: str) -> tuple[str, bool]:

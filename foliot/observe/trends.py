@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 
 Point = tuple[int, float | None]  # (epoch ms, value or None: a gap)
 
-OPEN_ORDER: Final = ("running", "waiting", "sleeping", "stuck", "paused")
+OPEN_ORDER: Final = ("queued", "running", "waiting", "sleeping", "stuck", "paused")
 assert set(OPEN_ORDER) == OPEN_STATUSES
 # name -> (label, unit); a fixed set, so memory is bounded by len(SERIES) * samples.
 SERIES: Final[dict[str, tuple[str, str]]] = {

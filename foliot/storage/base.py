@@ -113,6 +113,23 @@ class UnitOfWork:
     # Child runs the transition started (new runs, `expected_seq` None): written in the same
     # transaction, so a parent's step and its children exist together or not at all.
     children: tuple[UnitOfWork, ...] = ()
+    # A concurrency slot the transition takes, waits for or gives up (`SlotChange`); a refused
+    # admission fails the unit with `UniqueViolation(SLOT_TAKEN)`.
+    slot: SlotChange | None = None
+
+
+SLOT_TAKEN: Final = "concurrency_slot"
+
+
+@attrs.frozen
+class SlotChange:
+    """`admit`: take a slot of `key` (refused unless fewer than `limit` are held and no older run
+    waits); `queue`: wait for one; `leave`: hold and wait for none (closed, or paused while
+    queued)."""
+
+    kind: str  # admit | queue | leave
+    key: str
+    limit: int = 0
 
 
 def flatten(units: Sequence[UnitOfWork]) -> list[UnitOfWork]:
@@ -245,6 +262,18 @@ class RunStore(Protocol):
 
     async def children_of(self, parent_run_id: str) -> list[Run]:
         """Every child run of a run (all its steps and generations), oldest first."""
+        ...
+
+    async def queue_heads(self, app: str, key: str, limit: int) -> list[str]:
+        """The oldest runs waiting for a slot of a concurrency key."""
+        ...
+
+    async def queue_ahead(self, run: Run) -> tuple[int, int]:
+        """(runs queued before this one for its key, slots of the key held)."""
+        ...
+
+    async def queued_keys(self) -> list[tuple[str, str]]:
+        """(app, key) of every concurrency key runs wait for."""
         ...
 
     async def child_links(self) -> list[tuple[Run, Run]]:

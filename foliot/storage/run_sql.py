@@ -20,10 +20,12 @@ from ..core.errors import StaleWrite, UniqueViolation
 from .base import (
     OVERDUE_SQL,
     PRUNE_EVENTS_PER_RUN,
+    SLOT_TAKEN,
     ApiKeyRecord,
     AppRecord,
     RunFilter,
     SecretRecord,
+    SlotChange,
     UnitOfWork,
     WorkflowRecord,
     event_rows,
@@ -94,7 +96,37 @@ REPLACE_EXPIRED_IDEMPOTENCY: Final = (
 )
 
 
-def unit_tx(unit: UnitOfWork) -> Tx[None]:
+COUNT_SLOTS: Final = "SELECT COUNT(*) AS n FROM runs WHERE app = ? AND slot_key = ?"
+QUEUE_HEADS: Final = (
+    "SELECT run_id FROM runs WHERE app = ? AND queue_key = ? ORDER BY created_at, run_id LIMIT ?"
+)
+QUEUE_AHEAD: Final = (
+    "SELECT COUNT(*) AS n FROM runs WHERE app = ? AND queue_key = ? AND (created_at, run_id) < (?, ?)"
+)
+QUEUED_KEYS: Final = "SELECT DISTINCT app, queue_key FROM runs WHERE queue_key IS NOT NULL"
+SET_SLOT: Final = "UPDATE runs SET slot_key = ?, queue_key = ? WHERE run_id = ?"
+
+
+def slot_tx(run_id: str, app: str, slot: SlotChange, lock: str | None) -> Tx[None]:
+    """A unit's concurrency slot change (after its run row is written)."""
+    if slot.kind == "queue":
+        yield change(SET_SLOT, None, slot.key, run_id)
+        return
+    if slot.kind == "leave":
+        yield change(SET_SLOT, None, None, run_id)
+        return
+    if lock is not None:  # PostgreSQL's writers run concurrently: one admission per key at a time
+        yield change(lock, f"slot:{app}/{slot.key}")
+    held = yield one(COUNT_SLOTS, app, slot.key)
+    if held["n"] >= slot.limit:
+        raise UniqueViolation(SLOT_TAKEN, f"all {slot.limit} slots of {slot.key!r} are taken")
+    head = yield one(QUEUE_HEADS, app, slot.key, 1)
+    if head is not None and head["run_id"] != run_id:
+        raise UniqueViolation(SLOT_TAKEN, f"an older run waits for a slot of {slot.key!r}")
+    yield change(SET_SLOT, slot.key, None, run_id)
+
+
+def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[None]:
     """One unit of work written on its own (the writers' fallback when a batch as a whole is
     refused): refused with `StaleWrite` when its run moved on, with `UniqueViolation` when a
     live idempotency record holds its key."""
@@ -143,8 +175,11 @@ def unit_tx(unit: UnitOfWork) -> Tx[None]:
             )
             if taken != 1:
                 raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+    if unit.slot is not None:
+        lock = dialect.workflow_lock if dialect is not None else None
+        yield from slot_tx(run.run_id, run.app, unit.slot, lock)
     for child in unit.children:  # child runs the transition started: inserted with it
-        yield from unit_tx(child)
+        yield from unit_tx(child, dialect)
 
 
 # ---------------------------------------------------------------------------------- apps and credentials

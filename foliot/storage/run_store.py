@@ -81,12 +81,12 @@ class SqlRunStore:
     async def commit(self, unit: UnitOfWork) -> None:
         observer = self._commit_observer
         if observer is None:
-            await self._transact(partial(run_sql.unit_tx, unit), unit)
+            await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit)
             return
         started = observer.commit_started()
         committed = False
         try:
-            await self._transact(partial(run_sql.unit_tx, unit), unit)
+            await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit)
             committed = True
         finally:
             observer.commit_ended(unit, started, committed)
@@ -158,6 +158,21 @@ class SqlRunStore:
     async def list_runs(self, flt: RunFilter, limit: int, after: tuple[int, str] | None) -> list[Run]:
         sql, args = run_sql.list_runs_sql(flt, limit, after)
         return [_run(r["doc"]) for r in await self._all(sql, args, scan=True)]
+
+    async def queue_heads(self, app: str, key: str, limit: int) -> list[str]:
+        return [r["run_id"] for r in await self._all(run_sql.QUEUE_HEADS, (app, key, limit))]
+
+    async def queue_ahead(self, run: Run) -> tuple[int, int]:
+        """(runs queued before `run` for its key, slots of the key held)."""
+        assert run.concurrency_key is not None
+        ahead = await self._one(
+            run_sql.QUEUE_AHEAD, (run.app, run.concurrency_key, run.created_at, run.run_id)
+        )
+        held = await self._one(run_sql.COUNT_SLOTS, (run.app, run.concurrency_key))
+        return int(ahead["n"]), int(held["n"])
+
+    async def queued_keys(self) -> list[tuple[str, str]]:
+        return [(r["app"], r["queue_key"]) for r in await self._all(run_sql.QUEUED_KEYS, scan=True)]
 
     async def children_of(self, parent_run_id: str) -> list[Run]:
         return [_run(r["doc"]) for r in await self._all(run_sql.CHILDREN_OF, (parent_run_id,), scan=True)]

@@ -510,3 +510,46 @@ async def test_a_childs_close_reaches_a_parent_that_lives_on_another_node(cluste
     done = await c.nodes["a"].engine.runs.wait_for(parent_id, lambda r: r.status == "completed")
     assert done.state["c"] == {"tracking": ["T", 1]}
     assert parent_id not in b.supervisor.actors
+
+
+async def test_two_nodes_never_exceed_a_concurrency_limit_together(cluster: Cluster) -> None:
+    c = cluster
+    limited = {
+        "name": "limited",
+        "concurrency": {"limit": 2, "key": "input.k"},
+        "steps": [{"name": "hold", "type": "wait", "signal": "go"}],
+    }
+    r = await c.call("a", "POST", f"/apps/{c.app}/workflows", limited)
+    assert r.status_code in (200, 201), r.text
+    ids: list[str] = []
+
+    async def one(node: str) -> None:
+        r = await c.call(node, "POST", f"/apps/{c.app}/runs", {"workflow": "limited", "input": {"k": "x"}})
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["runId"])
+
+    async with trio.open_nursery() as starts:  # both nodes at once
+        for i in range(8):
+            starts.start_soon(one, "ab"[i % 2])
+
+    async def counts() -> dict[str, int]:
+        out: dict[str, int] = {}
+        for run_id in ids:
+            status = (await c.call("a", "GET", f"/apps/{c.app}/runs/{run_id}")).json()["status"]
+            out[status] = out.get(status, 0) + 1
+        return out
+
+    assert await counts() == {"waiting": 2, "queued": 6}
+    for _ in range(3):  # free slots one by one, through either node: still never more than 2
+        active = [
+            i
+            for i in ids
+            if (await c.call("b", "GET", f"/apps/{c.app}/runs/{i}")).json()["status"] == "waiting"
+        ]
+        r = await c.call("b", "POST", f"/apps/{c.app}/signals", {"runId": active[0], "name": "go"})
+        assert r.status_code == 202, r.text
+        with trio.fail_after(10):
+            while (n := await counts()).get("waiting", 0) < 2:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        assert n.get("waiting") == 2
+    assert await counts() == {"completed": 3, "waiting": 2, "queued": 3}

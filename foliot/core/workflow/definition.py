@@ -108,12 +108,19 @@ class StepSpec:
 
 
 @attrs.frozen
+class ConcurrencySpec:
+    limit: int
+    key: str | None = None
+
+
+@attrs.frozen
 class DefinitionSpec:
     name: str
     steps: tuple[StepSpec, ...]
     run_timeout: str | None = None
     defaults: DefaultsSpec | None = None
     output: str | None = None
+    concurrency: ConcurrencySpec | None = None
 
 
 # Which optional fields each kind of step may carry (camelCase, as the document spells them).
@@ -225,6 +232,18 @@ class Step:
         return self.handler or f"/foliot/{workflow}/{self.name}"
 
 
+MAX_CONCURRENCY_LIMIT: Final = 100_000
+
+
+@attrs.frozen
+class Concurrency:
+    """A workflow's `concurrency`: at most `limit` of its runs active per value of `key` (a path
+    into `{input, state}`; None: one limit for the whole workflow)."""
+
+    limit: int
+    key: tuple[str, ...] | None = None
+
+
 @attrs.frozen
 class Definition:
     name: str
@@ -233,6 +252,7 @@ class Definition:
     document: dict[str, Any] = attrs.field(eq=False)
     index: dict[str, Step] = attrs.field(eq=False)
     output: tuple[str, ...] | None = None  # the path of the run's output; None: its whole state
+    concurrency: Concurrency | None = None  # at most `limit` open runs per key value
 
     def step(self, name: str) -> Step:
         return self.index[name]
@@ -514,7 +534,16 @@ def parse_definition(raw: Any) -> Definition:
         document=raw,
         index={s.name: s for s in steps},
         output=_path(spec.output, "output") if spec.output is not None else None,
+        concurrency=_concurrency(spec.concurrency, "concurrency"),
     )
+
+
+def _concurrency(spec: ConcurrencySpec | None, at: str) -> Concurrency | None:
+    if spec is None:
+        return None
+    if not 1 <= spec.limit <= MAX_CONCURRENCY_LIMIT:
+        raise ValidationError(f"{at}.limit", f"must be 1..{MAX_CONCURRENCY_LIMIT}")
+    return Concurrency(spec.limit, _path(spec.key, f"{at}.key") if spec.key is not None else None)
 
 
 def _path(text: str, field: str) -> tuple[str, ...]:

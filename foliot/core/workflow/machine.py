@@ -153,6 +153,13 @@ class MarkStuck:
 
 
 @attrs.frozen
+class Admit:
+    """A queued run may take a concurrency slot now: it starts its first step. The store's
+    guard decides (`UnitOfWork.slot`): a refused admission is not committed and the run stays
+    queued."""
+
+
+@attrs.frozen
 class ChildRunClosed:
     """A child run closed (`status` is terminal), or could not be started at all (`status`
     `failed` with the reason in `error`). Sent by the child after its commit; also re-sent
@@ -192,6 +199,7 @@ Message = (
     | MarkStuck
     | ChildRunClosed
     | Gathered
+    | Admit
 )
 
 
@@ -247,7 +255,14 @@ class NotifyParent:
     message: ChildRunClosed
 
 
-Effect = Dispatch | Abort | Claimed | Withdraw | CancelChildren | NotifyParent
+@attrs.frozen
+class WakeQueued:
+    """A slot of this concurrency key may be free: the oldest queued run of it should try."""
+
+    key: str
+
+
+Effect = Dispatch | Abort | Claimed | Withdraw | CancelChildren | NotifyParent | WakeQueued
 
 
 @attrs.frozen
@@ -518,6 +533,8 @@ class _Tx:
         if error is not None:
             data = {"class": error.cls, "message": error.message, **data}
         self.emit(event, self.run.current_step, **data)
+        if self.run.concurrency_key is not None:
+            self.effects.append(WakeQueued(self.run.concurrency_key))  # its slot is free
         parent = self.run.parent
         if parent is not None:
             closed = ChildRunClosed(self.run.run_id, parent, status, output, error)
@@ -845,9 +862,33 @@ def start(
         tx.emit("run_started", None, version=version, businessKey=business_key)
     else:
         tx.emit("run_started", None, version=version, businessKey=business_key, parent=parent.to_json())
+    if definition.concurrency is not None:
+        # It waits for a slot first; `Admit` (tried at once by the caller) starts its first step.
+        key = concurrency_key(definition, input)
+        tx.set(status="queued", concurrency_key=key)
+        tx.emit("run_queued", None, key=key.partition("/")[2], limit=definition.concurrency.limit)
+        tx.reply = Ok(tx.run)
+        return tx.done()
     tx.enter(definition.first.name)
     tx.reply = Ok(tx.run)
     return tx.done()
+
+
+def concurrency_key(definition: Definition, input: Any) -> str:
+    """`<workflow>/<value>`: the slot group of a run (the value at the key's path as text:
+    strings as they are, other JSON compact; a missing path and no key at all are `""`)."""
+    assert definition.concurrency is not None
+    path = definition.concurrency.key
+    value: Any = None
+    if path is not None:
+        value = lookup(path, {"input": input, "state": {}})[1]
+    if value is None:
+        text = ""
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return f"{definition.name}/{text}"
 
 
 def transition(run: Run, definition: Definition, message: Message, ctx: Context) -> Transition:
@@ -1150,7 +1191,7 @@ def _on_redrive(tx: _Tx, msg: Redrive) -> Reply | None:
 
 def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
     run = tx.run
-    if run.status in ("cancelled", "paused"):
+    if run.status in ("cancelled", "paused", "queued"):
         return _invalid_status(run, "rewind")
     target = msg.target or tx.definition
     if msg.to_step not in target.index:
@@ -1260,6 +1301,10 @@ def _on_unpause(tx: _Tx, msg: Unpause) -> Reply | None:
         return _invalid_status(run, "unpause")
     tx.set(status=run.paused_from or "running", paused_from=None, held=None)
     tx.emit("run_unpaused", run.current_step, reason=msg.reason, toStatus=tx.run.status)
+    if tx.run.status == "queued" and run.concurrency_key is not None:
+        tx.effects.append(WakeQueued(run.concurrency_key))
+        tx.reply = Ok(tx.run)
+        return None
     _resume(tx, run.held)
     tx.reply = Ok(tx.run)
     return None
@@ -1311,6 +1356,20 @@ def _on_mark_stuck(tx: _Tx, msg: MarkStuck) -> Reply | None:
     if not tx.run.is_open:
         return Ok(None)
     tx.stuck(tx.run.current_step, msg.cls, msg.message)
+    return None
+
+
+def _on_admit(tx: _Tx, msg: Admit) -> Reply | None:
+    run = tx.run
+    if run.status != "queued" or run.concurrency_key is None:
+        return Ok("not_queued")
+    tx.set(status="running")
+    tx.emit(
+        "run_admitted", None, key=run.concurrency_key.partition("/")[2], waitedMs=tx.ctx.now - run.created_at
+    )
+    tx.effects.append(WakeQueued(run.concurrency_key))  # the next one may fit too
+    tx.enter(tx.definition.first.name)
+    tx.reply = Ok(tx.run)
     return None
 
 
@@ -1454,6 +1513,7 @@ def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
 
 
 _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
+    Admit: _on_admit,
     ChildRunClosed: _on_child_closed,
     Gathered: _on_gathered,
     TaskAnswer: _on_answer,

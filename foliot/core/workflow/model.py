@@ -9,7 +9,7 @@ from typing import Any, Final
 import attrs
 import cattrs
 
-OPEN_STATUSES: Final = frozenset({"running", "waiting", "sleeping", "stuck", "paused"})
+OPEN_STATUSES: Final = frozenset({"queued", "running", "waiting", "sleeping", "stuck", "paused"})
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled", "timed_out"})
 STATUSES: Final = OPEN_STATUSES | TERMINAL_STATUSES
 
@@ -180,11 +180,27 @@ class Run:
     depth: int = 0  # how many parents above this run
     fan: FanOut | None = None  # at a run, map or parallel step: its children
     output: Any = None  # once completed: the value at the workflow's `output` path, or `state`
+    # A workflow with `concurrency`: "<workflow>/<key value>", the slot group the run takes (or
+    # waits for, while `queued`)
+    concurrency_key: str | None = None
     seq: int = 0  # the last event's sequence number; also the row's write version
 
     @property
     def is_open(self) -> bool:
         return self.status in OPEN_STATUSES
+
+    @property
+    def holds_slot(self) -> bool:
+        """An open run of a workflow with `concurrency` that was admitted (not waiting)."""
+        if self.concurrency_key is None or not self.is_open or self.status == "queued":
+            return False
+        if self.current_step is None:
+            return False  # never admitted (stuck while queued, say)
+        return not (self.status == "paused" and self.paused_from == "queued")
+
+    @property
+    def waits_for_slot(self) -> bool:
+        return self.concurrency_key is not None and self.status == "queued"
 
     def timers(self) -> list[tuple[str, Timer]]:
         """The durable timers this run needs: its step timer and its run deadline."""

@@ -32,17 +32,34 @@ from ...core.workflow.machine import (
     Transition,
 )
 from ...core.workflow.model import Run, Timer
-from ...storage.base import SIGNAL_ID_UNIQUE, UnitOfWork
+from ...storage.base import SIGNAL_ID_UNIQUE, SLOT_TAKEN, SlotChange, UnitOfWork
 
 if TYPE_CHECKING:
     from .service import Runs
 
-PARKED = frozenset({"waiting", "sleeping", "stuck", "paused"})
+PARKED = frozenset({"queued", "waiting", "sleeping", "stuck", "paused"})
 # Refusals of a signal that a retry of one the run already took would also get.
 _SIGNAL_REFUSALS = frozenset({"run_closed", "signal_buffer_full", "signal_buffer_too_large"})
 
 RunActor = Actor[Run]
 _MAX_BATCHED_CLOSES = 256  # child closes applied in one commit
+
+
+def slot_of(before: Run | None, after: Run, definition: Definition) -> SlotChange | None:
+    """The concurrency slot change a transition from `before` to `after` makes, if any."""
+    key = after.concurrency_key
+    if key is None:
+        return None
+    held_before = before is not None and before.holds_slot
+    waited_before = before is not None and before.waits_for_slot
+    if after.holds_slot and not held_before:
+        limit = definition.concurrency.limit if definition.concurrency is not None else 1
+        return SlotChange("admit", key, limit)
+    if after.waits_for_slot and not waited_before:
+        return SlotChange("queue", key)
+    if (held_before or waited_before) and not (after.holds_slot or after.waits_for_slot):
+        return SlotChange("leave", key)
+    return None
 
 
 def _give_back(actor: RunActor, taken: list[Envelope]) -> None:
@@ -167,6 +184,7 @@ class RunKind:
                         signal_ids=tr.signal_ids,
                         idempotency_expired_before=runs.idempotency_cutoff() if idem else None,
                         children=children_units,
+                        slot=slot_of(run, tr.run, definition),
                     )
                 )
             except UniqueViolation as exc:
@@ -196,6 +214,12 @@ class RunKind:
     def _unique_reply(self, exc: UniqueViolation, run: Run) -> Reply:
         if exc.constraint == SIGNAL_ID_UNIQUE:
             return Ok("duplicate")  # the run took this signalId before; nothing was committed
+        if exc.constraint == SLOT_TAKEN:
+            return Rejected(
+                409,
+                "no_concurrency_slot",
+                f"every concurrency slot of {run.concurrency_key!r} is taken; retry later",
+            )
         if exc.constraint == "idempotency":
             return Rejected(409, "idempotency_replay", "a request with this Idempotency-Key committed first")
         if exc.constraint == "business_key":
@@ -213,7 +237,9 @@ class RunKind:
         definition = await host.directory.definition(run.app, run.workflow, run.version)
         message = f"the run's actor crashed {host.supervisor.max_crashes} times: {type(exc).__name__}"
         tr = machine.mark_stuck(run, definition, "internal_error", message, runs.context())
-        await runs.commit(UnitOfWork(tr.run, run.seq, tr.events, tr.tasks))
+        await runs.commit(
+            UnitOfWork(tr.run, run.seq, tr.events, tr.tasks, slot=slot_of(run, tr.run, definition))
+        )
         actor.state = tr.run
         self.perform(run, tr)
 
@@ -236,6 +262,8 @@ class RunKind:
                     runs.tell(child_id, machine.Cancel(effect.reason))
             elif isinstance(effect, machine.NotifyParent):
                 runs.tell(effect.parent_run_id, effect.message)
+            elif isinstance(effect, machine.WakeQueued):
+                runs.wake_queued(tr.run.app, effect.key)
         runs.notify(tr.run)
 
     def redeliver(self, run: Run, definition: Definition, token: str) -> None:

@@ -18,16 +18,18 @@ import trio
 from ...actors.messages import ActorMessage, Envelope, ReplySlot
 from ...actors.placement import check_local
 from ...actors.queues import Reservation
-from ...core.errors import Conflict, Fenced, NotFound, Unavailable, UniqueViolation
+from ...core.errors import Conflict, Fenced, NotFound, StorageError, Unavailable, UniqueViolation
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.machine import Context, Reply
 from ...core.workflow.model import Run, TaskRef
-from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
+from ...storage.base import SLOT_TAKEN, IdempotencyRecord, UnitOfWork, json_dumps
 from ..host import KindHost
 from . import children
-from .actor import RunKind
+from .actor import RunKind, slot_of
 from .ids import new_run_id
+
+_PUMP_S = 2.0  # how often waiting concurrency keys are re-tried (a lost wake-up's bound)
 
 
 class Runs:
@@ -97,6 +99,34 @@ class Runs:
         tr, started = await children.settle(self, tr, definition)
         units = tuple(UnitOfWork(child.run, None, child.events, child.tasks) for child in started)
         return tr, units, started
+
+    def wake_queued(self, app: str, key: str, *, local_only: bool = False) -> None:
+        """A slot of `key` may be free: the oldest run waiting for one tries to take it
+        (`local_only`: only when this node owns it, as each node's pump wakes its own)."""
+
+        async def wake() -> None:
+            try:
+                heads = await self.host.store.queue_heads(app, key, 1)
+            except StorageError:
+                return  # the pump tries again shortly
+            for run_id in heads:
+                if not local_only or self.host.accepts(run_id):
+                    self.tell(run_id, machine.Admit())
+
+        self.host.spawn(wake)
+
+    async def pump(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Every few seconds, the oldest run of each concurrency key with runs waiting tries to
+        take a slot: what a lost wake-up (a crash, a message between nodes) would leave waiting."""
+        task_status.started()
+        while True:
+            await trio.sleep(_PUMP_S)
+            try:
+                keys = await self.host.store.queued_keys()
+            except StorageError:
+                continue
+            for app, key in keys:
+                self.wake_queued(app, key, local_only=True)
 
     async def reconcile(self, only: Callable[[str], bool]) -> tuple[int, int]:
         """After a restart: what parents and children may not have been told (`children`)."""
@@ -224,6 +254,33 @@ class Runs:
             trace_id=secrets.token_hex(16),
             ctx=self.context(),
         )
+        candidates = [tr]
+        if tr.run.status == "queued":
+            # A workflow with `concurrency`: admitted at once when a slot is free and no run
+            # waits (the store's guard decides), else committed as queued.
+            admit = machine.transition(tr.run, definition, machine.Admit(), self.context())
+            candidates.insert(0, machine.chain(tr, admit))
+        for candidate in candidates:
+            outcome = await self._commit_start(
+                candidate, definition, render, app, workflow, business_key, idempotency_key, request_hash
+            )
+            if outcome is not None:
+                return outcome
+        raise AssertionError("a queued start is never refused a slot")  # pragma: no cover
+
+    async def _commit_start(
+        self,
+        tr: machine.Transition,
+        definition: Definition,
+        render: Any,
+        app: str,
+        workflow: str,
+        business_key: str | None,
+        idempotency_key: str | None,
+        request_hash: str,
+    ) -> tuple[dict[str, Any], bool] | None:
+        """Commit a new run's first transition; None when its concurrency slot was taken."""
+        run_id = tr.run.run_id
         tr, children_units, started = await self.settle(tr, definition)
         body = render(tr.run)
         idem = None
@@ -240,6 +297,7 @@ class Runs:
             idem,
             idempotency_expired_before=cutoff,
             children=children_units,
+            slot=slot_of(None, tr.run, definition),
         )
 
         if self.host.supervisor.closed:
@@ -251,6 +309,8 @@ class Runs:
         except Fenced as exc:  # the partition moved to another node between the id and the commit
             raise Unavailable("this node no longer owns the new run's partition; retry") from exc
         except UniqueViolation as exc:
+            if exc.constraint == SLOT_TAKEN and tr.run.holds_slot:
+                return None  # no slot free: it starts queued instead
             # A retried request with the same key answers as the first one did, whichever
             # uniqueness its own insert ran into first (business key or idempotency key).
             if idempotency_key is not None:

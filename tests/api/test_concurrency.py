@@ -1,0 +1,78 @@
+"""Concurrency keys over HTTP, on both stores: at most `limit` active runs per key value, the
+rest `queued` in a durable FIFO that starts them in order as slots free."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..conftest import Api
+
+LIMITED = {
+    "name": "per-customer",
+    "concurrency": {"limit": 2, "key": "input.customer"},
+    "steps": [{"name": "hold", "type": "wait", "signal": "go"}],
+}
+
+
+async def go(api: Api, run_id: str) -> None:
+    r = await api.call("POST", "/apps/orders/signals", {"runId": run_id, "name": "go"})
+    assert r.status_code == 202, r.text
+
+
+async def statuses(api: Api, ids: list[str]) -> list[str]:
+    return [(await api.run(i))["status"] for i in ids]
+
+
+async def test_at_most_limit_runs_per_key_and_the_rest_start_in_order(api: Api) -> None:
+    await api.register(LIMITED)
+    ids = [(await api.start("per-customer", {"customer": "a", "n": n}))["runId"] for n in range(5)]
+    other = (await api.start("per-customer", {"customer": "b"}))["runId"]
+    assert await statuses(api, ids) == ["waiting", "waiting", "queued", "queued", "queued"]
+    assert (await api.run(other))["status"] == "waiting"  # another key has its own slots
+    listed = (await api.call("GET", "/apps/orders/runs", params={"status": "queued"})).json()["runs"]
+    assert sorted(r["runId"] for r in listed) == sorted(ids[2:])
+    why = (await api.call("GET", f"/apps/orders/runs/{ids[4]}/diagnosis")).json()
+    assert why["summary"].startswith("waiting for a concurrency slot on customer=a (2 ahead of it"), why
+    await go(api, ids[0])
+    await api.until(ids[2], "waiting")  # the oldest queued one took the freed slot
+    assert await statuses(api, ids) == ["completed", "waiting", "waiting", "queued", "queued"]
+    # A queued run can be cancelled (it holds no slot) and paused (it keeps no place).
+    r = await api.call("POST", f"/apps/orders/runs/{ids[3]}/cancel", {"reason": "not needed"})
+    assert r.status_code == 200, r.text
+    r = await api.call("POST", f"/apps/orders/runs/{ids[4]}/pause", {"reason": "hold"})
+    assert r.status_code == 200 and r.json()["status"] == "paused", r.text
+    await go(api, ids[1])
+    await api.until(ids[1], "completed")
+    assert (await api.run(ids[4]))["status"] == "paused"  # a paused queued run is not admitted
+    r = await api.call("POST", f"/apps/orders/runs/{ids[4]}/unpause", {})
+    assert r.status_code == 200, r.text
+    await api.until(ids[4], "waiting")
+    events = [e["type"] for e in await api.events(ids[4])]
+    assert events[:2] == ["run_started", "run_queued"] and "run_admitted" in events
+
+
+async def test_a_restart_keeps_the_queue(api: Api) -> None:
+    await api.register(LIMITED)
+    ids = [(await api.start("per-customer", {"customer": "a"}))["runId"] for _ in range(3)]
+    assert await statuses(api, ids) == ["waiting", "waiting", "queued"]
+    # What storage says: two slots held, one run waiting.
+    store = api.engine.store
+    assert await store.queue_heads("orders", "per-customer/a", 10) == [ids[2]]
+    assert await store.queued_keys() == [("orders", "per-customer/a")]
+    run = await api.engine.runs.document(ids[2])
+    assert await store.queue_ahead(run) == (0, 2)
+
+
+async def test_concurrency_is_validated_and_nothing_is_stored(api: Api) -> None:
+    bad: list[tuple[Any, str]] = [
+        ({"limit": 0}, "concurrency.limit"),
+        ({"limit": "2"}, "concurrency.limit"),
+        ({"limit": 2, "key": "customer"}, "concurrency.key"),
+        ({"limit": 2, "extra": 1}, "concurrency"),
+        ({}, "concurrency"),
+    ]
+    for concurrency, field in bad:
+        r = await api.call("POST", "/apps/orders/workflows", {**LIMITED, "concurrency": concurrency})
+        assert r.status_code == 400, (concurrency, r.text)
+        assert r.json()["error"]["message"].startswith(field), (concurrency, r.text)
+    assert (await api.call("GET", "/apps/orders/workflows")).json()["workflows"] == []
