@@ -44,6 +44,13 @@ class RunView(TypedDict):
     error: ErrorView | None
 
 
+class RunListEntry(RunView):
+    """A run as the runs list shows it: with the reasons it needs a look although its status
+    looks healthy (`retrying`, `no_poller`, `overdue`, `unconsumed_signal`; empty: none)."""
+
+    attention: list[str]
+
+
 class EventView(TypedDict):
     """One event of a run's history."""
 

@@ -23,10 +23,11 @@ from quart import Quart
 
 from .. import __version__
 from ..core.shapes import Refinements, schema_of
-from ..core.views import EventView, RunView
+from ..core.views import EventView, RunListEntry, RunView
 from ..core.workflow.jsonconv import camel
 from ..core.workflow.model import STATUSES
 from ..core.workflow.schema import DURATION, NAME, workflow_schemas
+from ..observe.diagnosis import ATTENTION_REASONS
 from ..observe.metrics import SWF_CLOSE_STATUSES
 from . import apps, bulk, operators, runs, signals, swf, tasks
 from .app import EmptyBody
@@ -112,6 +113,9 @@ REFINE: Final[Refinements] = {
     # answers
     (RunView, "status"): {"enum": sorted(STATUSES)},
     (RunView, "workflow"): NAME,
+    (RunListEntry, "status"): {"enum": sorted(STATUSES)},
+    (RunListEntry, "workflow"): NAME,
+    (RunListEntry, "attention"): {"items": {"enum": list(ATTENTION_REASONS)}},
 }
 
 # Request bodies: the component's name -> the model the route structures the body into.
@@ -180,7 +184,7 @@ ANSWERS: Final[dict[str, dict[str, Any]]] = {
     "WorkflowRegistered": _answer({"name": NAME, "version": {"type": "integer", "minimum": 1}}),
     "WorkflowList": _list("workflows", _answer(_WORKFLOW), "nextCursor"),
     "WorkflowVersion": _answer({**_WORKFLOW, "definition": _ref("Workflow")}),
-    "RunPage": _list("runs", _ref("RunView"), "nextCursor"),
+    "RunPage": _list("runs", _ref("RunListEntry"), "nextCursor"),
     "EventPage": _list("events", _ref("EventView"), "nextCursor"),
     "Diagnosis": _answer(
         {
@@ -481,6 +485,7 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
         "workflow": NAME,
         "status": _STATUS,
         "businessKey": {"type": "string"},
+        "attention": {"type": "string", "enum": ["true", "false", *ATTENTION_REASONS]},
         "limit": _LIMIT,
         "cursor": {"type": "string"},
     },
@@ -533,6 +538,7 @@ def components() -> dict[str, Any]:
         schemas[name] = schema_of(model, REFINE)
     schemas["Workflow"] = workflow_schemas(schemas)
     schema_of(RunView, REFINE, schemas)
+    schema_of(RunListEntry, REFINE, schemas)
     schema_of(EventView, REFINE, schemas)
     schemas.update(ANSWERS)
     return schemas
