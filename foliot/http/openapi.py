@@ -317,11 +317,23 @@ ANSWERS: Final[dict[str, dict[str, Any]]] = {
         ),
     ),
     "SessionEnded": _answer({"sessionId": STR, "ended": TRUE}),
-    "SwfAnswer": {"type": "object", "description": "the AWS SWF operation's output shape (docs/swf.md)"},
 }
 
 # Answers in another media type: the type and its schema.
 TEXT_ANSWERS: Final = {
+    "SwfAnswer": (
+        "application/x-amz-json-1.0",
+        {"type": "object", "description": "the AWS SWF operation's output shape (docs/swf.md)"},
+    ),
+    "SwfFault": (
+        "application/x-amz-json-1.0",
+        {
+            "type": "object",
+            "properties": {"__type": {"type": "string"}, "message": {"type": "string"}},
+            "required": ["__type"],
+            "description": "an AWS error: `__type` names the fault (docs/swf.md)",
+        },
+    ),
     "JsonSchema": ("application/schema+json", {"type": "object", "required": ["$schema"]}),
     "Metrics": ("text/plain", {"type": "string", "description": "Prometheus text exposition 0.0.4"}),
     "Reference": ("text/html", {"type": "string"}),
@@ -338,6 +350,7 @@ class Op:
     who: str  # admin | app | none
     answer: str  # an ANSWERS or TEXT_ANSWERS name, `RunView`, or `Workflow`
     also: tuple[tuple[int, str], ...] = ()  # other success statuses and their answers
+    fault: str = "Error"  # the schema of its refusals
 
 
 A = "/apps/{app}"
@@ -421,7 +434,12 @@ OPERATIONS: dict[tuple[str, str], Op] = {
     ("GET", "/admin/actors/{runId}"): Op("One live actor with its timers", None, 200, "admin", "Actor"),
     ("GET", "/admin/timers"): Op("Timer wheel status", None, 200, "admin", "Timers"),
     ("POST", "/"): Op(
-        "AWS SWF JSON 1.0, SigV4-signed (docs/swf.md); AWS error shapes", None, 200, "none", "SwfAnswer"
+        "AWS SWF JSON 1.0, SigV4-signed (docs/swf.md); AWS error shapes",
+        None,
+        200,
+        "none",
+        "SwfAnswer",
+        fault="SwfFault",
     ),
     ("POST", "/admin/swf/credentials"): Op(
         "Mint an SWF access key (secret shown once)", None, 201, "admin", "SwfCredential"
@@ -573,7 +591,7 @@ def document(app: Quart) -> dict[str, Any]:
             str(status): {"description": "success", "content": _content(answer)}
             for status, answer in ((op.status, op.answer), *op.also)
         }
-        responses["default"] = {"description": "error", "content": _content("Error")}
+        responses["default"] = {"description": "error", "content": _content(op.fault)}
         entry: dict[str, Any] = {
             "summary": op.summary,
             "operationId": f"{method.lower()}_{re.sub(r'[^A-Za-z]+', '_', path).strip('_')}",

@@ -378,8 +378,13 @@ class BaseClient:
         limit: int | None,
         cursor: str | None,
         app: str | None,
+        attention: str | None = None,
     ) -> Call[Page[Run]]:
+        """`attention`: `true` (any reason) or one reason (`retrying`, `no_poller`, `overdue`,
+        `unconsumed_signal`): only the runs that need a look among the next ones examined."""
         params = {"workflow": workflow, "status": status, "businessKey": business_key, "limit": limit}
+        if attention is not None:
+            params["attention"] = attention
         return Call(
             "GET",
             f"{self._app(app)}/runs",
