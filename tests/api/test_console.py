@@ -506,3 +506,27 @@ async def test_overview_draws_the_trends_and_serves_them_as_json(api: Api) -> No
         page = await c.get("/console/queues")
         assert f'aria-label="{api.app}/warehouse: pollers waiting"' in page.text
         assert (await c.get("/console/trends.json?x=1")).status_code == 400
+
+
+async def test_the_runs_list_and_overview_show_what_needs_attention(api: Api) -> None:
+    """Issue 26 point 9: a waiting run holding a signal no step waits for is flagged in the
+    runs list's attention column and counted on the overview's card."""
+    await api.register(
+        {"name": "pay", "steps": [{"name": "w", "type": "wait", "signal": "payment-confirmed"}]}
+    )
+    typo = await api.start("pay")
+    await api.until(typo["runId"], "waiting")
+    r = await api.call(
+        "POST", f"/apps/{api.app}/signals", {"name": "payment-confrimed", "runId": typo["runId"]}
+    )
+    assert r.status_code == 202
+    async with browser(api) as c:
+        await login(api, ADMIN, c)
+        listed = await c.get(f"/console/runs?app={api.app}")
+        assert listed.status_code == 200
+        assert "<th>attention</th>" in listed.text and ">unconsumed_signal</span>" in listed.text
+        home = await c.get("/console/")
+        card = home.text[home.text.index('id="attention"') :]
+        card = card[: card.index("</table>")]
+        cells = re.findall(r'<td class="n">(\d+)</td>', card)
+        assert api.app in card and cells == ["0", "0", "0", "1"]
