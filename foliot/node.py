@@ -67,7 +67,8 @@ class Node:
         self.store = store
         self.clock = clock or Clock()
         self.vault = vault
-        self.metrics = Metrics()  # this engine's registry, never the process-wide default
+        # This engine's registry, never the process-wide default.
+        self.metrics = Metrics(settings.metrics_max_label_values)
         self.metrics.time_commits(store)
         self.ownership = Ownership(self)
         self.supervisor = Supervisor(self)

@@ -35,6 +35,7 @@ from ..core.workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Ru
 from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from ..http import bulk as bulk_api
 from ..http.app import check_query, engine, operator_caller
+from ..http.attention import Judge
 from ..http.diagnosis import observe
 from ..http.errors import status_of
 from ..http.runs import MAX_REASON, check_payload, rejected_error
@@ -284,6 +285,33 @@ def _set_cookie(response: Response, name: str, value: str, max_age_ms: int) -> N
 # ---------------------------------------------------------------------- overview
 
 
+# The overview's attention card: the newest this many running and waiting runs of each of the
+# apps with the most of them (at most ATTENTION_CARD_APPS): a bounded read however many runs
+# are open (4 apps x 2 statuses x 200 runs at most), by index (`runs_by_status`).
+ATTENTION_CARD_SCAN: Final = 200
+ATTENTION_CARD_APPS: Final = 4
+
+
+async def attention_card(eng: Any, counts: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
+    """Per app: how many of its newest running and waiting runs need a look, by reason."""
+    busiest = sorted(
+        {app for app, status in counts if status in ("running", "waiting") and counts[(app, status)]},
+        key=lambda app: -(counts.get((app, "running"), 0) + counts.get((app, "waiting"), 0)),
+    )[:ATTENTION_CARD_APPS]
+    judge = Judge(eng)
+    out = []
+    for app in busiest:
+        reasons: dict[str, int] = {}
+        for status in ("running", "waiting"):
+            if not counts.get((app, status)):
+                continue
+            for run in await eng.store.query_runs(RunQuery(app, status=status), ATTENTION_CARD_SCAN, None):
+                for reason in await judge.reasons(run):
+                    reasons[reason] = reasons.get(reason, 0) + 1
+        out.append({"app": app, "reasons": reasons})
+    return out
+
+
 @blueprint.get("/")
 @page()
 async def overview() -> Response:
@@ -313,6 +341,9 @@ async def overview() -> Response:
         )
     return await render(
         "overview.html",
+        attention=await attention_card(eng, counts),
+        attention_scan=ATTENTION_CARD_SCAN,
+        attention_apps=ATTENTION_CARD_APPS,
         statuses=STATUS_ORDER,
         table=table,
         totals=totals,
@@ -472,6 +503,8 @@ async def runs() -> Response:
     query = run_query_from_args()
     found = await eng.store.query_runs(query, PAGE + 1, _cursor(request.args.get("cursor")))
     page_runs = found[:PAGE]
+    judge = Judge(eng)
+    attention = {r.run_id: await judge.reasons(r) for r in page_runs}
     filters = {k: v for k, v in request.args.items() if k != "cursor" and v}
     next_url = None
     if len(found) > PAGE:
@@ -482,6 +515,7 @@ async def runs() -> Response:
         query=query,
         apps=apps,
         runs=page_runs,
+        attention=attention,
         next_url=next_url,
         filters=filters,
         statuses=STATUS_ORDER,

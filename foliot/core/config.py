@@ -160,6 +160,9 @@ class Settings:
     # and this long after sign-in at the latest.
     console_idle_ms: int = 30 * 60_000
     console_session_ms: int = 12 * 3_600_000
+    # Metrics labelled by name (app, workflow, step): distinct values kept per label before
+    # further ones are counted as `_other` (foliot/observe/metrics.py LabelCap).
+    metrics_max_label_values: int = 100
 
     @property
     def advertised(self) -> str:
@@ -235,6 +238,7 @@ class Settings:
             public_url=_public_url(e.get("FOLIOT_PUBLIC_URL")),
             console_idle_ms=_console(e, "FOLIOT_CONSOLE_IDLE", 30 * 60_000),
             console_session_ms=_console(e, "FOLIOT_CONSOLE_SESSION_MAX", 12 * 3_600_000),
+            metrics_max_label_values=min(100_000, max(0, _int(e, "FOLIOT_METRICS_MAX_LABEL_VALUES", 100))),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from quart import Blueprint, Response, current_app, g, request
@@ -11,10 +12,12 @@ from ..core.errors import InvalidRequest, NotFound, Unavailable
 from ..core.workflow.duration import DurationError, parse_duration
 from ..core.workflow.duration import format_timestamp as ts
 from ..core.workflow.model import STATUSES
+from ..core.workflow.schema import workflow_json_schema
 from ..observe.metrics import CONTENT_TYPE, SWF_CLOSE_STATUSES
 from ..storage.cluster import ClusterPostgres
 from .app import check_query, engine, json_response, query_int, reads_query, require_admin
 from .openapi import document
+from .reference import render
 from .sessions import idle_ends, key_check, session_key
 
 blueprint = Blueprint("admin", __name__)
@@ -46,6 +49,21 @@ async def readyz() -> Response:
 @blueprint.get("/openapi.json")
 async def openapi() -> Response:
     return json_response(document(current_app))
+
+
+@blueprint.get("/schemas/workflow.json")
+async def workflow_schema() -> Response:
+    """The JSON Schema of a workflow definition: point an editor's YAML or JSON validation at it."""
+    return Response(
+        json.dumps(workflow_json_schema(), ensure_ascii=False),
+        content_type="application/schema+json",
+    )
+
+
+@blueprint.get("/reference")
+async def reference() -> Response:
+    """The API reference, rendered from `/openapi.json` (no script, nothing fetched)."""
+    return Response(render(document(current_app)), content_type="text/html; charset=utf-8")
 
 
 def _actor_view(view: dict[str, Any]) -> dict[str, Any]:

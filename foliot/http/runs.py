@@ -10,13 +10,14 @@ from quart import Blueprint, Response, request
 
 from ..core.digits import INT64_MAX
 from ..core.errors import InvalidRequest, NotFound, PayloadTooLarge, Refused, RejectedMessage
-from ..core.views import event_view, run_view
+from ..core.views import RunListEntry, event_view, run_view
 from ..core.workflow import machine
 from ..core.workflow.definition import canonical_json
 from ..core.workflow.duration import DurationError, parse_duration
 from ..core.workflow.jsonconv import is_name
 from ..core.workflow.model import STATUSES, Run
 from ..core.workflow.payload import PayloadError, payload_size
+from ..observe.diagnosis import ATTENTION_REASONS
 from ..storage.base import RunFilter, decode_cursor, encode_cursor
 from .app import (
     Call,
@@ -169,8 +170,13 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
 @blueprint.get("/apps/<app_name>/runs")
 @reads_query
 async def list_runs(app_name: str) -> Response:
+    """Newest first; each run with its `attention` reasons. `attention=true` (any reason) or
+    `attention=<reason>` keeps the runs that need a look among at most `ATTENTION_SCAN` runs
+    examined: a page may then hold fewer than `limit` runs, even none, and still a cursor."""
+    from .attention import ATTENTION_SCAN, Judge
+
     await require_app(app_name)
-    check_query({"workflow", "status", "businessKey", "parentRunId", "limit", "cursor"})
+    check_query({"workflow", "status", "businessKey", "parentRunId", "limit", "cursor", "attention"})
     args = request.args
     workflow, status, bkey = args.get("workflow"), args.get("status"), args.get("businessKey")
     parent = args.get("parentRunId")
@@ -180,17 +186,46 @@ async def list_runs(app_name: str) -> Response:
         check_name(workflow, "workflow")
     if status is not None and status not in STATUSES:
         raise InvalidRequest(f"unknown status; expected one of {sorted(STATUSES)}", field="status")
+    wanted: frozenset[str] | None = None
+    raw_attention = args.get("attention")
+    if raw_attention == "true":
+        wanted = frozenset(ATTENTION_REASONS)
+    elif raw_attention in ATTENTION_REASONS:
+        wanted = frozenset({raw_attention})
+    elif raw_attention not in (None, "false"):
+        raise InvalidRequest(f"must be true, false or one of {list(ATTENTION_REASONS)}", field="attention")
     limit = query_int("limit", 100, 1, 1000)
     after = None
     cursor = args.get("cursor")
     if cursor:
         after = _runs_cursor(cursor)
-    runs = await engine().store.list_runs(
-        RunFilter(app_name, workflow, status, bkey, parent), limit + 1, after
-    )
-    page = runs[:limit]
-    next_cursor = encode_cursor(page[-1].created_at, page[-1].run_id) if len(runs) > limit else None
-    return json_response({"runs": [run_view(r) for r in page], "nextCursor": next_cursor})
+    flt = RunFilter(app_name, workflow, status, bkey, parent)
+    eng = engine()
+    judge = Judge(eng)
+    if wanted is None:
+        runs = await eng.store.list_runs(flt, limit + 1, after)
+        page = runs[:limit]
+        more = len(runs) > limit
+        entries = [_entry(r, await judge.reasons(r)) for r in page]
+    else:
+        # One bounded read: the next ATTENTION_SCAN runs of the list; the cursor goes on
+        # after the last one examined.
+        runs = await eng.store.list_runs(flt, ATTENTION_SCAN, after)
+        page, entries = [], []
+        for examined in runs:
+            page.append(examined)
+            reasons = await judge.reasons(examined)
+            if wanted.intersection(reasons):
+                entries.append(_entry(examined, reasons))
+                if len(entries) == limit:
+                    break
+        more = len(runs) == ATTENTION_SCAN or len(page) < len(runs)
+    next_cursor = encode_cursor(page[-1].created_at, page[-1].run_id) if more and page else None
+    return json_response({"runs": entries, "nextCursor": next_cursor})
+
+
+def _entry(run: Run, reasons: tuple[str, ...]) -> RunListEntry:
+    return {**run_view(run), "attention": list(reasons)}
 
 
 def _runs_cursor(cursor: str) -> tuple[int, str]:

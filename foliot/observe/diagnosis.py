@@ -377,3 +377,52 @@ def _timer_facts(obs: Observation) -> list[Fact]:
         else:
             out.append(Fact("timer_stored", f"{label} timer in storage, due {_in_or_ago(found.due, now)}"))
     return out
+
+
+# ---------------------------------------------------------------------- attention, for lists
+
+# Why a run that looks healthy by its status is blocked: the runs list's `attention` filter and
+# column (GET /apps/{app}/runs?attention=, the console, `foliot runs list --attention`).
+ATTENTION_REASONS: Final = ("retrying", "no_poller", "overdue", "unconsumed_signal")
+# Running at one step this long (or a timer this late) is `overdue`.
+ATTENTION_OVERDUE_MS: Final = 3_600_000
+
+
+def attention(
+    run: Run,
+    now: int,
+    queue: QueueSeen | None = None,
+    awaited: frozenset[str] | None = None,
+    overdue_ms: int = ATTENTION_OVERDUE_MS,
+) -> tuple[str, ...]:
+    """The reasons (of `ATTENTION_REASONS`, in that order) an open run that is not visibly
+    stuck needs a look, from its document and what this node knows without a read:
+
+    - `retrying`: an attempt after the first is running, or the next one is scheduled;
+    - `no_poller`: its attempt sits unclaimed on a pull queue nobody polled for
+      `POLL_QUIET_MS` (`queue`: what the queue knows; None: not a queued attempt);
+    - `overdue`: running at one step for `overdue_ms`, or a wake-up or deadline passed more
+      than `TIMER_LATE_MS` ago without firing;
+    - `unconsumed_signal`: it buffers a signal no step of its version waits for (`awaited`:
+      the version's signal names; None: unknown, not judged).
+
+    Closed, stuck and paused runs show their state in their status and get none."""
+    if run.status not in ("running", "waiting", "sleeping"):
+        return ()
+    found: list[str] = []
+    task = run.task
+    if run.status == "running" and (
+        (run.attempt or 1) > 1 or (task is None and run.timer is not None and run.timer.kind == "retry")
+    ):
+        found.append("retrying")
+    if task is not None and task.queue is not None and task.claimed_by is None and queue is not None:
+        last = queue.last_poll_at if queue.last_poll_at is not None else queue.tracked_since
+        if queue.waiting_pollers == 0 and now - last > POLL_QUIET_MS:
+            found.append("no_poller")
+    since = run.step_since if run.step_since is not None else run.updated_at
+    late = [t for t in (run.wake_at, task.deadline if task is not None else None) if t is not None]
+    if (run.status == "running" and now - since > overdue_ms) or any(now - t > TIMER_LATE_MS for t in late):
+        found.append("overdue")
+    if awaited is not None and any(signal.name not in awaited for signal in run.buffer):
+        found.append("unconsumed_signal")
+    return tuple(found)

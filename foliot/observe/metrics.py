@@ -2,9 +2,10 @@
 
 Counters and histograms are updated where things happen (a push ends, a commit returns, a
 timer fires); everything else is read when `/metrics` is scraped, by `EngineCollector`.
-Label values come from fixed vocabularies only, so a tenant can neither forge a sample nor
-grow the series without bound. The registry belongs to the engine, never to the process:
-tests run several servers in one process.
+Label values come from fixed vocabularies, or are names (apps, workflows, steps) held to a
+cap (`LabelCap`, FOLIOT_METRICS_MAX_LABEL_VALUES): a tenant can neither forge a sample nor grow
+the series without bound. The registry belongs to the engine, never to the process: tests run
+several servers in one process.
 """
 
 from __future__ import annotations
@@ -61,6 +62,107 @@ def tally_run_events(tally: dict[str, list[int]], unit: UnitOfWork) -> None:
                 tally.setdefault(written.run.app, [0, 0, 0])[slot] += 1
 
 
+# The label value a name past the cap is counted under: `_` begins no app, workflow or step
+# name (names start with a letter or digit), so it never merges with a real one.
+OTHER: Final = "_other"
+
+# Run event -> the status label of `foliot_runs_closed_total` it counts under.
+CLOSING_EVENTS: Final = {
+    "run_completed": "completed",
+    "run_failed": "failed",
+    "run_timed_out": "timed_out",
+    "run_cancelled": "cancelled",
+}
+
+
+class LabelCap:
+    """Bounded label values for names: the first `limit` distinct apps, the first `limit`
+    distinct (app, workflow) pairs and the first `limit` distinct (app, workflow, step)
+    triples keep their names; a later one is counted with its last name as `OTHER` (and its
+    prefix capped the same way). Each counter then holds at most about 2 * `limit` series per
+    level, whatever tenants name, until the engine restarts."""
+
+    __slots__ = ("_admitted", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(0, limit)
+        self._admitted: dict[int, set[tuple[str, ...]]] = {}
+
+    def labels(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        admitted = self._admitted.setdefault(len(names), set())
+        if names in admitted:
+            return names
+        if len(names) > 1:
+            prefix = self.labels(names[:-1])
+            if prefix != names[:-1]:
+                return (*prefix, OTHER)
+        if len(admitted) < self.limit:
+            admitted.add(names)
+            return names
+        return (*names[:-1], OTHER)
+
+
+class RunCounters:
+    """`foliot_runs_started_total`, `foliot_runs_closed_total` and
+    `foliot_step_failures_total`, by app and workflow (capped), counted from committed units:
+    what a run's events say happened, once it is durable."""
+
+    __slots__ = ("_cap", "_children", "closed", "started", "step_failures")
+
+    def __init__(self, registry: CollectorRegistry, max_label_values: int) -> None:
+        self._cap = LabelCap(max_label_values)
+        self.started = Counter(
+            "foliot_runs_started",
+            "Runs started, by app and workflow (names past FOLIOT_METRICS_MAX_LABEL_VALUES: _other).",
+            ["app", "workflow"],
+            registry=registry,
+        )
+        self.closed = Counter(
+            "foliot_runs_closed",
+            "Runs closed, by app, workflow and final status (completed, failed, timed_out, cancelled).",
+            ["app", "workflow", "status"],
+            registry=registry,
+        )
+        self.step_failures = Counter(
+            "foliot_step_failures",
+            "Steps failed for good (retries exhausted or not retryable), by app, workflow and step.",
+            ["app", "workflow", "step"],
+            registry=registry,
+        )
+        # (metric, status, names) -> the child counter of names within the cap: `labels()`
+        # takes a lock and builds a key each time, the hot path only looks up a dict. Names
+        # past the cap are not kept (a tenant making up names must not grow this either).
+        self._children: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+
+    def _child(self, which: str, names: tuple[str, ...], status: str = "") -> Any:
+        key = (which, status, names)
+        child = self._children.get(key)
+        if child is None:
+            labels = self._cap.labels(names)
+            if which == "started":
+                child = self.started.labels(*labels)
+            elif which == "closed":
+                child = self.closed.labels(*labels, status)
+            else:
+                child = self.step_failures.labels(*labels)
+            if labels == names:
+                self._children[key] = child
+        return child
+
+    def count(self, unit: UnitOfWork) -> None:
+        run = unit.run
+        for event in unit.events:
+            kind = event.type
+            if kind == "run_started":
+                self._child("started", (run.app, run.workflow)).inc()
+            elif kind == "step_failed":
+                self._child("step", (run.app, run.workflow, event.step or "")).inc()
+            else:
+                status = CLOSING_EVENTS.get(kind)
+                if status is not None:
+                    self._child("closed", (run.app, run.workflow), status).inc()
+
+
 # SWF: every label value is from the service model's enums (fixed vocabularies).
 SWF_CLOSE_STATUSES: Final = ("COMPLETED", "FAILED", "CANCELED", "TERMINATED", "CONTINUED_AS_NEW", "TIMED_OUT")
 SWF_DECISIONS: Final = (
@@ -114,12 +216,19 @@ class CommitTimer:
     backend's histogram, the commits in progress, and a committed unit's run starts,
     completions and failures (`tally_run_events`)."""
 
-    __slots__ = ("_histogram", "_in_progress", "_tally")
+    __slots__ = ("_counters", "_histogram", "_in_progress", "_tally")
 
-    def __init__(self, histogram: Histogram, in_progress: Gauge, tally: dict[str, list[int]]) -> None:
+    def __init__(
+        self,
+        histogram: Histogram,
+        in_progress: Gauge,
+        tally: dict[str, list[int]],
+        counters: RunCounters | None = None,
+    ) -> None:
         self._histogram = histogram
         self._in_progress = in_progress
         self._tally = tally
+        self._counters = counters
 
     def commit_started(self) -> float:
         started = trio.current_time()
@@ -129,8 +238,10 @@ class CommitTimer:
     def commit_ended(self, unit: UnitOfWork, started: float, committed: bool) -> None:
         self._in_progress.dec()
         self._histogram.observe(trio.current_time() - started)
-        if committed:
+        if committed and unit.events:
             tally_run_events(self._tally, unit)
+            if self._counters is not None:
+                self._counters.count(unit)
 
 
 def outcome_label(outcome: Outcome) -> str:
@@ -156,9 +267,10 @@ def backend_label(store: object) -> str:
 class Metrics:
     """The engine's registry and the instruments updated at their source."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_label_values: int = 100) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self.runs = RunCounters(r, max_label_values)
         self.pushes = Counter("foliot_tasks_pushed", "Push attempts sent to handlers.", registry=r)
         self.push_outcomes = Counter(
             "foliot_push_outcomes", "Push outcomes by class (a fixed vocabulary).", ["outcome"], registry=r
@@ -299,7 +411,7 @@ class Metrics:
         through the store's own hook; it holds one observer, so a restarted engine on the same
         store does not observe every commit twice."""
         histogram = self.commit_seconds.labels(backend_label(store))
-        store.observe_commits(CommitTimer(histogram, self.commits_in_progress, self.run_tally))
+        store.observe_commits(CommitTimer(histogram, self.commits_in_progress, self.run_tally, self.runs))
 
     def exposition(self, open_runs: Mapping[str, int], swf: Mapping[str, int] | None = None) -> bytes:
         """The text exposition; `open_runs` (and `swf`: open and parked executions) were read

@@ -533,3 +533,27 @@ async def test_the_overview_shows_the_next_timer_in_storage_and_a_failing_step_i
         assert due is not None and due.group(1) != "—"
         page = await c.get(f"/console/apps/orders/runs/{flaky['runId']}")
         assert "failed" in node_classes(page.text, "t") and "visited" not in node_classes(page.text, "t")
+
+
+async def test_the_runs_list_and_overview_show_what_needs_attention(api: Api) -> None:
+    """Issue 26 point 9: a waiting run holding a signal no step waits for is flagged in the
+    runs list's attention column and counted on the overview's card."""
+    await api.register(
+        {"name": "pay", "steps": [{"name": "w", "type": "wait", "signal": "payment-confirmed"}]}
+    )
+    typo = await api.start("pay")
+    await api.until(typo["runId"], "waiting")
+    r = await api.call(
+        "POST", f"/apps/{api.app}/signals", {"name": "payment-confrimed", "runId": typo["runId"]}
+    )
+    assert r.status_code == 202
+    async with browser(api) as c:
+        await login(api, ADMIN, c)
+        listed = await c.get(f"/console/runs?app={api.app}")
+        assert listed.status_code == 200
+        assert "<th>attention</th>" in listed.text and ">unconsumed_signal</span>" in listed.text
+        home = await c.get("/console/")
+        card = home.text[home.text.index('id="attention"') :]
+        card = card[: card.index("</table>")]
+        cells = re.findall(r'<td class="n">(\d+)</td>', card)
+        assert api.app in card and cells == ["0", "0", "0", "1"]

@@ -176,7 +176,8 @@ async def test_openapi_documents_every_route(api: Api) -> None:
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     app = create_app(api.engine, api.engine.settings, "x")
     assert documented == routes(app)
-    assert ("POST", "/apps/{app_name}/runs") in documented
+    assert ("POST", "/apps/{app}/runs") in documented
+    assert not any(path.startswith("/internal/") for _, path in documented)
 
     @app.get("/undocumented")
     async def undocumented() -> str:

@@ -145,3 +145,26 @@ async def test_a_handler_cannot_forge_metrics(api: Api) -> None:
     assert set(outcomes) == set(OUTCOMES)
     assert value(families, "foliot_tasks_pushed", "_total") == 2
     assert value(families, "foliot_push_latency_seconds", "_count", outcome="app_error") == 2
+
+
+async def test_runs_by_workflow_in_metrics_and_open_runs_from_the_counters(api: Api) -> None:
+    """Issue 26 point 6: "is workflow X failing?" answered by `foliot_runs_closed_total`; the
+    open-runs gauge reads the trigger-kept `run_counts` counters, never the open rows: a count
+    changed behind the store's back shows as it is."""
+    from ..storage.test_contract import raw
+
+    refusal = {"error": {"class": "x", "retryable": False}}
+    api.handler.route("t", lambda body, headers: answer_json(refusal, 500))
+    await api.register({"name": "pay", "steps": [{"name": "t", "type": "task"}]})
+    await api.register({"name": "w", "steps": [{"name": "w", "type": "wait", "signal": "go"}]})
+    failed = await api.start("pay")
+    await api.until(failed["runId"], "failed")
+    await api.until((await api.start("w"))["runId"], "waiting")
+    families = await scrape(api)
+    assert value(families, "foliot_runs_started", "_total", app="orders", workflow="pay") == 1
+    assert value(families, "foliot_runs_started", "_total", app="orders", workflow="w") == 1
+    assert value(families, "foliot_runs_closed", "_total", app="orders", workflow="pay", status="failed") == 1
+    assert value(families, "foliot_step_failures", "_total", app="orders", workflow="pay", step="t") == 1
+    assert value(families, "foliot_open_runs", status="waiting") == 1
+    await raw(api.engine.store, "UPDATE run_counts SET n = n + 1000000 WHERE status = 'waiting'")
+    assert value(await scrape(api), "foliot_open_runs", status="waiting") == 1_000_001

@@ -417,3 +417,26 @@ async def test_operator_tokens(api: Api, run_cli: Cli) -> None:
     assert (await api.call("GET", f"/apps/{api.app}/runs", headers=viewer)).status_code == 401
     await run_cli("tokens", "revoke", made["tokenId"], env=admin, code=3)
     assert (await run_cli.json("tokens", "list", env=admin))["tokens"] == []
+
+
+async def test_runs_list_shows_and_filters_attention(api: Api, run_cli: Cli) -> None:
+    """Issue 26 point 9: a run whose status looks healthy but that needs a look says why."""
+    await api.register(
+        {"name": "pay", "steps": [{"name": "w", "type": "wait", "signal": "payment-confirmed"}]}
+    )
+    typo = await api.start("pay")
+    healthy = await api.start("pay")
+    for run in (typo, healthy):
+        await api.until(run["runId"], "waiting")
+    r = await api.call(
+        "POST", f"/apps/{api.app}/signals", {"name": "payment-confrimed", "runId": typo["runId"]}
+    )
+    assert r.status_code == 202
+    flagged = await run_cli.json("runs", "list", "--attention")
+    assert [row["runId"] for row in flagged["runs"]] == [typo["runId"]]
+    assert flagged["runs"][0]["attention"] == ["unconsumed_signal"]
+    by_reason = await run_cli.json("runs", "list", "--attention", "unconsumed_signal")
+    assert [row["runId"] for row in by_reason["runs"]] == [typo["runId"]]
+    assert (await run_cli.json("runs", "list", "--attention", "retrying"))["runs"] == []
+    table = (await run_cli("runs", "list")).stdout
+    assert "attention" in table and "unconsumed_signal" in table

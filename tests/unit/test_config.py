@@ -161,3 +161,11 @@ async def test_serving_shortens_the_thread_switch_interval_and_restores_it(tmp_p
         assert sys.getswitchinterval() == pytest.approx(0.0003)
         nursery.cancel_scope.cancel()
     assert sys.getswitchinterval() == before
+
+
+def test_the_metrics_label_cap_is_read_and_bounded() -> None:
+    assert Settings.from_env({}).metrics_max_label_values == 100
+    assert Settings.from_env({"FOLIOT_METRICS_MAX_LABEL_VALUES": "7"}).metrics_max_label_values == 7
+    assert Settings.from_env({"FOLIOT_METRICS_MAX_LABEL_VALUES": "-3"}).metrics_max_label_values == 0
+    with pytest.raises(SystemExit, match="FOLIOT_METRICS_MAX_LABEL_VALUES"):
+        Settings.from_env({"FOLIOT_METRICS_MAX_LABEL_VALUES": "lots"})

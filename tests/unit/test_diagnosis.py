@@ -275,3 +275,98 @@ def test_a_paused_run_waits_for_its_unpause() -> None:
         "paused at `pay` for 41 min (it was waiting); an operator paused it: unpause it to continue"
     )
     assert d.attention
+
+
+# ---------------------------------------------------------------------- attention (lists)
+
+
+def _queue(**kw: Any) -> QueueSeen:
+    base: dict[str, Any] = {
+        "name": "jobs",
+        "backlog": 1,
+        "waiting_pollers": 0,
+        "last_poll_at": NOW - 5 * MIN,
+        "tracked_since": NOW - 60 * MIN,
+    }
+    base.update(kw)
+    return QueueSeen(**base)
+
+
+def _task(**kw: Any) -> TaskRef:
+    base: dict[str, Any] = {
+        "token": "tok",
+        "step": "ship",
+        "attempt": 1,
+        "generation": 1,
+        "queue": None,
+        "deadline": NOW + MIN,
+    }
+    base.update(kw)
+    return TaskRef(**base)
+
+
+@pytest.mark.parametrize(
+    ("doc", "queue", "awaited", "reasons"),
+    [
+        # healthy-looking and healthy
+        (run(task=_task(), attempt=1, step_since=NOW - MIN), None, None, ()),
+        (run(status="waiting", wait_signal="go", step_since=NOW - 600 * MIN), None, None, ()),
+        # attempt 6 of a retried step, and a retry waiting for its backoff
+        (run(task=_task(attempt=6), attempt=6, step_since=NOW - MIN), None, None, ("retrying",)),
+        (
+            run(attempt=2, timer=Timer("retry", NOW + MIN, "k#1"), step_since=NOW - MIN),
+            None,
+            None,
+            ("retrying",),
+        ),
+        # queued with nobody polling for minutes; a poller waiting now is fine
+        (
+            run(task=_task(queue="jobs", deadline=None), attempt=1, step_since=NOW - 3 * MIN),
+            _queue(),
+            None,
+            ("no_poller",),
+        ),
+        (
+            run(task=_task(queue="jobs", deadline=None), attempt=1, step_since=NOW - 3 * MIN),
+            _queue(waiting_pollers=1),
+            None,
+            (),
+        ),
+        (
+            run(task=_task(queue="jobs", deadline=None), attempt=1, step_since=NOW - 3 * MIN),
+            _queue(last_poll_at=None, tracked_since=NOW - 10 * MIN),
+            None,
+            ("no_poller",),
+        ),
+        # running at one step over an hour; a wake-up long past
+        (run(task=_task(), attempt=1, step_since=NOW - 61 * MIN), None, None, ("overdue",)),
+        (run(status="sleeping", wake_at=NOW - MIN, step_since=NOW - 2 * MIN), None, None, ("overdue",)),
+        # a buffered signal no step of the version waits for (a typo'd name)
+        (
+            run(
+                status="waiting",
+                wait_signal="payment-confirmed",
+                buffer=(BufferedSignal("payment-confrimed", 1, None),),
+            ),
+            None,
+            frozenset({"payment-confirmed"}),
+            ("unconsumed_signal",),
+        ),
+        (
+            run(status="waiting", wait_signal="a", buffer=(BufferedSignal("b", 1, None),)),
+            None,
+            frozenset({"a", "b"}),
+            (),
+        ),
+        # statuses that say so themselves
+        (run(status="stuck", error=ErrorInfo("ship", "x", "y")), None, None, ()),
+        (run(status="paused", task=_task(attempt=4), attempt=4), None, None, ()),
+        (run(status="failed", closed_at=NOW), None, None, ()),
+    ],
+)
+def test_attention_reasons(
+    doc: Run, queue: QueueSeen | None, awaited: frozenset[str] | None, reasons: tuple[str, ...]
+) -> None:
+    from foliot.observe.diagnosis import attention
+
+    assert attention(doc, NOW, queue, awaited) == reasons

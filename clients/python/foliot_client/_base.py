@@ -379,7 +379,11 @@ class BaseClient:
         cursor: str | None,
         app: str | None,
         parent_run_id: str | None = None,
+        attention: str | None = None,
     ) -> Call[Page[Run]]:
+        """`parent_run_id`: only that run's child runs. `attention`: `true` (any reason) or one
+        reason (`retrying`, `no_poller`, `overdue`, `unconsumed_signal`): only the runs that need
+        a look among the next ones examined."""
         params = {
             "workflow": workflow,
             "status": status,
@@ -387,6 +391,8 @@ class BaseClient:
             "parentRunId": parent_run_id,
             "limit": limit,
         }
+        if attention is not None:
+            params["attention"] = attention
         return Call(
             "GET",
             f"{self._app(app)}/runs",

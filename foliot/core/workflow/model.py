@@ -131,19 +131,6 @@ class FanOut:
     def slot(self, run_id: str) -> ChildSlot | None:
         return next((slot for slot in self.open if slot.run_id == run_id), None)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "kind": self.kind,
-            "total": self.total,
-            "started": self.started,
-            "open": len(self.open),
-            "completed": self.completed,
-            "failed": self.failed,
-            "cancelled": self.cancelled,
-            "openRunIds": [slot.run_id for slot in self.open[:20]],
-        }
-
 
 @attrs.frozen
 class Run:

@@ -28,7 +28,17 @@ from .render import REFUSED, USAGE, Output, exit_code, one_line
 
 T = TypeVar("T")
 
-RUN_COLUMNS = ("runId", "workflow", "version", "status", "currentStep", "businessKey", "updatedAt")
+RUN_COLUMNS = (
+    "runId",
+    "workflow",
+    "version",
+    "status",
+    "attention",
+    "currentStep",
+    "businessKey",
+    "updatedAt",
+)
+ATTENTION = ("true", "retrying", "no_poller", "overdue", "unconsumed_signal")
 RUN_FIELDS = (
     "runId", "app", "workflow", "version", "status", "businessKey", "currentStep", "attempt",
     "generation", "waitSignal", "wakeAt", "deadline", "createdAt", "updatedAt", "closedAt",
@@ -224,6 +234,14 @@ def runs() -> None:
 @click.option("--business-key")
 @click.option("--parent", "parent_run_id", metavar="RUN_ID", help="only the child runs of this run")
 @click.option("--limit", type=int, default=20, show_default=True, help="runs to show (newest first)")
+@click.option(
+    "--attention",
+    type=click.Choice(ATTENTION),
+    is_flag=False,
+    flag_value="true",
+    default=None,
+    help="only runs blocked while their status looks healthy; give a reason to keep only that one",
+)
 @pass_session
 def runs_list(
     s: Session,
@@ -232,20 +250,29 @@ def runs_list(
     business_key: str | None,
     parent_run_id: str | None,
     limit: int,
+    attention: str | None,
 ) -> None:
-    """Runs, newest first (follows pages up to --limit)."""
+    """Runs, newest first (follows pages up to --limit), with why each needs a look (`attention`)."""
     rows: list[dict[str, Any]] = []
     cursor = None
     while len(rows) < limit:
         call = s.client.b_list_runs(
-            workflow, status, business_key, min(limit - len(rows), 1000), cursor, s.need_app(), parent_run_id
+            workflow,
+            status,
+            business_key,
+            min(limit - len(rows), 1000),
+            cursor,
+            s.need_app(),
+            parent_run_id,
+            attention,
         )
         page = s.raw(call)
         rows.extend(page["runs"])
         cursor = page.get("nextCursor")
         if cursor is None:
             break
-    s.out.table(rows, RUN_COLUMNS, {"runs": rows, "nextCursor": cursor})
+    shown = [{**row, "attention": ", ".join(row.get("attention") or ()) or None} for row in rows]
+    s.out.table(shown, RUN_COLUMNS, {"runs": rows, "nextCursor": cursor})
 
 
 @runs.command("show")
