@@ -107,7 +107,7 @@ class RunCounters:
     `foliot_step_failures_total`, by app and workflow (capped), counted from committed units:
     what a run's events say happened, once it is durable."""
 
-    __slots__ = ("_cap", "_children", "closed", "started", "step_failures")
+    __slots__ = ("_cap", "_children", "child_runs", "closed", "started", "step_failures")
 
     def __init__(self, registry: CollectorRegistry, max_label_values: int) -> None:
         self._cap = LabelCap(max_label_values)
@@ -129,6 +129,13 @@ class RunCounters:
             ["app", "workflow", "step"],
             registry=registry,
         )
+        self.child_runs = Counter(
+            "foliot_child_runs_started",
+            "Child runs started by run, map and parallel steps, by the app and workflow of the run"
+            " whose commit started them.",
+            ["app", "workflow"],
+            registry=registry,
+        )
         # (metric, status, names) -> the child counter of names within the cap: `labels()`
         # takes a lock and builds a key each time, the hot path only looks up a dict. Names
         # past the cap are not kept (a tenant making up names must not grow this either).
@@ -143,6 +150,8 @@ class RunCounters:
                 child = self.started.labels(*labels)
             elif which == "closed":
                 child = self.closed.labels(*labels, status)
+            elif which == "child":
+                child = self.child_runs.labels(*labels)
             else:
                 child = self.step_failures.labels(*labels)
             if labels == names:
@@ -150,6 +159,10 @@ class RunCounters:
         return child
 
     def count(self, unit: UnitOfWork) -> None:
+        if unit.children:
+            self._child("child", (unit.run.app, unit.run.workflow)).inc(len(unit.children))
+            for child in unit.children:
+                self.count(child)
         run = unit.run
         for event in unit.events:
             kind = event.type

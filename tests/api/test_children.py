@@ -74,6 +74,9 @@ async def test_a_map_step_lists_outputs_in_item_order(api: Api) -> None:
         "runs"
     ]
     assert len(children) == 10
+    metrics = (await api.client.get("/metrics", headers=api.admin())).text
+    assert 'foliot_child_runs_started_total{app="orders",workflow="fan"} 10.0' in metrics
+    assert 'foliot_runs_started_total{app="orders",workflow="pick-item"} 10.0' in metrics
 
 
 async def test_an_empty_map_and_bad_items(api: Api) -> None:
