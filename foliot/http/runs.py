@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Final
 
 import attrs
 from quart import Blueprint, Response, request
@@ -17,6 +17,7 @@ from ..core.workflow.duration import DurationError, parse_duration
 from ..core.workflow.jsonconv import is_name
 from ..core.workflow.model import STATUSES, Run
 from ..core.workflow.payload import PayloadError, payload_size
+from ..kinds.run.debounce import DebouncedStart
 from ..observe.diagnosis import ATTENTION_REASONS
 from ..storage.base import RunFilter, decode_cursor, encode_cursor
 from .app import (
@@ -46,12 +47,20 @@ MAX_CURSOR = 512  # far above any cursor this API returns
 
 
 @attrs.frozen
+class DebounceBody:
+    key: str
+    period: str
+    mode: str = "trailing"
+
+
+@attrs.frozen
 class StartBody:
     workflow: str
     version: int | None = None
     input: Any = None
     business_key: str | None = None
     run_timeout: str | None = None
+    debounce: DebounceBody | None = None
 
 
 @attrs.frozen
@@ -151,6 +160,14 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
         key = call.idempotency_key
         if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
             raise InvalidRequest(f"must be 1..{MAX_IDEMPOTENCY_KEY} characters", field="Idempotency-Key")
+        if spec.debounce is not None:
+            if key is not None:
+                raise InvalidRequest(
+                    "a debounced start is folded into its burst and takes no Idempotency-Key",
+                    field="Idempotency-Key",
+                )
+            request = _debounced(app_name, spec, run_timeout_ms)
+            return await eng.runs.debounced_start(request, run_view)
         # Only a start with a key is ever compared with an earlier one.
         request_hash = "" if key is None else hashlib.sha256(canonical_json(raw).encode()).hexdigest()
         view, created = await eng.runs.start(
@@ -165,6 +182,36 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
             render=run_view,
         )
     return view, 201 if created else 200
+
+
+MAX_DEBOUNCE_KEY: Final = 256
+MAX_DEBOUNCE_PERIOD_MS: Final = 7 * 24 * 3600 * 1000
+
+
+def _debounced(app_name: str, spec: StartBody, run_timeout_ms: int | None) -> DebouncedStart:
+    debounce = spec.debounce
+    assert debounce is not None
+    if not 1 <= len(debounce.key) <= MAX_DEBOUNCE_KEY:
+        raise InvalidRequest(f"must be 1..{MAX_DEBOUNCE_KEY} characters", field="debounce.key")
+    if debounce.mode not in ("trailing", "leading"):
+        raise InvalidRequest("must be trailing or leading", field="debounce.mode")
+    try:
+        period = parse_duration(debounce.period)
+    except DurationError as exc:
+        raise InvalidRequest(str(exc), field="debounce.period") from None
+    if not 0 < period <= MAX_DEBOUNCE_PERIOD_MS:
+        raise InvalidRequest("must be longer than zero and at most 7d", field="debounce.period")
+    return DebouncedStart(
+        app_name,
+        spec.workflow,
+        spec.version,
+        spec.input,
+        spec.business_key,
+        run_timeout_ms,
+        debounce.key,
+        period,
+        debounce.mode,
+    )
 
 
 @blueprint.get("/apps/<app_name>/runs")

@@ -116,9 +116,31 @@ class UnitOfWork:
     # A concurrency slot the transition takes, waits for or gives up (`SlotChange`); a refused
     # admission fails the unit with `UniqueViolation(SLOT_TAKEN)`.
     slot: SlotChange | None = None
+    # A debounce key the run claims (a new burst's run) or releases (it began, or closed).
+    debounce: DebounceChange | None = None
 
 
 SLOT_TAKEN: Final = "concurrency_slot"
+DEBOUNCE_TAKEN: Final = "debounce"
+
+
+@attrs.frozen
+class DebounceChange:
+    """`claim`: insert the burst's row (refused with `UniqueViolation(DEBOUNCE_TAKEN)` when the
+    key has one); `release`: delete it (only while it still names this run)."""
+
+    kind: str  # claim | release
+    workflow: str
+    key: str
+    mode: str = "trailing"  # trailing | leading
+    until: int = 0
+
+
+@attrs.frozen
+class DebounceRow:
+    run_id: str
+    mode: str
+    until: int
 
 
 @attrs.frozen
@@ -266,6 +288,16 @@ class RunStore(Protocol):
 
     async def queue_heads(self, app: str, key: str, limit: int) -> list[str]:
         """The oldest runs waiting for a slot of a concurrency key."""
+        ...
+
+    async def get_debounce(self, app: str, workflow: str, key: str) -> DebounceRow | None: ...
+
+    async def extend_debounce(self, app: str, workflow: str, key: str, run_id: str, until: int) -> bool:
+        """Push a leading burst's window on (a start it dropped); False when the row is gone."""
+        ...
+
+    async def drop_debounce(self, app: str, workflow: str, key: str, run_id: str, now: int) -> bool:
+        """Delete a leading burst's row whose window ended before `now`."""
         ...
 
     async def queue_ahead(self, run: Run) -> tuple[int, int]:

@@ -71,7 +71,7 @@ def batch_rows(units: list[UnitOfWork]) -> BatchRows | None:
     plain: list[tuple[Any, ...]] = []
     replacing: list[tuple[Any, ...]] = []
     for unit in flatten(units):
-        if unit.slot is not None:
+        if unit.slot is not None or unit.debounce is not None:
             return None  # its guard reads before it writes: `unit_tx`, one by one
         run = unit.run
         if run.run_id in runs:

@@ -17,12 +17,15 @@ from typing import Any, Final
 import attrs
 
 from ..core.errors import StaleWrite, UniqueViolation
+from ..core.workflow.model import Run
 from .base import (
+    DEBOUNCE_TAKEN,
     OVERDUE_SQL,
     PRUNE_EVENTS_PER_RUN,
     SLOT_TAKEN,
     ApiKeyRecord,
     AppRecord,
+    DebounceChange,
     RunFilter,
     SecretRecord,
     SlotChange,
@@ -126,6 +129,36 @@ def slot_tx(run_id: str, app: str, slot: SlotChange, lock: str | None) -> Tx[Non
     yield change(SET_SLOT, slot.key, None, run_id)
 
 
+INSERT_DEBOUNCE: Final = _insert("debounce_keys", "app, workflow, key, run_id, mode, until") + marks(6)
+# (app, workflow, key, run_id)
+RELEASE_DEBOUNCE: Final = (
+    "DELETE FROM debounce_keys WHERE app = ? AND workflow = ? AND key = ? AND run_id = ?"
+)
+GET_DEBOUNCE: Final = (
+    "SELECT run_id, mode, until FROM debounce_keys WHERE app = ? AND workflow = ? AND key = ?"
+)
+# (until, app, workflow, key, run_id)
+EXTEND_DEBOUNCE: Final = (
+    "UPDATE debounce_keys SET until = ? WHERE app = ? AND workflow = ? AND key = ? AND run_id = ?"
+)
+# (app, workflow, key, run_id, now)
+DROP_DEBOUNCE: Final = (
+    "DELETE FROM debounce_keys WHERE app = ? AND workflow = ? AND key = ? AND run_id = ?"
+    " AND mode = 'leading' AND until <= ?"
+)
+
+
+def debounce_tx(run: Run, change_: DebounceChange) -> Tx[None]:
+    if change_.kind == "release":
+        yield change(RELEASE_DEBOUNCE, run.app, change_.workflow, change_.key, run.run_id)
+        return
+    taken = yield one(GET_DEBOUNCE, run.app, change_.workflow, change_.key)
+    if taken is not None:
+        raise UniqueViolation(DEBOUNCE_TAKEN, f"debounce key {change_.key!r} has a burst under way")
+    row = (run.app, change_.workflow, change_.key, run.run_id, change_.mode, change_.until)
+    yield change(INSERT_DEBOUNCE, *row)
+
+
 def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[None]:
     """One unit of work written on its own (the writers' fallback when a batch as a whole is
     refused): refused with `StaleWrite` when its run moved on, with `UniqueViolation` when a
@@ -178,6 +211,8 @@ def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[None]:
     if unit.slot is not None:
         lock = dialect.workflow_lock if dialect is not None else None
         yield from slot_tx(run.run_id, run.app, unit.slot, lock)
+    if unit.debounce is not None:
+        yield from debounce_tx(run, unit.debounce)
     for child in unit.children:  # child runs the transition started: inserted with it
         yield from unit_tx(child, dialect)
 

@@ -20,6 +20,7 @@ from .base import (
     ApiKeyRecord,
     AppRecord,
     CommitObserver,
+    DebounceRow,
     IdempotencyRecord,
     OverdueGroup,
     RunFilter,
@@ -158,6 +159,16 @@ class SqlRunStore:
     async def list_runs(self, flt: RunFilter, limit: int, after: tuple[int, str] | None) -> list[Run]:
         sql, args = run_sql.list_runs_sql(flt, limit, after)
         return [_run(r["doc"]) for r in await self._all(sql, args, scan=True)]
+
+    async def get_debounce(self, app: str, workflow: str, key: str) -> DebounceRow | None:
+        row = await self._one(run_sql.GET_DEBOUNCE, (app, workflow, key))
+        return None if row is None else DebounceRow(row["run_id"], row["mode"], int(row["until"]))
+
+    async def extend_debounce(self, app: str, workflow: str, key: str, run_id: str, until: int) -> bool:
+        return await self._change(run_sql.EXTEND_DEBOUNCE, until, app, workflow, key, run_id) == 1
+
+    async def drop_debounce(self, app: str, workflow: str, key: str, run_id: str, now: int) -> bool:
+        return await self._change(run_sql.DROP_DEBOUNCE, app, workflow, key, run_id, now) == 1
 
     async def queue_heads(self, app: str, key: str, limit: int) -> list[str]:
         return [r["run_id"] for r in await self._all(run_sql.QUEUE_HEADS, (app, key, limit))]

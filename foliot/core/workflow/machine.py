@@ -153,6 +153,15 @@ class MarkStuck:
 
 
 @attrs.frozen
+class Debounce:
+    """Another start of a pending debounced run's burst: its input replaces the run's, and it
+    begins at `due` instead (`period` after this start)."""
+
+    input: Any
+    due: int
+
+
+@attrs.frozen
 class Admit:
     """A queued run may take a concurrency slot now: it starts its first step. The store's
     guard decides (`UnitOfWork.slot`): a refused admission is not committed and the run stays
@@ -200,6 +209,7 @@ Message = (
     | ChildRunClosed
     | Gathered
     | Admit
+    | Debounce
 )
 
 
@@ -529,7 +539,7 @@ class _Tx:
         self.close_task("cancelled" if status == "cancelled" else "superseded")
         self.drop_fan(f"its parent {self.run.run_id} is {status}")
         output = self.output() if status == "completed" else None
-        self.park(status, closed_at=self.ctx.now, error=error, output=output)
+        self.park(status, closed_at=self.ctx.now, error=error, output=output, debounce_key=None)
         if error is not None:
             data = {"class": error.cls, "message": error.message, **data}
         self.emit(event, self.run.current_step, **data)
@@ -836,6 +846,7 @@ def start(
     ctx: Context,
     parent: ParentRef | None = None,
     depth: int = 0,
+    debounce: tuple[str, int] | None = None,
 ) -> Transition:
     """A new run: `run_started`, then the first step (a child run: `parent` started it)."""
     timeout = run_timeout_ms if run_timeout_ms is not None else definition.run_timeout_ms
@@ -862,16 +873,30 @@ def start(
         tx.emit("run_started", None, version=version, businessKey=business_key)
     else:
         tx.emit("run_started", None, version=version, businessKey=business_key, parent=parent.to_json())
-    if definition.concurrency is not None:
-        # It waits for a slot first; `Admit` (tried at once by the caller) starts its first step.
-        key = concurrency_key(definition, input)
-        tx.set(status="queued", concurrency_key=key)
-        tx.emit("run_queued", None, key=key.partition("/")[2], limit=definition.concurrency.limit)
+    if debounce is not None:
+        # A trailing debounced start: it begins at `due` unless its burst goes on (`Debounce`).
+        key, due = debounce
+        timer = tx.arm("debounce", due, f"{definition.name}/{key}")
+        tx.set(debounce_key=f"{definition.name}/{key}")
+        tx.park("sleeping", wake_at=due, timer=timer)
+        tx.emit("start_debounced", None, key=key, startsAt=due)
         tx.reply = Ok(tx.run)
         return tx.done()
-    tx.enter(definition.first.name)
+    _begin(tx)
     tx.reply = Ok(tx.run)
     return tx.done()
+
+
+def _begin(tx: _Tx) -> None:
+    """A new run's first step, or its place in its concurrency key's queue."""
+    definition = tx.definition
+    if definition.concurrency is not None:
+        # It waits for a slot first; `Admit` (tried at once by the caller) starts its first step.
+        key = concurrency_key(definition, tx.run.input)
+        tx.set(status="queued", concurrency_key=key)
+        tx.emit("run_queued", None, key=key.partition("/")[2], limit=definition.concurrency.limit)
+        return
+    tx.enter(definition.first.name)
 
 
 def concurrency_key(definition: Definition, input: Any) -> str:
@@ -1015,6 +1040,11 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
         return Ok(None)  # stale: the step moved on since the timer was armed
     if run.status == "paused":
         return Ok(None)  # kept in the document: it fires at unpause
+    if timer.kind == "debounce":
+        tx.set(timer=None, wake_at=None, debounce_key=None, status="running")
+        tx.emit("debounce_ended", None, waitedMs=tx.ctx.now - run.created_at)
+        _begin(tx)
+        return None
     assert run.current_step is not None
     step = tx.definition.step(run.current_step)
     tx.set(timer=None)
@@ -1359,6 +1389,20 @@ def _on_mark_stuck(tx: _Tx, msg: MarkStuck) -> Reply | None:
     return None
 
 
+def _on_debounce(tx: _Tx, msg: Debounce) -> Reply | None:
+    run = tx.run
+    timer = run.timer
+    if run.debounce_key is None or run.status != "sleeping" or timer is None or timer.kind != "debounce":
+        return Rejected(409, "not_pending", f"run {run.run_id} has begun; its burst is over")
+    check = _check_size(msg.input, tx.ctx.payload_max, "input")
+    if check is not None:
+        return check
+    tx.set(input=msg.input, wake_at=msg.due, timer=tx.arm("debounce", msg.due, run.debounce_key))
+    tx.emit("start_debounced", None, key=run.debounce_key.partition("/")[2], startsAt=msg.due)
+    tx.reply = Ok(tx.run)
+    return None
+
+
 def _on_admit(tx: _Tx, msg: Admit) -> Reply | None:
     run = tx.run
     if run.status != "queued" or run.concurrency_key is None:
@@ -1514,6 +1558,7 @@ def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
 
 _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
     Admit: _on_admit,
+    Debounce: _on_debounce,
     ChildRunClosed: _on_child_closed,
     Gathered: _on_gathered,
     TaskAnswer: _on_answer,

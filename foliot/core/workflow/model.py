@@ -170,6 +170,8 @@ class Run:
     # A workflow with `concurrency`: "<workflow>/<key value>", the slot group the run takes (or
     # waits for, while `queued`)
     concurrency_key: str | None = None
+    # A debounced start not begun yet: "<workflow>/<debounce key>" (cleared when it begins)
+    debounce_key: str | None = None
     seq: int = 0  # the last event's sequence number; also the row's write version
 
     @property

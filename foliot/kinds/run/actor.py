@@ -32,7 +32,7 @@ from ...core.workflow.machine import (
     Transition,
 )
 from ...core.workflow.model import Run, Timer
-from ...storage.base import SIGNAL_ID_UNIQUE, SLOT_TAKEN, SlotChange, UnitOfWork
+from ...storage.base import SIGNAL_ID_UNIQUE, SLOT_TAKEN, DebounceChange, SlotChange, UnitOfWork
 
 if TYPE_CHECKING:
     from .service import Runs
@@ -60,6 +60,15 @@ def slot_of(before: Run | None, after: Run, definition: Definition) -> SlotChang
     if (held_before or waited_before) and not (after.holds_slot or after.waits_for_slot):
         return SlotChange("leave", key)
     return None
+
+
+def debounce_of(before: Run, after: Run) -> DebounceChange | None:
+    """A pending debounced run that begins (or closes) releases its burst's key."""
+    key = before.debounce_key
+    if key is None or after.debounce_key is not None:
+        return None
+    workflow, _, name = key.partition("/")
+    return DebounceChange("release", workflow, name)
 
 
 def _give_back(actor: RunActor, taken: list[Envelope]) -> None:
@@ -185,6 +194,7 @@ class RunKind:
                         idempotency_expired_before=runs.idempotency_cutoff() if idem else None,
                         children=children_units,
                         slot=slot_of(run, tr.run, definition),
+                        debounce=debounce_of(run, tr.run),
                     )
                 )
             except UniqueViolation as exc:

@@ -23,10 +23,18 @@ from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.machine import Context, Reply
 from ...core.workflow.model import Run, TaskRef
-from ...storage.base import SLOT_TAKEN, IdempotencyRecord, UnitOfWork, json_dumps
+from ...storage.base import (
+    DEBOUNCE_TAKEN,
+    SLOT_TAKEN,
+    DebounceChange,
+    IdempotencyRecord,
+    UnitOfWork,
+    json_dumps,
+)
 from ..host import KindHost
-from . import children
+from . import children, debounce
 from .actor import RunKind, slot_of
+from .debounce import DebouncedStart
 from .ids import new_run_id
 
 _PUMP_S = 2.0  # how often waiting concurrency keys are re-tried (a lost wake-up's bound)
@@ -99,6 +107,11 @@ class Runs:
         tr, started = await children.settle(self, tr, definition)
         units = tuple(UnitOfWork(child.run, None, child.events, child.tasks) for child in started)
         return tr, units, started
+
+    async def debounced_start(self, req: DebouncedStart, render: Any) -> tuple[dict[str, Any], int]:
+        """`debounce.debounced_start`."""
+        self._check_ready()
+        return await debounce.debounced_start(self, req, render)
 
     def wake_queued(self, app: str, key: str, *, local_only: bool = False) -> None:
         """A slot of `key` may be free: the oldest run waiting for one tries to take it
@@ -225,8 +238,12 @@ class Runs:
         idempotency_key: str | None,
         request_hash: str,
         render: Any,
+        debounce: DebounceChange | None = None,
     ) -> tuple[dict[str, Any], bool]:
-        """Create a run. Returns (response body, created); created is False for a replay."""
+        """Create a run. Returns (response body, created); created is False for a replay.
+
+        `debounce` (a `claim`): the run is the first of a debounced burst (`debounce.py`); a
+        trailing one begins at `debounce.until`."""
         self._check_ready()
         if idempotency_key is not None:
             replay = await self.replay(app, idempotency_key, request_hash)
@@ -253,6 +270,9 @@ class Runs:
             run_timeout_ms=run_timeout_ms,
             trace_id=secrets.token_hex(16),
             ctx=self.context(),
+            debounce=(debounce.key, debounce.until)
+            if debounce is not None and debounce.mode == "trailing"
+            else None,
         )
         candidates = [tr]
         if tr.run.status == "queued":
@@ -262,7 +282,15 @@ class Runs:
             candidates.insert(0, machine.chain(tr, admit))
         for candidate in candidates:
             outcome = await self._commit_start(
-                candidate, definition, render, app, workflow, business_key, idempotency_key, request_hash
+                candidate,
+                definition,
+                render,
+                app,
+                workflow,
+                business_key,
+                idempotency_key,
+                request_hash,
+                debounce,
             )
             if outcome is not None:
                 return outcome
@@ -278,6 +306,7 @@ class Runs:
         business_key: str | None,
         idempotency_key: str | None,
         request_hash: str,
+        debounce: DebounceChange | None = None,
     ) -> tuple[dict[str, Any], bool] | None:
         """Commit a new run's first transition; None when its concurrency slot was taken."""
         run_id = tr.run.run_id
@@ -298,6 +327,7 @@ class Runs:
             idempotency_expired_before=cutoff,
             children=children_units,
             slot=slot_of(None, tr.run, definition),
+            debounce=debounce,
         )
 
         if self.host.supervisor.closed:
@@ -311,6 +341,10 @@ class Runs:
         except UniqueViolation as exc:
             if exc.constraint == SLOT_TAKEN and tr.run.holds_slot:
                 return None  # no slot free: it starts queued instead
+            if exc.constraint == DEBOUNCE_TAKEN:
+                raise Conflict(
+                    "another start began this debounce key's burst", code="debounce_taken"
+                ) from exc
             # A retried request with the same key answers as the first one did, whichever
             # uniqueness its own insert ran into first (business key or idempotency key).
             if idempotency_key is not None:
