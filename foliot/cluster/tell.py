@@ -28,6 +28,7 @@ from ..actors.messages import Envelope
 from ..actors.placement import Local, Unowned, Where
 from ..core.swf import messages as m
 from ..core.swf.model import ExecutionRef
+from ..core.workflow.machine import Cancel
 from ..kinds.swf.actor import _FROM_OTHERS as FROM_OTHERS
 
 if TYPE_CHECKING:
@@ -36,9 +37,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("foliot.cluster.tell")
 
 # What one execution sends another: requests (signal, cancel request, a child policy's
-# terminate), and the answers the runtime already treats as coming from other executions.
+# terminate), and the answers the runtime already treats as coming from other executions;
+# a run's cancel (a schedule's cancel_previous of a run another node owns).
 MESSAGES: Final[dict[str, type[Any]]] = {
-    cls.__name__: cls for cls in (m.Signal, m.RequestCancel, m.Terminate, *FROM_OTHERS)
+    cls.__name__: cls for cls in (m.Signal, m.RequestCancel, m.Terminate, *FROM_OTHERS, Cancel)
 }
 _NESTED: Final[dict[str, type[Any]]] = {"ExecutionRef": ExecutionRef}
 RETRIES_S: Final = (0.1, 0.2, 0.5, 1.0, 2.0, 2.0, 2.0, 5.0, 5.0, 10.0, 10.0, 20.0)

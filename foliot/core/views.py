@@ -30,6 +30,9 @@ def run_view(run: Run) -> dict[str, Any]:
         "updatedAt": ts(run.updated_at),
         "closedAt": ts(run.closed_at),
         "error": run.error.to_json() if run.error is not None else None,
+        "schedule": None
+        if run.schedule is None
+        else {"name": run.schedule.name, "scheduledTime": ts(run.schedule.scheduled_time)},
     }
 
 

@@ -17,6 +17,7 @@ from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .fence import Fence
 from .health import ProbeStore
+from .schedules import ScheduleFire, ScheduleStore
 from .keycheck import KeyCheckStore
 from .sessions import SessionStore
 from .swf import SwfExecutionStore, SwfRegistryStore
@@ -109,6 +110,9 @@ class UnitOfWork:
     idempotency_expired_before: int | None = None
     # The lease this unit is written under, when several nodes share the database (`Fence`).
     fences: tuple[Fence, ...] = ()
+    # A schedule's fire that starts this (new) run: a time already fired fails the unit with
+    # `UniqueViolation("schedule_fire")`; such a unit is written on its own (`batch_rows`).
+    fire: ScheduleFire | None = None
 
 
 @attrs.frozen
@@ -294,6 +298,7 @@ class Store(
     KeyCheckStore,
     ProbeStore,
     SessionStore,
+    ScheduleStore,
     Protocol,
 ):
     """Durable state. Every method is one transaction; `commit` is the engine's hot path. A

@@ -82,6 +82,14 @@ class HeldOutcome:
 
 
 @attrs.frozen
+class ScheduleRef:
+    """The schedule fire that started a run: the schedule's name and the scheduled time."""
+
+    name: str
+    scheduled_time: int
+
+
+@attrs.frozen
 class Run:
     run_id: str
     app: str
@@ -112,6 +120,7 @@ class Run:
     step_since: int | None = None  # when the run entered `current_step` (None: stored before)
     paused_from: str | None = None  # while `paused`: the status it returns to at unpause
     held: HeldOutcome | None = None  # while `paused`: a task answer waiting for the unpause
+    schedule: ScheduleRef | None = None  # started by a schedule's fire
     seq: int = 0  # the last event's sequence number; also the row's write version
 
     @property
@@ -169,8 +178,8 @@ def _getter(cls: type) -> tuple[tuple[str, ...], Any]:
 
 
 _RUN_NAMES, _run_values = _getter(Run)
-_FLAT = {cls: _getter(cls) for cls in (ErrorInfo, TaskRef, Timer, BufferedSignal, HeldOutcome)}
-_NESTED_ONE: Final = ("error", "task", "timer", "carried_error")
+_FLAT = {cls: _getter(cls) for cls in (ErrorInfo, TaskRef, Timer, BufferedSignal, HeldOutcome, ScheduleRef)}
+_NESTED_ONE: Final = ("error", "task", "timer", "carried_error", "schedule")
 
 
 def _flat(obj: Any) -> dict[str, Any]:

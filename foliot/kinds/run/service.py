@@ -20,8 +20,9 @@ from ...actors.queues import Reservation
 from ...core.errors import Conflict, Fenced, NotFound, Unavailable, UniqueViolation
 from ...core.workflow import machine
 from ...core.workflow.machine import Context, Reply
-from ...core.workflow.model import Run, TaskRef
+from ...core.workflow.model import Run, ScheduleRef, TaskRef, replace_run
 from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
+from ...storage.schedules import ScheduleFire
 from ..host import KindHost
 from .actor import RunKind
 
@@ -170,8 +171,14 @@ class Runs:
         idempotency_key: str | None,
         request_hash: str,
         render: Any,
+        schedule: ScheduleRef | None = None,
+        fire: ScheduleFire | None = None,
     ) -> tuple[dict[str, Any], bool]:
-        """Create a run. Returns (response body, created); created is False for a replay."""
+        """Create a run. Returns (response body, created); created is False for a replay.
+
+        A schedule's fire passes its `schedule` (kept on the run) and its `fire` record, written
+        with the run's insert under the new run's id: `UniqueViolation("schedule_fire")` when that
+        scheduled time started a run before."""
         self._check_ready()
         if idempotency_key is not None:
             replay = await self.replay(app, idempotency_key, request_hash)
@@ -199,6 +206,8 @@ class Runs:
             trace_id=secrets.token_hex(16),
             ctx=self.context(),
         )
+        if schedule is not None:
+            tr = attrs.evolve(tr, run=replace_run(tr.run, {"schedule": schedule}))
         body = render(tr.run)
         idem = None
         if idempotency_key is not None:
@@ -207,6 +216,8 @@ class Runs:
             )
         cutoff = self.idempotency_cutoff()
         unit = UnitOfWork(tr.run, None, tr.events, tr.tasks, idem, idempotency_expired_before=cutoff)
+        if fire is not None:
+            unit = attrs.evolve(unit, fire=attrs.evolve(fire, run_id=run_id))
 
         if self.host.supervisor.closed:
             raise Unavailable("the server is shutting down")
@@ -217,6 +228,8 @@ class Runs:
         except Fenced as exc:  # the partition moved to another node between the id and the commit
             raise Unavailable("this node no longer owns the new run's partition; retry") from exc
         except UniqueViolation as exc:
+            if exc.constraint == "schedule_fire":
+                raise  # that scheduled time started its run before: the schedule's to answer
             # A retried request with the same key answers as the first one did, whichever
             # uniqueness its own insert ran into first (business key or idempotency key).
             if idempotency_key is not None:
