@@ -61,6 +61,27 @@ SCHEMAS: dict[str, Any] = {
         ("workflow",),
     ),
     "Reason": _obj({"reason": {**REASON, "type": ["string", "null"]}}),
+    "SchedulePut": _obj(
+        {
+            "workflow": NAME,
+            "version": {"type": ["integer", "null"], "minimum": 1},
+            "cron": {"type": ["string", "null"], "examples": ["0 9 * * 1-5", "@daily"]},
+            "every": {**DURATION, "type": ["string", "null"]},
+            "timezone": {"type": ["string", "null"], "examples": ["Europe/Berlin"]},
+            "input": ANY,
+            "overlap": {"type": ["string", "null"], "enum": ["skip", "buffer_one", "allow", "cancel_previous", None]},
+            "catchupWindow": {**DURATION, "type": ["string", "null"]},
+            "jitter": {**DURATION, "type": ["string", "null"]},
+            "startAt": {"type": ["string", "null"], "format": "date-time"},
+            "endAt": {"type": ["string", "null"], "format": "date-time"},
+            "paused": {"type": ["boolean", "null"]},
+        },
+        ("workflow",),
+    ),
+    "Backfill": _obj(
+        {"from": {"type": "string", "format": "date-time"}, "to": {"type": "string", "format": "date-time"}},
+        ("from", "to"),
+    ),
     "Rewind": _obj(
         {
             "toStep": NAME,
@@ -158,6 +179,19 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str | None, int, str]] = {
     ("GET", "/apps/{app_name}/runs/{run_id}/events"): ("A run's history", None, 200, "app"),
     ("GET", "/apps/{app_name}/runs/{run_id}/diagnosis"): ("Why the run is not moving", None, 200, "app"),
     ("POST", "/apps/{app_name}/runs/{run_id}/cancel"): ("Cancel a run", "Reason", 200, "app"),
+    ("PUT", "/apps/{app_name}/schedules/{name}"): ("Create or replace a schedule", "SchedulePut", 201, "app"),
+    ("GET", "/apps/{app_name}/schedules"): ("List schedules", None, 200, "app"),
+    ("GET", "/apps/{app_name}/schedules/{name}"): ("A schedule, its next and last fires", None, 200, "app"),
+    ("POST", "/apps/{app_name}/schedules/{name}/pause"): ("Pause a schedule", "Reason", 200, "app"),
+    ("POST", "/apps/{app_name}/schedules/{name}/unpause"): ("Unpause a schedule", "Reason", 200, "app"),
+    ("POST", "/apps/{app_name}/schedules/{name}/trigger"): ("Fire a schedule now", "Reason", 200, "app"),
+    ("POST", "/apps/{app_name}/schedules/{name}/backfill"): (
+        "Start a run for every scheduled time in a range",
+        "Backfill",
+        200,
+        "app",
+    ),
+    ("DELETE", "/apps/{app_name}/schedules/{name}"): ("Delete a schedule", "Reason", 200, "app"),
     ("POST", "/apps/{app_name}/runs/{run_id}/redrive"): ("Redrive a failed run", "Reason", 200, "app"),
     ("POST", "/apps/{app_name}/runs/{run_id}/rewind"): ("Rewind a run", "Rewind", 200, "app"),
     ("POST", "/apps/{app_name}/runs/{run_id}/pause"): ("Pause a run", "Reason", 200, "app"),
@@ -262,6 +296,7 @@ _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
 _STATUS = {"type": "string", "enum": sorted(STATUSES)}
 QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("GET", "/apps/{app_name}/workflows"): {"limit": _LIMIT, "cursor": {"type": "string"}},
+    ("GET", "/apps/{app_name}/schedules"): {"limit": _LIMIT, "cursor": {"type": "string"}},
     ("GET", "/apps/{app_name}/runs"): {
         "workflow": NAME,
         "status": _STATUS,
