@@ -69,7 +69,10 @@ SCHEMAS: dict[str, Any] = {
             "every": {**DURATION, "type": ["string", "null"]},
             "timezone": {"type": ["string", "null"], "examples": ["Europe/Berlin"]},
             "input": ANY,
-            "overlap": {"type": ["string", "null"], "enum": ["skip", "buffer_one", "allow", "cancel_previous", None]},
+            "overlap": {
+                "type": ["string", "null"],
+                "enum": ["skip", "buffer_one", "allow", "cancel_previous", None],
+            },
             "catchupWindow": {**DURATION, "type": ["string", "null"]},
             "jitter": {**DURATION, "type": ["string", "null"]},
             "startAt": {"type": ["string", "null"], "format": "date-time"},

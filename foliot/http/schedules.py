@@ -15,7 +15,17 @@ from ..core.schedule.definition import parse_schedule
 from ..core.workflow.duration import DurationError, parse_timestamp
 from ..core.workflow.jsonconv import ValidationError
 from ..kinds.schedule.service import schedule_view
-from .app import body, check_name, check_query, engine, json_response, query_int, raw_json, reads_query, require_app
+from .app import (
+    body,
+    check_name,
+    check_query,
+    engine,
+    json_response,
+    query_int,
+    raw_json,
+    reads_query,
+    require_app,
+)
 from .runs import MAX_REASON, check_payload
 
 blueprint = Blueprint("schedules", __name__)

@@ -17,8 +17,8 @@ from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .fence import Fence
 from .health import ProbeStore
-from .schedules import ScheduleFire, ScheduleStore
 from .keycheck import KeyCheckStore
+from .schedules import ScheduleFire, ScheduleStore
 from .sessions import SessionStore
 from .swf import SwfExecutionStore, SwfRegistryStore
 

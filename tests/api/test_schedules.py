@@ -117,7 +117,9 @@ async def test_pause_and_unpause(api: Api) -> None:
     assert long.status_code == 400 and long.json()["error"]["field"] == "reason"
     unpaused = await post(api, "s/unpause", {})
     assert unpaused.json()["paused"] is False and len(unpaused.json()["nextFires"]) == 5
-    assert (await put(api, "p", {"workflow": "nightly", "every": "1m", "paused": True})).json()["paused"] is True
+    assert (await put(api, "p", {"workflow": "nightly", "every": "1m", "paused": True})).json()[
+        "paused"
+    ] is True
 
 
 async def test_backfill_and_a_time_starts_one_run_ever(api: Api) -> None:

@@ -14,6 +14,7 @@ from foliot.core.leases import Lease, Node, View
 from foliot.core.swf import messages as m
 from foliot.core.swf.model import ExecutionRef
 from foliot.core.workflow.duration import format_timestamp as ts
+from foliot.core.workflow.machine import Cancel
 
 KEY = b"k" * 32
 NOW = 1_800_000_000_000
@@ -134,6 +135,8 @@ def test_every_message_between_nodes_travels_as_json_and_comes_back_the_same() -
         m.ExternalCancelFailed(9),
         m.LambdaCompleted(4, result="42"),
         m.LambdaFailed(4, reason="boom", details=None),
+        Cancel("schedule 'nightly': cancel_previous"),  # a run's cancel
+        Cancel(),
     ]
     assert {type(x).__name__ for x in messages} == set(remote.MESSAGES)
     for message in messages:

@@ -57,7 +57,12 @@ def fires(schedule: Any, after: str, n: int) -> list[str | None]:
         ({"workflow": "wf", "cron": "@daily", "jitter": "2h"}, "jitter"),
         ({"workflow": "wf", "every": "1m", "startAt": "tomorrow"}, "startAt"),
         (
-            {"workflow": "wf", "every": "1m", "startAt": "2026-01-02T00:00:00Z", "endAt": "2026-01-01T00:00:00Z"},
+            {
+                "workflow": "wf",
+                "every": "1m",
+                "startAt": "2026-01-02T00:00:00Z",
+                "endAt": "2026-01-01T00:00:00Z",
+            },
             "endAt",
         ),
         ({"workflow": "wf", "every": "1m", "paused": "yes"}, "paused"),
@@ -75,7 +80,9 @@ def test_bad_input_names_the_field(body: dict[str, Any], field: str) -> None:
 
 
 def test_defaults_and_document_round_trip() -> None:
-    schedule, paused = parse_schedule({"workflow": "wf", "cron": "@hourly", "input": {"a": 1}, "paused": True})
+    schedule, paused = parse_schedule(
+        {"workflow": "wf", "cron": "@hourly", "input": {"a": 1}, "paused": True}
+    )
     assert paused is True
     assert schedule.cron == "0 * * * *"
     assert schedule.overlap == "skip" and schedule.timezone == "UTC"
@@ -99,7 +106,10 @@ def test_aliases(alias: str, after: str, expected: list[str]) -> None:
 
 def test_next_is_strictly_after() -> None:
     schedule = compile_(cron="*/15 * * * *")
-    assert fires(schedule, "2026-01-01T00:15:00Z", 2) == ["2026-01-01T00:30:00.000Z", "2026-01-01T00:45:00.000Z"]
+    assert fires(schedule, "2026-01-01T00:15:00Z", 2) == [
+        "2026-01-01T00:30:00.000Z",
+        "2026-01-01T00:45:00.000Z",
+    ]
     assert fires(schedule, "2026-01-01T00:14:59.999Z", 1) == ["2026-01-01T00:15:00.000Z"]
 
 
@@ -125,14 +135,20 @@ def test_every_is_anchored_to_the_epoch_or_start_at() -> None:
 
 def test_start_and_end_bound_the_fires() -> None:
     schedule = compile_(cron="0 * * * *", startAt="2026-01-01T02:30:00Z", endAt="2026-01-01T04:00:00Z")
-    assert fires(schedule, "2026-01-01T00:00:00Z", 5) == ["2026-01-01T03:00:00.000Z", "2026-01-01T04:00:00.000Z"]
+    assert fires(schedule, "2026-01-01T00:00:00Z", 5) == [
+        "2026-01-01T03:00:00.000Z",
+        "2026-01-01T04:00:00.000Z",
+    ]
     assert schedule.next_after(ms("2026-01-01T04:00:00Z")) is None
 
 
 def test_cron_in_a_zone() -> None:
     berlin = compile_(cron="0 9 * * 1-5", timezone="Europe/Berlin")
     # Friday 2026-01-02 09:00 CET = 08:00Z; then Monday.
-    assert fires(berlin, "2026-01-02T00:00:00Z", 2) == ["2026-01-02T08:00:00.000Z", "2026-01-05T08:00:00.000Z"]
+    assert fires(berlin, "2026-01-02T00:00:00Z", 2) == [
+        "2026-01-02T08:00:00.000Z",
+        "2026-01-05T08:00:00.000Z",
+    ]
 
 
 def test_new_york_spring_forward() -> None:

@@ -28,7 +28,9 @@ def state(now: int = T0 + 1, paused: bool | None = None, **fields: Any) -> m.Sch
     return m.create("app", "sched", schedule, paused, now)
 
 
-def settle(s: m.ScheduleState, now: int, previous_open: bool = False, run: str = "run_x") -> tuple[m.ScheduleState, list[m.Action]]:
+def settle(
+    s: m.ScheduleState, now: int, previous_open: bool = False, run: str = "run_x"
+) -> tuple[m.ScheduleState, list[m.Action]]:
     """Tick until nothing is due at `now` (what the actor does, one fire per timer)."""
     actions: list[m.Action] = []
     while True:
@@ -144,7 +146,9 @@ def test_buffer_one_holds_one_and_skips_the_rest() -> None:
 
 
 def test_buffer_one_at_a_tick_after_the_run_closed_starts_the_held_fire_first() -> None:
-    s = attrs.evolve(state(overlap="buffer_one"), last_run_id="run_1", buffered=T0 + 30_000, recheck_at=T0 + 99 * MIN)
+    s = attrs.evolve(
+        state(overlap="buffer_one"), last_run_id="run_1", buffered=T0 + 30_000, recheck_at=T0 + 99 * MIN
+    )
     action = m.decide(s, T0 + MIN, previous_open=False)
     assert action == m.Action("start", T0 + 30_000, T0 + MIN, buffer=T0 + MIN)
     s = m.apply(s, action, T0 + MIN, "run_2")

@@ -24,7 +24,13 @@ from typing import Any, Final
 import attrs
 from cronsim import CronSim, CronSimError
 
-from ..workflow.duration import DurationError, format_duration, format_timestamp, parse_duration, parse_timestamp
+from ..workflow.duration import (
+    DurationError,
+    format_duration,
+    format_timestamp,
+    parse_duration,
+    parse_timestamp,
+)
 from ..workflow.jsonconv import ValidationError, is_name, structure
 
 OVERLAPS: Final = ("skip", "buffer_one", "allow", "cancel_previous")
@@ -222,7 +228,9 @@ def parse_schedule(raw: Any) -> tuple[Schedule, bool | None]:
     zone = _zone(zone_name)
     overlap = body.overlap if body.overlap is not None else "skip"
     if overlap not in OVERLAPS:
-        raise ValidationError("overlap", f"unknown overlap policy {overlap!r}; expected one of {list(OVERLAPS)}")
+        raise ValidationError(
+            "overlap", f"unknown overlap policy {overlap!r}; expected one of {list(OVERLAPS)}"
+        )
     catchup = _duration(body.catchup_window, "catchupWindow", DEFAULT_CATCHUP_MS, MIN_CATCHUP_MS)
     jitter = _duration(body.jitter, "jitter", 0, 0)
     assert catchup is not None and jitter is not None

@@ -244,7 +244,9 @@ def apply(
     buffered: int | None = state.buffered
     if action.kind == "start":
         if run_id is not None:
-            changes.update(fired=state.fired + 1, last_time=action.scheduled, last_run_id=run_id, last_error=None)
+            changes.update(
+                fired=state.fired + 1, last_time=action.scheduled, last_run_id=run_id, last_error=None
+            )
         else:
             changes.update(skipped=state.skipped + 1, last_error=error)
         if buffered == action.scheduled:

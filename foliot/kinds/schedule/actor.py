@@ -211,7 +211,9 @@ class ScheduleKind:
             elif isinstance(msg, Backfill):
                 result = await self._backfill(actor, state, msg)
             elif isinstance(msg, Delete):
-                await self.host.shielded(lambda: self.host.store.delete_schedule(state.app, state.name, state.version))
+                await self.host.shielded(
+                    lambda: self.host.store.delete_schedule(state.app, state.name, state.version)
+                )
                 self.host.timers.sync(self.name, actor.id, state.timers(), ())
                 actor.state = Missing(state.app, state.name)
                 result = {"deleted": True}
@@ -302,7 +304,9 @@ class ScheduleKind:
             started.append({"scheduledTime": format_timestamp(at), "runId": run_id, "new": was_new})
         if fired:
             self._count("fired", fired)
-            await self._commit(actor, state, attrs.evolve(state, fired=state.fired + fired, updated_at=self.host.clock.now()))
+            await self._commit(
+                actor, state, attrs.evolve(state, fired=state.fired + fired, updated_at=self.host.clock.now())
+            )
         return {"fires": started, "started": fired, "alreadyFired": already}
 
     async def _perform(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-
 from ...actors.messages import Envelope, ReplySlot
 from ...actors.placement import check_local
 from ...core.errors import InvalidRequest, Unavailable
@@ -53,9 +52,13 @@ class Schedules:
             if await directory.latest_workflow(app, schedule.workflow) is None:
                 raise InvalidRequest(f"no workflow {schedule.workflow!r} in this app", field="workflow")
         elif await directory.maybe_definition(app, schedule.workflow, schedule.version) is None:
-            raise InvalidRequest(f"workflow {schedule.workflow!r} has no version {schedule.version}", field="version")
+            raise InvalidRequest(
+                f"workflow {schedule.workflow!r} has no version {schedule.version}", field="version"
+            )
 
-    async def put(self, app: str, name: str, schedule: Schedule, paused: bool | None) -> tuple[ScheduleState, bool]:
+    async def put(
+        self, app: str, name: str, schedule: Schedule, paused: bool | None
+    ) -> tuple[ScheduleState, bool]:
         """Create or replace a schedule: (its document, created)."""
         await self._workflow_exists(app, schedule)
         reply, state = await self.ask(app, name, Put(schedule, paused))
