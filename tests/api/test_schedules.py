@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from ..conftest import Api
+from ..conftest import ADMIN, Api
+from .test_console import browser, login
 
 WAIT = {"name": "nightly", "steps": [{"name": "w", "type": "wait", "signal": "go"}]}
 BASE = "/apps/orders/schedules"
@@ -202,3 +203,23 @@ async def test_bad_names_auth_and_queries(api: Api) -> None:
     q = await api.call("GET", BASE, params={"color": "x"})
     assert q.status_code == 400 and q.json()["error"]["field"] == "color"
     assert (await api.call("PUT", f"{BASE}/s", None, content=b"[1]")).status_code == 400
+
+
+async def test_the_console_lists_schedules_with_next_and_last_fires(api: Api) -> None:
+    await api.register(WAIT)
+    await put(api, "n<i>ght", {"workflow": "nightly", "cron": "0 3 * * *"})  # refused: a bad name
+    await put(api, "nightly", {"workflow": "nightly", "cron": "0 3 * * *", "timezone": "Europe/Berlin"})
+    await post(api, "nightly/pause", {"reason": "<b>upgrade</b>"})
+    fired = (
+        await post(api, "nightly/backfill", {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"})
+    ).json()
+    run_id = fired["fires"][0]["runId"]
+    async with browser(api) as c:
+        await login(api, ADMIN, c)
+        page = await c.get("/console/schedules", params={"app": "orders"})
+        assert page.status_code == 200, page.text
+        text = page.text
+        assert "nightly" in text and "0 3 * * *" in text and "Europe/Berlin" in text
+        assert "&lt;b&gt;upgrade&lt;/b&gt;" in text and "<b>upgrade" not in text
+        assert f"/console/apps/orders/runs/{run_id}" in text and "waiting" in text
+        assert (await c.get("/console/schedules", params={"app": "bad app"})).status_code == 400
