@@ -218,3 +218,12 @@ def test_jitter_is_deterministic_and_bounded() -> None:
     assert all(0 <= v < 30_000 for v in values) and len(values) > 100
     assert jitter_of("app", "nightly", 60_000, 30_000) == jitter_of("app", "nightly", 60_000, 30_000)
     assert jitter_of("app", "nightly", 60_000, 0) == 0
+
+
+def test_the_ends_of_time_end_the_fires() -> None:
+    late = compile_(every="3650d", startAt="9999-12-31T00:00:00Z")
+    assert late.next_after(0) == ms("9999-12-31T00:00:00Z")
+    assert late.next_after(ms("9999-12-31T00:00:00Z")) is None
+    cron = compile_(cron="@monthly", startAt="9999-12-02T00:00:00Z")
+    assert cron.next_after(0) is None
+    assert compile_(cron="@daily").next_after(ms("0001-01-01T00:00:00Z") - 1) is None

@@ -25,6 +25,7 @@ import attrs
 from cronsim import CronSim, CronSimError
 
 from ..workflow.duration import (
+    MAX_TIMESTAMP_MS,
     DurationError,
     format_duration,
     format_timestamp,
@@ -102,7 +103,7 @@ class Schedule:
             if at_or_none is None:
                 return None
             at = at_or_none
-        if self.end_at is not None and at > self.end_at:
+        if (self.end_at is not None and at > self.end_at) or at > MAX_TIMESTAMP_MS:
             return None
         return at
 
@@ -146,10 +147,10 @@ def jitter_of(app: str, name: str, scheduled: int, jitter_ms: int) -> int:
 
 
 def _cron_next(expr: str, zone: tzinfo, after: int) -> int | None:
-    start = datetime.fromtimestamp(after / 1000, zone) if zone is not UTC else _utc(after)
     try:
+        start = datetime.fromtimestamp(after / 1000, zone) if zone is not UTC else _utc(after)
         found = next(CronSim(expr, start))
-    except StopIteration:
+    except (StopIteration, ValueError, OverflowError):  # no match for 50 years, or past year 9999
         return None
     return int(found.timestamp() * 1000)
 
