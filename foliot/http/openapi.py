@@ -314,7 +314,7 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     },
     ("GET", "/admin/actors"): {
         "status": {"type": "string", "enum": [*sorted(STATUSES), "OPEN", *SWF_CLOSE_STATUSES]},
-        "kind": {"type": "string", "enum": ["run", "swf"]},
+        "kind": {"type": "string", "enum": ["run", "swf", "schedule"]},
         "limit": _LIMIT,
     },
     ("GET", "/admin/swf/parked"): {"after": {"type": "string"}, "limit": _LIMIT},
