@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import pytest
 import trio
 from trio.testing import MockClock
 
+from foliot.core.errors import StorageUnavailable
 from foliot.core.schedule.definition import parse_schedule
 from foliot.core.workflow.machine import Cancel
 from foliot.core.workflow.model import Run
@@ -178,3 +180,31 @@ async def test_paused_schedules_do_not_fire_and_survive_a_restart(
     await env.engine.schedules.unpause("app", "tick", None)
     found = await until_runs(env, 1)
     assert times(found) == [T0 + 11 * MIN]
+
+
+async def test_a_crash_between_the_runs_commit_and_the_schedules_starts_no_second_run(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run (with its fire record) committed, the schedule's own commit lost: the firing is
+    handed out again, finds the time taken, and the schedule records the run it started."""
+    await env.register(WAIT)
+    await put(env, "tick", every="1m", overlap="allow")
+    store = env.engine.store
+    real = store.put_schedule
+    lost: list[int] = []
+
+    async def lose_once(state: Any, expected: int | None) -> None:
+        if state.fired and not lost:
+            lost.append(state.fired)
+            raise StorageUnavailable("the database went away")
+        await real(state, expected)
+
+    monkeypatch.setattr(store, "put_schedule", lose_once)
+    found = await until_runs(env, 2)
+    once_each(found)
+    assert lost == [1] and times(found) == [T0 + MIN, T0 + 2 * MIN]
+    state = await store.get_schedule("app", "tick")
+    assert state is not None and state.last_time == T0 + 2 * MIN
+    first = next(r for r in found if r.schedule is not None and r.schedule.scheduled_time == T0 + MIN)
+    fire = await store.get_schedule_fire("app", "tick", T0 + MIN)
+    assert fire is not None and fire.run_id == first.run_id
