@@ -37,6 +37,7 @@ from .core.credentials import Vault
 from .core.errors import StorageUnavailable, Unavailable
 from .core.leases import partition_of
 from .kinds.run.service import Runs
+from .kinds.schedule.service import Schedules
 from .kinds.swf.service import Swf
 from .observe.metrics import Metrics
 from .observe.trends import Sampler, Trends
@@ -103,8 +104,11 @@ class Node:
         self.admission = Admission(settings, self.dispatcher, store)
         self.runs = Runs(self)
         self.swf = Swf(self, self.metrics)
+        self.schedules = Schedules(self, self.runs, self.metrics)
         # Every kind of actor, by name: the timer wheel's rows name their actor's kind.
-        self.kinds: dict[str, Kind[Any]] = {k.name: k for k in (self.runs.kind, self.swf.kind)}
+        self.kinds: dict[str, Kind[Any]] = {
+            k.name: k for k in (self.runs.kind, self.swf.kind, self.schedules.kind)
+        }
         self.timers.observe_lag = self.metrics.timer_lag.observe
         self.timers.owned = self.ownership.accepts
         self.metrics.attach(self)

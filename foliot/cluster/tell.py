@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("foliot.cluster.tell")
 
 # What one execution sends another: requests (signal, cancel request, a child policy's
-# terminate), and the answers the runtime already treats as coming from other executions.
+# terminate), and the answers the runtime already treats as coming from other executions;
+# a run's cancel (a schedule's cancel_previous of a run another node owns).
 MESSAGES: Final[dict[str, type[Any]]] = {
     cls.__name__: cls
     for cls in (

@@ -823,6 +823,31 @@ async def workflows() -> Response:
     return await render("workflows.html", app=app, apps=apps, workflows=shown, next_url=next_url)
 
 
+# ---------------------------------------------------------------------- schedules
+
+
+@blueprint.get("/schedules")
+@page()
+async def schedules() -> Response:
+    """An app's schedules: definition, pause, next fire, counters and the last fires' runs."""
+    check_query({"app", "cursor"})
+    eng = engine()
+    apps = sorted({app for app, _ in await eng.store.run_counts()})
+    app = request.args.get("app") or (apps[0] if apps else "")
+    if app and not is_name(app):
+        raise InvalidRequest("not an app name", field="app")
+    after = request.args.get("cursor") or None
+    if after is not None and not is_name(after):
+        raise InvalidRequest("not a cursor this page made", field="cursor")
+    found = await eng.store.list_schedules(app, PAGE + 1, after) if app else []
+    shown = found[:PAGE]
+    rows = [(s, await eng.store.last_schedule_fires(app, s.name, 3)) for s in shown]
+    next_url = None
+    if len(found) > PAGE:
+        next_url = "/console/schedules?" + urlencode({"app": app, "cursor": shown[-1].name})
+    return await render("schedules.html", app=app, apps=apps, rows=rows, next_url=next_url)
+
+
 def diff_lines(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
     """(kind, line) of a unified diff of two definitions' pretty JSON; kind is + - @ or ' '."""
     out = []

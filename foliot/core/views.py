@@ -44,6 +44,13 @@ class ChildrenView(TypedDict):
     openRunIds: list[str]
 
 
+class ScheduleRefView(TypedDict):
+    """The schedule fire that started a run."""
+
+    name: str
+    scheduledTime: Timestamp
+
+
 class RunView(TypedDict):
     """A run."""
 
@@ -69,6 +76,7 @@ class RunView(TypedDict):
     output: Any
     parent: ParentView | None
     children: ChildrenView | None
+    schedule: ScheduleRefView | None
 
 
 class RunListEntry(RunView):
@@ -122,6 +130,9 @@ def run_view(run: Run) -> RunView:
         "output": run.output if run.status == "completed" else None,
         "parent": _parent_view(run),
         "children": _children_view(run),
+        "schedule": None
+        if run.schedule is None
+        else {"name": run.schedule.name, "scheduledTime": at(run.schedule.scheduled_time)},
     }
 
 

@@ -475,13 +475,14 @@ def create_app(
         internal,
         operators,
         runs,
+        schedules,
         signals,
         swf,
         tasks,
         workflows,
     )
 
-    for module in (apps, workflows, runs, bulk, signals, tasks, admin, diagnosis, operators):
+    for module in (apps, workflows, runs, bulk, signals, tasks, schedules, admin, diagnosis, operators):
         app.register_blueprint(module.blueprint)
     for face in faces:  # the console, mounted by the composition root
         app.register_blueprint(face)

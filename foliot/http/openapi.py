@@ -22,6 +22,7 @@ import attrs
 from quart import Quart
 
 from .. import __version__
+from ..core.schedule.definition import ScheduleBody
 from ..core.shapes import Refinements, schema_of
 from ..core.views import EventView, RunListEntry, RunView
 from ..core.workflow.jsonconv import camel
@@ -29,7 +30,7 @@ from ..core.workflow.model import STATUSES
 from ..core.workflow.schema import DURATION, NAME, workflow_schemas
 from ..observe.diagnosis import ATTENTION_REASONS
 from ..observe.metrics import SWF_CLOSE_STATUSES
-from . import apps, bulk, operators, runs, signals, swf, tasks
+from . import apps, bulk, operators, runs, schedules, signals, swf, tasks
 from .app import EmptyBody
 
 ANY: dict[str, Any] = {}
@@ -134,6 +135,9 @@ BODIES: Final[dict[str, type]] = {
     "Poll": tasks.PollBody,
     "OperatorToken": operators.TokenBody,
     "Complete": tasks.CompleteBody,
+    "SchedulePut": ScheduleBody,
+    "ScheduleReason": schedules.ReasonBody,
+    "Backfill": schedules.BackfillBody,
 }
 
 _FUNCTION = _answer({"region": STR, "name": STR, "url": STR, "createdAt": TS, "updatedAt": TS})
@@ -146,6 +150,49 @@ _TOKEN = {
 _APP = {"app": NAME, "handlerBaseUrl": STR, "description": STR_OR_NULL}
 _WORKFLOW = {"name": NAME, "version": {"type": "integer", "minimum": 1}, "createdAt": TS}
 _STATUS = {"type": "string", "enum": sorted(STATUSES)}
+_SCHEDULE: Final = {
+    "name": NAME,
+    "app": NAME,
+    "workflow": NAME,
+    "version": {"type": ["integer", "null"], "minimum": 1},
+    "cron": STR_OR_NULL,
+    "every": STR_OR_NULL,
+    "timezone": STR_OR_NULL,
+    "input": ANY,
+    "overlap": {"enum": ["skip", "buffer_one", "allow", "cancel_previous", None]},
+    "catchupWindow": STR_OR_NULL,
+    "jitter": STR_OR_NULL,
+    "startAt": STR_OR_NULL,
+    "endAt": STR_OR_NULL,
+    "paused": BOOL,
+    "pauseReason": STR_OR_NULL,
+    "nextFires": {"type": "array", "items": TS},
+    "fired": INT,
+    "skipped": INT,
+    "missed": INT,
+    "buffered": TS_OR_NULL,
+    "lastError": STR_OR_NULL,
+    "createdAt": TS,
+    "updatedAt": TS,
+    "lastFires": {
+        "type": "array",
+        "items": _answer({"scheduledTime": TS, "runId": STR, "firedAt": TS, "status": STR_OR_NULL}),
+    },
+}
+# Members of a schedule's view only there when its document (or the one-schedule read) has them.
+_SCHEDULE_OPTIONAL: Final = (
+    "version",
+    "cron",
+    "every",
+    "timezone",
+    "input",
+    "overlap",
+    "catchupWindow",
+    "jitter",
+    "startAt",
+    "endAt",
+    "lastFires",
+)
 
 # Answers that are not a typed view: written here, held to the real answers by the tests.
 ANSWERS: Final[dict[str, dict[str, Any]]] = {
@@ -185,6 +232,37 @@ ANSWERS: Final[dict[str, dict[str, Any]]] = {
     "WorkflowList": _list("workflows", _answer(_WORKFLOW), "nextCursor"),
     "WorkflowVersion": _answer({**_WORKFLOW, "definition": _ref("Workflow")}),
     "RunPage": _list("runs", _ref("RunListEntry"), "nextCursor"),
+    "Debounced": _answer(
+        {
+            "runId": STR,
+            "debounced": TRUE,
+            "status": {"const": "pending"},
+            "startsAt": TS,
+            "dropped": TRUE,
+        },
+        ("status", "startsAt", "dropped"),
+    ),
+    "Schedule": _answer(_SCHEDULE, _SCHEDULE_OPTIONAL),
+    "SchedulePage": _list("schedules", _answer(_SCHEDULE, _SCHEDULE_OPTIONAL), "nextCursor"),
+    "ScheduleFired": _answer(
+        {
+            "scheduledTime": TS,
+            "outcome": {"enum": ["started", "skipped", "buffered", "refused"]},
+            "runId": STR_OR_NULL,
+            "error": STR_OR_NULL,
+        }
+    ),
+    "ScheduleBackfilled": _answer(
+        {
+            "fires": {
+                "type": "array",
+                "items": _answer({"scheduledTime": TS, "runId": STR, "new": BOOL}),
+            },
+            "started": INT,
+            "alreadyFired": INT,
+        }
+    ),
+    "ScheduleDeleted": _answer({"name": NAME, "deleted": TRUE}),
     "EventPage": _list("events", _ref("EventView"), "nextCursor"),
     "Diagnosis": _answer(
         {
@@ -382,12 +460,39 @@ OPERATIONS: dict[tuple[str, str], Op] = {
         "One version", None, 200, "app", "WorkflowVersion"
     ),
     ("POST", f"{A}/runs"): Op(
-        "Start a run (200: an Idempotency-Key seen before)",
+        "Start a run (200: an Idempotency-Key seen before; 202: a debounced start)",
         "StartRun",
         201,
         "app",
         "RunView",
-        ((200, "RunView"),),
+        ((200, "RunView"), (202, "Debounced")),
+    ),
+    ("PUT", f"{A}/schedules/{{name}}"): Op(
+        "Create (201) or replace (200) a schedule",
+        "SchedulePut",
+        201,
+        "app",
+        "Schedule",
+        ((200, "Schedule"),),
+    ),
+    ("GET", f"{A}/schedules"): Op("List schedules", None, 200, "app", "SchedulePage"),
+    ("GET", f"{A}/schedules/{{name}}"): Op(
+        "A schedule, its next and last fires", None, 200, "app", "Schedule"
+    ),
+    ("POST", f"{A}/schedules/{{name}}/pause"): Op(
+        "Pause a schedule", "ScheduleReason", 200, "app", "Schedule"
+    ),
+    ("POST", f"{A}/schedules/{{name}}/unpause"): Op(
+        "Unpause a schedule", "ScheduleReason", 200, "app", "Schedule"
+    ),
+    ("POST", f"{A}/schedules/{{name}}/trigger"): Op(
+        "Fire a schedule now (honouring its overlap policy)", "ScheduleReason", 200, "app", "ScheduleFired"
+    ),
+    ("POST", f"{A}/schedules/{{name}}/backfill"): Op(
+        "Start a run for every scheduled time in a range", "Backfill", 200, "app", "ScheduleBackfilled"
+    ),
+    ("DELETE", f"{A}/schedules/{{name}}"): Op(
+        "Delete a schedule", "ScheduleReason", 200, "app", "ScheduleDeleted"
     ),
     ("GET", f"{A}/runs"): Op("List runs", None, 200, "app", "RunPage"),
     ("GET", R): Op("Read a run", None, 200, "app", "RunView"),
@@ -499,10 +604,12 @@ OPERATIONS: dict[tuple[str, str], Op] = {
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
 QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("GET", f"{A}/workflows"): {"limit": _LIMIT, "cursor": {"type": "string"}},
+    ("GET", f"{A}/schedules"): {"limit": _LIMIT, "cursor": {"type": "string"}},
     ("GET", f"{A}/runs"): {
         "workflow": NAME,
         "status": _STATUS,
         "businessKey": {"type": "string"},
+        "parentRunId": {"type": "string"},
         "attention": {"type": "string", "enum": ["true", "false", *ATTENTION_REASONS]},
         "limit": _LIMIT,
         "cursor": {"type": "string"},
@@ -514,7 +621,7 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     },
     ("GET", "/admin/actors"): {
         "status": {"type": "string", "enum": [*sorted(STATUSES), "OPEN", *SWF_CLOSE_STATUSES]},
-        "kind": {"type": "string", "enum": ["run", "swf"]},
+        "kind": {"type": "string", "enum": ["run", "swf", "schedule"]},
         "limit": _LIMIT,
     },
     ("GET", "/admin/swf/parked"): {"after": {"type": "string"}, "limit": _LIMIT},
@@ -602,7 +709,8 @@ def document(app: Quart) -> dict[str, Any]:
             entry["security"] = [{"bearer": []}]
         if op.body is not None:
             entry["requestBody"] = {
-                "required": op.body not in ("Empty", "Reason", "Skip", "Rotate", "Complete"),
+                "required": op.body
+                not in ("Empty", "Reason", "Skip", "Rotate", "Complete", "ScheduleReason"),
                 "content": {"application/json": {"schema": _ref(op.body)}},
             }
         paths.setdefault(path, {})[method.lower()] = entry

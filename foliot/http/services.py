@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..core.config import Settings
     from ..core.credentials import Vault
     from ..kinds.run.service import Runs
+    from ..kinds.schedule.service import Schedules
     from ..kinds.swf.service import Swf
     from ..observe.metrics import Metrics
     from ..observe.trends import Trends
@@ -56,6 +57,8 @@ class Services(Protocol):
     def runs(self) -> Runs: ...
     @property
     def swf(self) -> Swf: ...
+    @property
+    def schedules(self) -> Schedules: ...
     @property
     def kinds(self) -> Mapping[str, Kind[Any]]: ...
 

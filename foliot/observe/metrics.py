@@ -176,6 +176,9 @@ class RunCounters:
                     self._child("closed", (run.app, run.workflow), status).inc()
 
 
+# Every value `foliot_schedule_fires_total{outcome}` can take.
+SCHEDULE_OUTCOMES: Final = ("fired", "skipped", "missed")
+
 # SWF: every label value is from the service model's enums (fixed vocabularies).
 SWF_CLOSE_STATUSES: Final = ("COMPLETED", "FAILED", "CANCELED", "TERMINATED", "CONTINUED_AS_NEW", "TIMED_OUT")
 SWF_DECISIONS: Final = (
@@ -314,6 +317,15 @@ class Metrics:
         for outcome in OUTCOMES:  # every series exists from the start, at 0
             self.push_outcomes.labels(outcome)
         self._swf_instruments(r)
+        self.schedule_fires = Counter(
+            "foliot_schedule_fires",
+            "Schedule fires by outcome: fired (a run started), skipped (the overlap policy, or a"
+            " refused start), missed (later than catchupWindow after an outage).",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in SCHEDULE_OUTCOMES:
+            self.schedule_fires.labels(outcome)
         # app -> [started, completed, failed] since this engine started: the console's per-app
         # trends (not exported: app names are no fixed vocabulary).
         self.run_tally: dict[str, list[int]] = {}
@@ -365,6 +377,11 @@ class Metrics:
             self.swf_closed.labels(status)
         for decision in SWF_DECISIONS:
             self.swf_decisions.labels(decision)
+
+    def schedule_counted(self, outcome: str, n: int = 1) -> None:
+        """Schedule fires made (`fired`), skipped or missed (`ScheduleMeter`)."""
+        if outcome in SCHEDULE_OUTCOMES:
+            self.schedule_fires.labels(outcome).inc(n)
 
     def swf_polled(self, kind: str, result: str, seconds: float) -> None:
         """One SWF long poll ended: with a task (`task`) or none (`empty`)."""

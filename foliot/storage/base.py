@@ -19,6 +19,7 @@ from .console import OperatorTokenRecord, RunQuery
 from .fence import Fence
 from .health import ProbeStore
 from .keycheck import KeyCheckStore
+from .schedules import ScheduleFire, ScheduleStore
 from .sessions import SessionStore
 from .swf import SwfExecutionStore, SwfRegistryStore
 
@@ -118,6 +119,9 @@ class UnitOfWork:
     slot: SlotChange | None = None
     # A debounce key the run claims (a new burst's run) or releases (it began, or closed).
     debounce: DebounceChange | None = None
+    # A schedule's fire that starts this (new) run: a time already fired fails the unit with
+    # `UniqueViolation("schedule_fire")`; such a unit is written on its own (`batch_rows`).
+    fire: ScheduleFire | None = None
 
 
 SLOT_TAKEN: Final = "concurrency_slot"
@@ -388,6 +392,7 @@ class Store(
     KeyCheckStore,
     ProbeStore,
     SessionStore,
+    ScheduleStore,
     Protocol,
 ):
     """Durable state. Every method is one transaction; `commit` is the engine's hot path. A

@@ -57,8 +57,10 @@ class BatchRows:
 
 def batch_rows(units: list[UnitOfWork]) -> BatchRows | None:
     """The rows of `units`, or None when they cannot be written as one set: a run written twice
-    in the batch (its second unit is guarded by the first one's seq, so order matters) or one
-    idempotency key taken twice."""
+    in the batch (its second unit is guarded by the first one's seq, so order matters), one
+    idempotency key taken twice, or a schedule's fire (rare: written one by one, `unit_tx`)."""
+    if any(unit.fire is not None for unit in units):
+        return None
     runs: set[str] = set()
     keys: set[tuple[str, str]] = set()
     inserts: list[tuple[Any, ...]] = []

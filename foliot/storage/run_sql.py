@@ -159,11 +159,24 @@ def debounce_tx(run: Run, change_: DebounceChange) -> Tx[None]:
     yield change(INSERT_DEBOUNCE, *row)
 
 
+# A schedule's fire record (`UnitOfWork.fire`): a time already fired inserts nothing.
+INSERT_SCHEDULE_FIRE: Final = (
+    _insert("schedule_fires", "app, name, scheduled_time, run_id, fired_at")
+    + marks(5)
+    + " ON CONFLICT (app, name, scheduled_time) DO NOTHING"
+)
+
+
 def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[None]:
     """One unit of work written on its own (the writers' fallback when a batch as a whole is
     refused): refused with `StaleWrite` when its run moved on, with `UniqueViolation` when a
-    live idempotency record holds its key."""
+    live idempotency record holds its key or its schedule fire was made before."""
     run = unit.run
+    if unit.fire is not None:
+        f = unit.fire
+        taken = yield change(INSERT_SCHEDULE_FIRE, f.app, f.name, f.scheduled_time, f.run_id, f.fired_at)
+        if taken != 1:
+            raise UniqueViolation("schedule_fire", f"schedule {f.name!r} fired {f.scheduled_time} before")
     row = run_row(run)
     step, since = step_columns(run)
     version, error_class = search_columns(run)

@@ -37,6 +37,7 @@ from .checkpoint import BACKSTOP_PAGES, JOURNAL_SIZE_LIMIT, Checkpointer
 from .health import ProbeSqlite
 from .run_sql import SQLITE
 from .run_store import SqlRunStore
+from .schedules import ScheduleSql
 from .sessions import SessionsSqlite
 from .sql import Kind, Op, Tx, marks
 from .swf_sqlite import SwfSqlite
@@ -91,7 +92,7 @@ def _translate(exc: sqlite3.Error) -> StorageError:
     return StorageError(str(exc))
 
 
-class SqliteStore(SqlRunStore, SwfSqlite, ProbeSqlite, SessionsSqlite):
+class SqliteStore(SqlRunStore, SwfSqlite, ProbeSqlite, SessionsSqlite, ScheduleSql):
     """`Store` on one SQLite file (or `:memory:` for tests)."""
 
     dialect = SQLITE

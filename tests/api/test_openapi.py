@@ -112,6 +112,35 @@ async def test_every_answer_validates_against_its_declared_schema(api: Api) -> N
     await api.call("GET", f"{base}/runs", params={"workflow": "w", "limit": 1})
     await api.call("GET", f"{base}/runs/{run['runId']}/events")
     await api.call("GET", f"{base}/runs/{run['runId']}/diagnosis")
+    # child runs, debounced starts
+    await api.register(
+        {"name": "fan", "steps": [{"name": "m", "type": "map", "itemsPath": "input", "workflow": "w"}]}
+    )
+    fan = await api.start("fan", [1, 2])
+    await api.call("GET", f"{base}/runs/{fan['runId']}")
+    await api.call("GET", f"{base}/runs", params={"parentRunId": fan["runId"]})
+    debounced = {"workflow": "w", "debounce": {"key": "d", "period": "1h"}}
+    assert (await api.call("POST", f"{base}/runs", debounced)).status_code == 202
+    leading = {"workflow": "w", "debounce": {"key": "l", "period": "1h", "mode": "leading"}}
+    await api.call("POST", f"{base}/runs", leading)
+    assert (await api.call("POST", f"{base}/runs", leading)).status_code == 202
+    # schedules
+    sched = {"workflow": "w", "cron": "0 9 * * 1-5", "timezone": "Europe/Berlin", "overlap": "allow"}
+    assert (await api.call("PUT", f"{base}/schedules/daily", sched)).status_code == 201
+    assert (await api.call("PUT", f"{base}/schedules/daily", sched)).status_code == 200
+    await api.call("GET", f"{base}/schedules")
+    await api.call("GET", f"{base}/schedules/daily")
+    await api.call("POST", f"{base}/schedules/daily/pause", {"reason": "holiday"})
+    await api.call("POST", f"{base}/schedules/daily/unpause", {})
+    assert (await api.call("POST", f"{base}/schedules/daily/trigger", {})).status_code == 200
+    backfilled = await api.call(
+        "POST",
+        f"{base}/schedules/daily/backfill",
+        {"from": "2026-11-02T00:00:00Z", "to": "2026-11-04T00:00:00Z"},
+    )
+    assert backfilled.status_code == 200, backfilled.text
+    await api.call("GET", f"{base}/schedules/daily")
+    assert (await api.call("DELETE", f"{base}/schedules/daily", {})).status_code == 200
     await api.call("POST", f"{base}/runs/{run['runId']}/pause", {"reason": "look"})
     await api.call("POST", f"{base}/runs/{run['runId']}/unpause", {})
     await api.call("PATCH", f"{base}/runs/{run['runId']}/state", {"set": {"w": 1}, "reason": "fix"})

@@ -147,6 +147,8 @@ def test_every_message_between_nodes_travels_as_json_and_comes_back_the_same() -
         machine.ChildRunClosed("run_c", ParentRef("run_p", "ship", 1, 1), "completed", None, None),
         machine.Cancel("its parent closed"),
         machine.Admit(),
+        machine.Cancel("schedule 'nightly': cancel_previous"),  # a run's cancel
+        machine.Cancel(),
     ]
     assert {type(x).__name__ for x in messages} == set(remote.MESSAGES)
     for message in messages:

@@ -553,3 +553,24 @@ async def test_two_nodes_never_exceed_a_concurrency_limit_together(cluster: Clus
                 await trio.sleep(0.05)
         assert n.get("waiting") == 2
     assert await counts() == {"completed": 3, "waiting": 2, "queued": 3}
+
+
+async def test_a_schedule_owned_by_another_node_is_reached_through_it(cluster: Cluster) -> None:
+    c = cluster
+    c.own("sched:orders:nightly", "a")
+    base = f"/apps/{c.app}/schedules/nightly"
+    made = await c.call("b", "PUT", base, {"workflow": "w", "every": "1h", "overlap": "allow"})
+    assert made.status_code == 201, made.text
+    assert c.nodes["b"].engine.forwarder.forwarded == 1
+    assert "sched:orders:nightly" in c.nodes["a"].engine.supervisor.actors
+    assert "sched:orders:nightly" not in c.nodes["b"].engine.supervisor.actors
+    fired = await c.call("b", "POST", f"{base}/trigger", {})
+    assert fired.status_code == 200 and fired.json()["outcome"] == "started", fired.text
+    paused = await c.call("b", "POST", f"{base}/pause", {"reason": "r"})
+    assert paused.status_code == 200 and paused.json()["paused"] is True
+    shown = await c.call("b", "GET", base)  # a read: served by b itself
+    assert shown.json()["lastFires"][0]["runId"] == fired.json()["runId"]
+    assert c.nodes["b"].engine.forwarder.forwarded == 3
+    c.own("sched:orders:nightly", None)
+    unowned = await c.call("b", "POST", f"{base}/unpause", {})
+    assert unowned.status_code == 503 and unowned.headers["retry-after"] == "1"

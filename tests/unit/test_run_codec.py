@@ -15,6 +15,7 @@ from foliot.core.workflow.model import (
     ErrorInfo,
     HeldOutcome,
     Run,
+    ScheduleRef,
     TaskRef,
     Timer,
     replace_run,
@@ -53,6 +54,7 @@ FULL = Run(
     step_since=12,
     paused_from="running",
     held=HeldOutcome("failed", 30, next="ship", error=ErrorInfo("pay", "timeout", "late"), retryable=True),
+    schedule=ScheduleRef("nightly", 1_767_225_600_000),
     seq=42,
 )
 HELD_BARE = attrs.evolve(BARE, held=HeldOutcome("completed", 30))

@@ -570,6 +570,40 @@ class BaseClient:
             safe=True,
         )
 
+    # --- schedules ----------------------------------------------------------------------------
+    # Schedules come back as the server's JSON objects (dicts), every string as the server sent it.
+
+    def _schedule(self, name: str, app: str | None) -> str:
+        return f"{self._app(app)}/schedules/{_q(name)}"
+
+    def b_put_schedule(
+        self, name: str, definition: Mapping[str, Any], app: str | None
+    ) -> Call[dict[str, Any]]:
+        # A PUT of the same document leaves the schedule as it is: safe to repeat.
+        return Call("PUT", self._schedule(name, app), _raw, json=dict(definition), safe=True)
+
+    def b_list_schedules(
+        self, limit: int | None, cursor: str | None, app: str | None
+    ) -> Call[Page[dict[str, Any]]]:
+        return Call(
+            "GET",
+            f"{self._app(app)}/schedules",
+            _page("schedules", dict),
+            params=_clean({"limit": limit, "cursor": cursor}),
+            safe=True,
+        )
+
+    def b_get_schedule(self, name: str, app: str | None) -> Call[dict[str, Any]]:
+        return Call("GET", self._schedule(name, app), _raw, safe=True)
+
+    def b_schedule_action(
+        self, name: str, action: str, body: dict[str, Any], app: str | None, *, safe: bool = False
+    ) -> Call[dict[str, Any]]:
+        return Call("POST", f"{self._schedule(name, app)}/{action}", _raw, json=body, safe=safe)
+
+    def b_delete_schedule(self, name: str, app: str | None) -> Call[dict[str, Any]]:
+        return Call("DELETE", self._schedule(name, app), _raw)
+
     # --- operators (admin) --------------------------------------------------------------------
 
     def b_list_actors(self, status: str | None, limit: int | None) -> Call[list[Actor]]:

@@ -412,6 +412,54 @@ class Client(BaseClient):
     def heartbeat_task(self, token: str, *, app: str | None = None) -> Heartbeat:
         return self.send(self.b_heartbeat_task(token, app))
 
+    # schedules (the server's JSON objects, as dicts)
+    def put_schedule(
+        self, name: str, definition: Mapping[str, Any], *, app: str | None = None
+    ) -> dict[str, Any]:
+        """Create or replace a schedule (`workflow`, `cron` or `every`, `timezone`, ...)."""
+        return self.send(self.b_put_schedule(name, definition, app))
+
+    def list_schedules(
+        self, *, limit: int | None = None, cursor: str | None = None, app: str | None = None
+    ) -> Page[dict[str, Any]]:
+        return self.send(self.b_list_schedules(limit, cursor, app))
+
+    def iter_schedules(self, *, app: str | None = None) -> Iterator[dict[str, Any]]:
+        cursor: str | None = None
+        while True:
+            page = self.list_schedules(cursor=cursor, app=app)
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def get_schedule(self, name: str, *, app: str | None = None) -> dict[str, Any]:
+        """The schedule with its `nextFires`, `lastFires` (runIds, statuses) and counters."""
+        return self.send(self.b_get_schedule(name, app))
+
+    def pause_schedule(
+        self, name: str, *, reason: str | None = None, app: str | None = None
+    ) -> dict[str, Any]:
+        return self.send(self.b_schedule_action(name, "pause", _reason(reason), app, safe=True))
+
+    def unpause_schedule(
+        self, name: str, *, reason: str | None = None, app: str | None = None
+    ) -> dict[str, Any]:
+        return self.send(self.b_schedule_action(name, "unpause", _reason(reason), app, safe=True))
+
+    def trigger_schedule(self, name: str, *, app: str | None = None) -> dict[str, Any]:
+        """Fire now, as the overlap policy allows: `{scheduledTime, outcome, runId}`."""
+        return self.send(self.b_schedule_action(name, "trigger", {}, app))
+
+    def backfill_schedule(self, name: str, start: str, end: str, *, app: str | None = None) -> dict[str, Any]:
+        """A run for every scheduled time in `[start, end)` (RFC 3339); a time already fired
+        keeps its run. Safe to repeat."""
+        body = {"from": start, "to": end}
+        return self.send(self.b_schedule_action(name, "backfill", body, app, safe=True))
+
+    def delete_schedule(self, name: str, *, app: str | None = None) -> dict[str, Any]:
+        return self.send(self.b_delete_schedule(name, app))
+
     # operators (admin token)
     def list_actors(self, *, status: str | None = None, limit: int | None = None) -> list[Actor]:
         return self.send(self.b_list_actors(status, limit))
@@ -776,6 +824,42 @@ class AsyncClient(BaseClient):
     async def heartbeat_task(self, token: str, *, app: str | None = None) -> Heartbeat:
         return await self.send(self.b_heartbeat_task(token, app))
 
+    # schedules (the server's JSON objects, as dicts)
+    async def put_schedule(
+        self, name: str, definition: Mapping[str, Any], *, app: str | None = None
+    ) -> dict[str, Any]:
+        return await self.send(self.b_put_schedule(name, definition, app))
+
+    async def list_schedules(
+        self, *, limit: int | None = None, cursor: str | None = None, app: str | None = None
+    ) -> Page[dict[str, Any]]:
+        return await self.send(self.b_list_schedules(limit, cursor, app))
+
+    async def get_schedule(self, name: str, *, app: str | None = None) -> dict[str, Any]:
+        return await self.send(self.b_get_schedule(name, app))
+
+    async def pause_schedule(
+        self, name: str, *, reason: str | None = None, app: str | None = None
+    ) -> dict[str, Any]:
+        return await self.send(self.b_schedule_action(name, "pause", _reason(reason), app, safe=True))
+
+    async def unpause_schedule(
+        self, name: str, *, reason: str | None = None, app: str | None = None
+    ) -> dict[str, Any]:
+        return await self.send(self.b_schedule_action(name, "unpause", _reason(reason), app, safe=True))
+
+    async def trigger_schedule(self, name: str, *, app: str | None = None) -> dict[str, Any]:
+        return await self.send(self.b_schedule_action(name, "trigger", {}, app))
+
+    async def backfill_schedule(
+        self, name: str, start: str, end: str, *, app: str | None = None
+    ) -> dict[str, Any]:
+        body = {"from": start, "to": end}
+        return await self.send(self.b_schedule_action(name, "backfill", body, app, safe=True))
+
+    async def delete_schedule(self, name: str, *, app: str | None = None) -> dict[str, Any]:
+        return await self.send(self.b_delete_schedule(name, app))
+
     async def list_actors(self, *, status: str | None = None, limit: int | None = None) -> list[Actor]:
         return await self.send(self.b_list_actors(status, limit))
 
@@ -796,3 +880,7 @@ class AsyncClient(BaseClient):
 
     async def revoke_operator_token(self, token_id: str) -> None:
         await self.send(self.b_revoke_operator_token(token_id))
+
+
+def _reason(reason: str | None) -> dict[str, Any]:
+    return {} if reason is None else {"reason": reason}

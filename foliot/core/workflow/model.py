@@ -133,6 +133,14 @@ class FanOut:
 
 
 @attrs.frozen
+class ScheduleRef:
+    """The schedule fire that started a run: the schedule's name and the scheduled time."""
+
+    name: str
+    scheduled_time: int
+
+
+@attrs.frozen
 class Run:
     run_id: str
     app: str
@@ -172,6 +180,7 @@ class Run:
     concurrency_key: str | None = None
     # A debounced start not begun yet: "<workflow>/<debounce key>" (cleared when it begins)
     debounce_key: str | None = None
+    schedule: ScheduleRef | None = None  # started by a schedule's fire
     seq: int = 0  # the last event's sequence number; also the row's write version
 
     @property
@@ -244,9 +253,9 @@ def _getter(cls: type) -> tuple[tuple[str, ...], Any]:
 _RUN_NAMES, _run_values = _getter(Run)
 _FLAT = {
     cls: _getter(cls)
-    for cls in (ErrorInfo, TaskRef, Timer, BufferedSignal, HeldOutcome, ParentRef, ChildSlot)
+    for cls in (ErrorInfo, TaskRef, Timer, BufferedSignal, HeldOutcome, ParentRef, ChildSlot, ScheduleRef)
 }
-_NESTED_ONE: Final = ("error", "task", "timer", "carried_error", "parent")
+_NESTED_ONE: Final = ("error", "task", "timer", "carried_error", "parent", "schedule")
 _FAN_NAMES, _fan_values = _getter(FanOut)
 
 

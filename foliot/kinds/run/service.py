@@ -22,7 +22,7 @@ from ...core.errors import Conflict, Fenced, NotFound, StorageError, Unavailable
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.machine import Context, Reply
-from ...core.workflow.model import Run, TaskRef
+from ...core.workflow.model import Run, ScheduleRef, TaskRef, replace_run
 from ...storage.base import (
     DEBOUNCE_TAKEN,
     SLOT_TAKEN,
@@ -31,6 +31,7 @@ from ...storage.base import (
     UnitOfWork,
     json_dumps,
 )
+from ...storage.schedules import ScheduleFire
 from ..host import KindHost
 from . import children, debounce
 from .actor import RunKind, slot_of
@@ -239,11 +240,15 @@ class Runs:
         request_hash: str,
         render: Any,
         debounce: DebounceChange | None = None,
+        schedule: ScheduleRef | None = None,
+        fire: ScheduleFire | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Create a run. Returns (response body, created); created is False for a replay.
 
         `debounce` (a `claim`): the run is the first of a debounced burst (`debounce.py`); a
-        trailing one begins at `debounce.until`."""
+        trailing one begins at `debounce.until`. A schedule's fire passes its `schedule` (kept on
+        the run) and its `fire` record, written with the run's insert under the new run's id:
+        `UniqueViolation("schedule_fire")` when that scheduled time started a run before."""
         self._check_ready()
         if idempotency_key is not None:
             replay = await self.replay(app, idempotency_key, request_hash)
@@ -274,6 +279,8 @@ class Runs:
             if debounce is not None and debounce.mode == "trailing"
             else None,
         )
+        if schedule is not None:
+            tr = attrs.evolve(tr, run=replace_run(tr.run, {"schedule": schedule}))
         candidates = [tr]
         if tr.run.status == "queued":
             # A workflow with `concurrency`: admitted at once when a slot is free and no run
@@ -291,6 +298,7 @@ class Runs:
                 idempotency_key,
                 request_hash,
                 debounce,
+                fire,
             )
             if outcome is not None:
                 return outcome
@@ -307,6 +315,7 @@ class Runs:
         idempotency_key: str | None,
         request_hash: str,
         debounce: DebounceChange | None = None,
+        fire: ScheduleFire | None = None,
     ) -> tuple[dict[str, Any], bool] | None:
         """Commit a new run's first transition; None when its concurrency slot was taken."""
         run_id = tr.run.run_id
@@ -329,6 +338,8 @@ class Runs:
             slot=slot_of(None, tr.run, definition),
             debounce=debounce,
         )
+        if fire is not None:
+            unit = attrs.evolve(unit, fire=attrs.evolve(fire, run_id=run_id))
 
         if self.host.supervisor.closed:
             raise Unavailable("the server is shutting down")
@@ -339,6 +350,8 @@ class Runs:
         except Fenced as exc:  # the partition moved to another node between the id and the commit
             raise Unavailable("this node no longer owns the new run's partition; retry") from exc
         except UniqueViolation as exc:
+            if exc.constraint == "schedule_fire":
+                raise  # that scheduled time started its run before: the schedule's to answer
             if exc.constraint == SLOT_TAKEN and tr.run.holds_slot:
                 return None  # no slot free: it starts queued instead
             if exc.constraint == DEBOUNCE_TAKEN:

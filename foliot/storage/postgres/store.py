@@ -26,6 +26,7 @@ from ..health import ProbePostgres
 from ..notify import NotifyPostgres
 from ..run_sql import POSTGRES
 from ..run_store import SqlRunStore
+from ..schedules import ScheduleSql
 from ..sessions import SessionsPostgres
 from ..sql import Kind, Tx, numbered
 from ..swf_postgres import SwfPostgres
@@ -39,7 +40,7 @@ _MIGRATION_LOCK = 0x0F0110_7  # pg_advisory_lock key: one migrator at a time
 
 
 class PostgresStore(
-    SqlRunStore, SwfPostgres, ClusterPostgres, NotifyPostgres, ProbePostgres, SessionsPostgres
+    SqlRunStore, SwfPostgres, ClusterPostgres, NotifyPostgres, ProbePostgres, SessionsPostgres, ScheduleSql
 ):
     """`Store` on PostgreSQL. Create with `open_postgres`."""
 

@@ -1,4 +1,4 @@
-"""The operator CLI: `foliot runs|workflows|apps|tokens|actors|timers|queues|why …`.
+"""The operator CLI: `foliot runs|schedules|workflows|apps|tokens|actors|timers|queues|why …`.
 
 Installed as `foliot-cli` by `pip install 'foliot-client[cli]'`; the engine's `foliot` command
 hands every command other than `serve` and `migrate` to it. Talks HTTP only.
@@ -556,6 +556,122 @@ def runs_edit_state(s: Session, run_id: str, sets: Sequence[str], unsets: Sequen
         fail("nothing to edit: give --set and/or --unset")
     call = s.client.b_edit_state(run_id, changes or None, list(unsets) or None, reason, s.need_app())
     _intervention(s, call, "edited the state of")
+
+
+# --- schedules --------------------------------------------------------------------------------
+
+SCHEDULE_COLUMNS = ("name", "workflow", "cron", "every", "timezone", "overlap", "paused", "nextFire")
+SCHEDULE_FIELDS = (
+    "name", "workflow", "version", "cron", "every", "timezone", "overlap", "catchupWindow", "jitter",
+    "startAt", "endAt", "paused", "pauseReason", "nextFires", "fired", "skipped", "missed", "buffered",
+    "lastError", "input", "createdAt", "updatedAt",
+)  # fmt: skip
+
+
+@cli.group()
+def schedules() -> None:
+    """Create, read, pause, trigger and backfill schedules."""
+
+
+@schedules.command("list")
+@pass_session
+def schedules_list(s: Session) -> None:
+    """The app's schedules, by name, with their next fire."""
+    rows: list[dict[str, Any]] = []
+    cursor = None
+    while True:
+        page = s.raw(s.client.b_list_schedules(1000, cursor, s.need_app()))
+        rows.extend(page["schedules"])
+        cursor = page.get("nextCursor")
+        if cursor is None:
+            break
+    shown = [{**row, "nextFire": (row.get("nextFires") or [None])[0]} for row in rows]
+    s.out.table(shown, SCHEDULE_COLUMNS, {"schedules": rows})
+
+
+def _schedule_record(s: Session, document: dict[str, Any]) -> None:
+    s.out.record(document, SCHEDULE_FIELDS)
+    fires = document.get("lastFires")
+    if fires and not s.out.as_json:
+        s.out.console.print()
+        s.out.table(fires, ("scheduledTime", "runId", "status", "firedAt"))
+
+
+@schedules.command("show")
+@click.argument("name")
+@pass_session
+def schedules_show(s: Session, name: str) -> None:
+    """A schedule: its definition, next 5 fires, counters and last fires (runIds, statuses)."""
+    _schedule_record(s, s.raw(s.client.b_get_schedule(name, s.need_app())))
+
+
+@schedules.command("put")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--name", help="the schedule's name (default: the file's `name`)")
+@pass_session
+def schedules_put(s: Session, file: str, name: str | None) -> None:
+    """Create or replace a schedule from FILE (YAML or JSON: workflow, cron or every, ...)."""
+    document = read_definition(file)
+    from_file = document.pop("name", None)
+    chosen = name or from_file
+    if not isinstance(chosen, str) or not chosen:
+        fail(f"{file}: name the schedule with --name or a `name` key")
+    _schedule_record(s, s.raw(s.client.b_put_schedule(chosen, document, s.need_app())))
+
+
+def _schedule_state(s: Session, document: dict[str, Any], verb: str) -> None:
+    reason = f" ({document['pauseReason']})" if document.get("pauseReason") else ""
+    s.out.text(f"{verb} schedule {document['name']}{reason}", document)
+
+
+@schedules.command("pause")
+@click.argument("name")
+@click.option("--reason")
+@pass_session
+def schedules_pause(s: Session, name: str, reason: str | None) -> None:
+    """Stop firing until unpaused (fires in between are neither made nor counted)."""
+    body = {} if reason is None else {"reason": reason}
+    _schedule_state(s, s.raw(s.client.b_schedule_action(name, "pause", body, s.need_app())), "paused")
+
+
+@schedules.command("unpause")
+@click.argument("name")
+@click.option("--reason")
+@pass_session
+def schedules_unpause(s: Session, name: str, reason: str | None) -> None:
+    """Fire again from now on."""
+    body = {} if reason is None else {"reason": reason}
+    _schedule_state(s, s.raw(s.client.b_schedule_action(name, "unpause", body, s.need_app())), "unpaused")
+
+
+@schedules.command("trigger")
+@click.argument("name")
+@pass_session
+def schedules_trigger(s: Session, name: str) -> None:
+    """Fire now, as the overlap policy allows."""
+    out = s.raw(s.client.b_schedule_action(name, "trigger", {}, s.need_app()))
+    run = f": run {out['runId']}" if out.get("runId") else ""
+    s.out.text(f"{out['outcome']} {out['scheduledTime']}{run}", out)
+
+
+@schedules.command("backfill")
+@click.argument("name")
+@click.option("--from", "start", required=True, help="RFC 3339, e.g. 2026-01-01T00:00:00Z")
+@click.option("--to", "end", required=True, help="RFC 3339 (not included)")
+@pass_session
+def schedules_backfill(s: Session, name: str, start: str, end: str) -> None:
+    """A run for every scheduled time in [--from, --to); a time that fired keeps its run."""
+    out = s.raw(s.client.b_schedule_action(name, "backfill", {"from": start, "to": end}, s.need_app()))
+    s.out.table(out["fires"], ("scheduledTime", "runId", "new"), out)
+
+
+@schedules.command("delete")
+@click.argument("name")
+@pass_session
+def schedules_delete(s: Session, name: str) -> None:
+    """Delete a schedule (the runs it started stay)."""
+    out = s.raw(s.client.b_delete_schedule(name, s.need_app()))
+    s.out.text(f"deleted schedule {out['name']}", out)
 
 
 # --- workflows --------------------------------------------------------------------------------

@@ -1,0 +1,382 @@
+"""A schedule as a kind of actor: the pure schedule machine over the generic runtime.
+
+Each schedule is an actor `sched:<app>:<name>`, partitioned like runs, the only writer of its
+row. Its durable timers (`ScheduleState.timers`: the next fire, the buffered fire's recheck)
+are rows of the shared `timers` table, so a fire survives a restart and, after an outage, the
+wheel hands the overdue timer out at once and the machine's catch-up rules apply. A fire starts
+its run through the run kind's `start` (given as a `RunStarter`, never imported: one kind never
+imports another) with the fire record in the run's unit of work; a scheduled time that fired
+before (`UniqueViolation("schedule_fire")`: a restart between the run's commit and the
+schedule's, a trigger racing the clock, another node) answers with the run it started then.
+
+The schedule's own commit follows the run's; each message is one commit of the schedule row
+guarded by its version (a `StaleWrite` reloads it and handles the message again).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from ...actors.messages import Envelope
+from ...actors.runtime import Actor
+from ...core.errors import Conflict, Fenced, NotFound, Refused, StaleWrite, StorageError, UniqueViolation
+from ...core.schedule import machine as sm
+from ...core.schedule.definition import Schedule
+from ...core.schedule.machine import Action, ScheduleState
+from ...core.workflow.duration import format_timestamp
+from ...core.workflow.machine import Cancel
+from ...core.workflow.model import Run, ScheduleRef, Timer
+from ...storage.schedules import ACTOR_KIND, ScheduleFire
+
+if TYPE_CHECKING:
+    from ..host import KindHost
+
+log = logging.getLogger("foliot.schedule")
+
+
+class RunStarter(Protocol):
+    """What a schedule needs of the run kind (`kinds.run.service.Runs` is one)."""
+
+    @property
+    def kind(self) -> Any: ...
+
+    async def start(
+        self,
+        *,
+        app: str,
+        workflow: str,
+        version: int | None,
+        input: Any,
+        business_key: str | None,
+        run_timeout_ms: int | None,
+        idempotency_key: str | None,
+        request_hash: str,
+        render: Any,
+        schedule: ScheduleRef | None = None,
+        fire: ScheduleFire | None = None,
+    ) -> tuple[dict[str, Any], bool]: ...
+
+
+class ScheduleMeter(Protocol):
+    """What the schedule kind counts (`foliot.observe.metrics.Metrics` is one)."""
+
+    def schedule_counted(self, outcome: str, n: int = 1) -> None:
+        """`fired`, `skipped` or `missed`."""
+        ...
+
+
+# ------------------------------------------------------------------ messages
+
+
+@attrs.frozen
+class Missing:
+    """No such schedule (the actor's document until a PUT creates it)."""
+
+    app: str
+    name: str
+
+
+Doc = ScheduleState | Missing
+
+
+@attrs.frozen
+class Fired:
+    slot: str
+    kind: str
+    key: str
+
+
+@attrs.frozen
+class Put:
+    schedule: Schedule
+    paused: bool | None
+
+
+@attrs.frozen
+class Pause:
+    reason: str | None
+
+
+@attrs.frozen
+class Unpause:
+    reason: str | None
+
+
+@attrs.frozen
+class Trigger:
+    pass
+
+
+@attrs.frozen
+class Backfill:
+    start: int
+    end: int
+
+
+@attrs.frozen
+class Delete:
+    pass
+
+
+def parse_actor_id(actor_id: str) -> tuple[str, str]:
+    _, app, name = actor_id.split(":", 2)
+    return app, name
+
+
+def business_key(name: str, scheduled: int) -> str:
+    """`schedule:<name>:<scheduled time, RFC 3339 UTC>`."""
+    return f"schedule:{name}:{format_timestamp(scheduled)}"
+
+
+class ScheduleKind:
+    """`Kind[Doc]`: loads schedules, drives `core.schedule.machine`, starts runs, commits."""
+
+    name = ACTOR_KIND
+
+    def __init__(self, host: KindHost, runs: RunStarter, meter: ScheduleMeter | None = None) -> None:
+        self.host = host
+        self.runs = runs
+        self.meter = meter
+
+    # ------------------------------------------------------------------ Kind
+
+    async def load(self, actor_id: str) -> Doc:
+        app, name = parse_actor_id(actor_id)
+        found = await self.host.store.get_schedule(app, name)
+        return Missing(app, name) if found is None else found
+
+    def timers(self, state: Doc) -> Sequence[tuple[str, Timer]]:
+        return state.timers() if isinstance(state, ScheduleState) else ()
+
+    def firing(self, slot: str, kind: str, key: str) -> Fired:
+        return Fired(slot, kind, key)
+
+    def fired(self, message: Any) -> tuple[str, str] | None:
+        return (message.slot, message.key) if type(message) is Fired else None
+
+    def parked(self, state: Doc) -> bool:
+        return True  # nothing in flight between messages: its timers bring it back
+
+    def is_open(self, state: Doc) -> bool:
+        return isinstance(state, ScheduleState)
+
+    def unknown(self, actor_id: str) -> Any:
+        return NotFound(f"schedule {parse_actor_id(actor_id)[1]!r} not found")
+
+    def persistent(self, message: Any) -> bool:
+        return False
+
+    async def give_up(self, actor: Actor[Doc], exc: Exception) -> None:
+        log.error("schedule %s: its actor crashed repeatedly (%s); its timers retry it", actor.id, exc)
+
+    def describe(self, actor: Actor[Doc]) -> dict[str, Any]:
+        state = actor.state
+        if not isinstance(state, ScheduleState):
+            return {"schedule": None}
+        return {
+            "app": state.app,
+            "schedule": state.name,
+            "paused": state.paused,
+            "nextTime": format_timestamp(state.next_time),
+        }
+
+    # ------------------------------------------------------------------ messages
+
+    async def handle(self, actor: Actor[Doc], envelope: Envelope) -> bool:
+        """One try; True when the schedule's commit met a StaleWrite (reload, handle again)."""
+        msg, slot = envelope.message, envelope.reply
+        state = actor.state
+        assert state is not None
+        now = self.host.clock.now()
+        try:
+            if isinstance(msg, Put):
+                result: Any = await self._put(actor, state, msg, now)
+            elif isinstance(state, Missing):
+                if slot is not None:
+                    slot.fail(NotFound(f"schedule {state.name!r} not found"))
+                return False
+            elif isinstance(msg, Fired):
+                await self._fired(actor, state, msg, now)
+                return False
+            elif isinstance(msg, Pause):
+                result = await self._commit(actor, state, sm.pause(state, msg.reason, now))
+            elif isinstance(msg, Unpause):
+                result = await self._commit(actor, state, sm.unpause(state, now))
+            elif isinstance(msg, Trigger):
+                result = await self._trigger(actor, state, now)
+            elif isinstance(msg, Backfill):
+                result = await self._backfill(actor, state, msg)
+            elif isinstance(msg, Delete):
+                await self.host.shielded(
+                    lambda: self.host.store.delete_schedule(state.app, state.name, state.version)
+                )
+                self.host.timers.sync(self.name, actor.id, state.timers(), ())
+                actor.state = Missing(state.app, state.name)
+                result = {"deleted": True}
+            else:  # pragma: no cover - a bug: every message is handled above
+                raise TypeError(f"unknown schedule message {type(msg).__name__}")
+        except Fenced:
+            raise
+        except StaleWrite:
+            return True
+        except Refused as exc:
+            if slot is not None:
+                slot.fail(exc)
+            return False
+        if slot is not None:
+            slot.put(result, actor.state)
+        return False
+
+    async def _commit(self, actor: Actor[Doc], before: Doc, after: ScheduleState) -> ScheduleState:
+        """Write the schedule at its next version, then make the wheel's timers its own."""
+        if after is before:
+            return after
+        expected = before.version if isinstance(before, ScheduleState) else None
+        after = attrs.evolve(after, version=(expected or 0) + 1)
+        await self.host.shielded(lambda: self.host.store.put_schedule(after, expected))
+        actor.state = after
+        old = before.timers() if isinstance(before, ScheduleState) else ()
+        self.host.timers.sync(self.name, actor.id, old, after.timers())
+        return after
+
+    async def _put(self, actor: Actor[Doc], state: Doc, msg: Put, now: int) -> dict[str, Any]:
+        if isinstance(state, Missing):
+            fresh = sm.create(state.app, state.name, msg.schedule, msg.paused, now)
+            await self._commit(actor, state, fresh)
+            return {"created": True}
+        await self._commit(actor, state, sm.replace(state, msg.schedule, msg.paused, now))
+        return {"created": False}
+
+    # ------------------------------------------------------------------ fires
+
+    async def _fired(self, actor: Actor[Doc], state: ScheduleState, msg: Fired, now: int) -> None:
+        if msg.slot == "buffer":
+            if state.buffered is None or msg.key != f"{state.buffered}#{state.armings}":
+                return  # stale: settled as applied
+            previous_open = await self._is_open(sm.previous_run(state))
+            after, action = sm.recheck(state, previous_open, now)
+            if action is not None:
+                after, _, _ = await self._perform(after, action, now)
+            await self._commit(actor, state, after)
+            return
+        after, at = sm.tick(state, now)
+        if at is not None:
+            action = sm.decide(after, at, await self._is_open(sm.previous_run(after)))
+            after, _, _ = await self._perform(after, action, now)
+        await self._commit(actor, state, after)
+        if after.missed > state.missed:
+            self._count("missed", after.missed - state.missed)
+            log.info("schedule %s/%s: %d fires missed", state.app, state.name, after.missed - state.missed)
+
+    async def _trigger(self, actor: Actor[Doc], state: ScheduleState, now: int) -> dict[str, Any]:
+        action = sm.decide(state, now, await self._is_open(sm.previous_run(state)), advance=False)
+        after, run_id, _ = await self._perform(state, action, now)
+        await self._commit(actor, state, after)
+        if action.kind == "skip":
+            outcome = "skipped"
+        elif action.kind == "hold" or action.buffer == now:
+            outcome = "buffered"  # held until the previous run closes (the held one, if any, started)
+        else:
+            outcome = "started" if run_id is not None else "refused"
+        return {
+            "scheduledTime": format_timestamp(now),
+            "outcome": outcome,
+            "runId": run_id if outcome == "started" else None,
+            "error": after.last_error if outcome == "refused" else None,
+        }
+
+    async def _backfill(self, actor: Actor[Doc], state: ScheduleState, msg: Backfill) -> dict[str, Any]:
+        times = sm.backfill_times(state, msg.start, msg.end)
+        assert times is not None  # the service bounded the range
+        started: list[dict[str, Any]] = []
+        already = 0
+        fired = 0
+        for at in times:
+            run_id, was_new, error = await self._start(state, at)
+            if run_id is None:
+                raise Conflict(f"backfill stopped at {format_timestamp(at)}: {error}", startedCount=fired)
+            fired += was_new
+            already += not was_new
+            started.append({"scheduledTime": format_timestamp(at), "runId": run_id, "new": was_new})
+        if fired:
+            self._count("fired", fired)
+            await self._commit(
+                actor, state, attrs.evolve(state, fired=state.fired + fired, updated_at=self.host.clock.now())
+            )
+        return {"fires": started, "started": fired, "alreadyFired": already}
+
+    async def _perform(
+        self, state: ScheduleState, action: Action, now: int
+    ) -> tuple[ScheduleState, str | None, bool]:
+        """Perform `action` (cancel, start): (the document after it, the run started or found
+        started for that time before, whether it is new). A start the engine cannot make now
+        (starting up, storage down) raises, so nothing is committed and the timer is handed
+        out again."""
+        if action.kind == "skip":
+            self._count("skipped")
+            return sm.apply(state, action, now), None, False
+        if action.kind == "hold":
+            return sm.apply(state, action, now), None, False
+        if action.cancel is not None:
+            self._cancel(state, action.cancel)
+        run_id, was_new, error = await self._start(state, action.scheduled)
+        if run_id is None:
+            self._count("skipped")
+            when = format_timestamp(action.scheduled)
+            log.warning("schedule %s/%s: the fire of %s was refused: %s", state.app, state.name, when, error)
+            return sm.apply(state, action, now, None, error=error), None, False
+        if was_new:
+            self._count("fired")
+        return sm.apply(state, action, now, run_id), run_id, was_new
+
+    async def _start(self, state: ScheduleState, at: int) -> tuple[str | None, bool, str | None]:
+        """Start the run of scheduled time `at`: (its run id, whether it is new, the refusal)."""
+        spec = state.schedule
+        try:
+            body, _ = await self.runs.start(
+                app=state.app,
+                workflow=spec.workflow,
+                version=spec.version,
+                input=spec.input,
+                business_key=business_key(state.name, at),
+                run_timeout_ms=None,
+                idempotency_key=None,
+                request_hash="",
+                render=_run_id_of,
+                schedule=ScheduleRef(state.name, at),
+                fire=ScheduleFire(state.app, state.name, at, "", self.host.clock.now()),
+            )
+        except UniqueViolation as exc:
+            if exc.constraint != "schedule_fire":
+                raise
+            found = await self.host.store.get_schedule_fire(state.app, state.name, at)
+            if found is None:  # pragma: no cover - the unique key said it was there
+                raise StorageError("a schedule fire vanished") from exc
+            return found.run_id, False, None
+        except (NotFound, Conflict) as exc:
+            return None, False, exc.message
+        return str(body["runId"]), True, None
+
+    def _cancel(self, state: ScheduleState, run_id: str) -> None:
+        """cancel_previous: tell the previous run to cancel (without waiting: it may live on
+        another node); the new run starts at once."""
+        reason = f"schedule {state.name!r}: cancel_previous"
+        self.host.tell_or_retry(self.runs.kind, run_id, Envelope(Cancel(reason)))
+
+    async def _is_open(self, run_id: str | None) -> bool:
+        if run_id is None:
+            return False
+        run = await self.host.store.get_run(run_id)
+        return run is not None and run.is_open
+
+    def _count(self, outcome: str, n: int = 1) -> None:
+        if self.meter is not None:
+            self.meter.schedule_counted(outcome, n)
+
+
+def _run_id_of(run: Run) -> dict[str, Any]:
+    return {"runId": run.run_id}

@@ -1,0 +1,223 @@
+"""Schedules in the database (issue 22), one statement set for both backends.
+
+A `schedules` row per (app, name), written only by the schedule's actor and guarded by its
+`version` (`StaleWrite` when another writer moved it first); its durable timers are rows of the
+shared `timers` table (actor kind `schedule`, the actor id `sched:<app>:<name>` in `run_id`),
+derived from the document and written in the same transaction, as a run's are. The
+`schedule_fires` rows are written by the run store's unit of work (`UnitOfWork.fire`), in the
+transaction that inserts the fire's run: their key makes a scheduled time start one run, ever.
+
+Schedule rows carry no lease fence: their version guard already refuses a node that lost the
+actor (its version is behind the new owner's first write), and the runs they start are fenced
+by the runs' own partitions and made unique by the fire record.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+
+import attrs
+
+from ..core.errors import StaleWrite
+from ..core.schedule.machine import ScheduleState, state_from_parts, state_to_dict
+from .sql import Tx, change, many
+
+if TYPE_CHECKING:
+    from .base import UnitOfWork
+
+T = TypeVar("T")
+
+ACTOR_KIND: Final = "schedule"
+
+_COLUMNS: Final = (
+    "app, name, document, state, paused, pause_reason, fired, skipped, missed, last_time, last_run_id,"
+    " version, created_at, updated_at"
+)
+INSERT: Final = (
+    f"INSERT INTO schedules ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (app, name) DO NOTHING"
+)
+# (document, state, paused, pause_reason, fired, skipped, missed, last_time, last_run_id, version,
+# updated_at, app, name, expected version)
+UPDATE: Final = (
+    "UPDATE schedules SET document = ?, state = ?, paused = ?, pause_reason = ?, fired = ?, skipped = ?,"
+    " missed = ?, last_time = ?, last_run_id = ?, version = ?, updated_at = ?"
+    " WHERE app = ? AND name = ? AND version = ?"
+)
+DELETE: Final = "DELETE FROM schedules WHERE app = ? AND name = ? AND version = ?"
+GET: Final = f"SELECT {_COLUMNS} FROM schedules WHERE app = ? AND name = ?"
+LIST: Final = f"SELECT {_COLUMNS} FROM schedules WHERE app = ? AND name > ? ORDER BY name LIMIT ?"
+DELETE_TIMERS: Final = "DELETE FROM timers WHERE run_id = ?"
+INSERT_TIMER: Final = (
+    f"INSERT INTO timers (run_id, slot, kind, key, due_at, actor_kind) VALUES (?, ?, ?, ?, ?, '{ACTOR_KIND}')"
+)
+GET_FIRE: Final = (
+    "SELECT app, name, scheduled_time, run_id, fired_at FROM schedule_fires"
+    " WHERE app = ? AND name = ? AND scheduled_time = ?"
+)
+# The last fires, newest scheduled time first, with their runs' statuses (NULL once pruned).
+LAST_FIRES: Final = (
+    "SELECT f.app, f.name, f.scheduled_time, f.run_id, f.fired_at, r.status FROM schedule_fires f"
+    " LEFT JOIN runs r ON r.run_id = f.run_id WHERE f.app = ? AND f.name = ?"
+    " ORDER BY f.scheduled_time DESC LIMIT ?"
+)
+
+
+@attrs.frozen
+class ScheduleFire:
+    """A schedule's scheduled time and the one run it started (`schedule_fires`, unique per
+    (app, schedule, time)): written in the same unit of work as that run's insert
+    (`UnitOfWork.fire`)."""
+
+    app: str
+    name: str
+    scheduled_time: int
+    run_id: str
+    fired_at: int
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def actor_id(app: str, name: str) -> str:
+    """The schedule's actor id (and its timers' `run_id`): names never hold a colon."""
+    return f"sched:{app}:{name}"
+
+
+@attrs.frozen
+class FireView:
+    """One fire as `GET …/schedules/{name}` lists it: the fire and its run's status now."""
+
+    fire: ScheduleFire
+    status: str | None  # None once the run was pruned
+
+
+class ScheduleStore(Protocol):
+    async def get_schedule(self, app: str, name: str) -> ScheduleState | None: ...
+
+    async def list_schedules(self, app: str, limit: int, after: str | None = None) -> list[ScheduleState]: ...
+
+    async def put_schedule(self, state: ScheduleState, expected_version: int | None) -> None:
+        """Write the schedule (`state.version` is its new version) and make its timer rows its
+        document's: inserted when `expected_version` is None, else updated where the row is at
+        `expected_version`; `StaleWrite` when the row exists (insert) or moved on (update)."""
+        ...
+
+    async def delete_schedule(self, app: str, name: str, expected_version: int) -> None:
+        """Delete the schedule and its timers (its fire records stay); `StaleWrite` when it
+        moved on or is gone."""
+        ...
+
+    async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None: ...
+
+    async def last_schedule_fires(self, app: str, name: str, limit: int) -> list[FireView]: ...
+
+
+def _row(state: ScheduleState) -> tuple[Any, ...]:
+    return (
+        _json(state.schedule.document),
+        _json(state_to_dict(state)),
+        state.paused,
+        state.pause_reason,
+        state.fired,
+        state.skipped,
+        state.missed,
+        state.last_time,
+        state.last_run_id,
+        state.version,
+        state.updated_at,
+    )
+
+
+def _state(row: Any) -> ScheduleState:
+    return state_from_parts(
+        row["app"],
+        row["name"],
+        json.loads(row["document"]),
+        json.loads(row["state"]),
+        row["created_at"],
+        row["updated_at"],
+        row["version"],
+    )
+
+
+def put_tx(state: ScheduleState, expected_version: int | None) -> Tx[None]:
+    values = _row(state)
+    if expected_version is None:
+        doc, st, paused, reason, fired, skipped, missed, last_time, last_run, version, updated = values
+        done = yield change(
+            INSERT,
+            state.app,
+            state.name,
+            doc,
+            st,
+            paused,
+            reason,
+            fired,
+            skipped,
+            missed,
+            last_time,
+            last_run,
+            version,
+            state.created_at,
+            updated,
+        )
+        if done != 1:
+            raise StaleWrite(f"schedule {state.name!r} exists already")
+    else:
+        done = yield change(UPDATE, *values, state.app, state.name, expected_version)
+        if done != 1:
+            raise StaleWrite(f"schedule {state.name!r} changed underneath version {expected_version}")
+    owner = actor_id(state.app, state.name)
+    if expected_version is not None:
+        yield change(DELETE_TIMERS, owner)
+    timers = [(owner, slot, t.kind, t.key, t.due) for slot, t in state.timers()]
+    if timers:
+        yield many(INSERT_TIMER, timers)
+
+
+def delete_tx(app: str, name: str, expected_version: int) -> Tx[None]:
+    done = yield change(DELETE, app, name, expected_version)
+    if done != 1:
+        raise StaleWrite(f"schedule {name!r} changed underneath version {expected_version}")
+    yield change(DELETE_TIMERS, actor_id(app, name))
+
+
+class ScheduleSql:
+    """`ScheduleStore` on the run store's primitives (both backends provide them)."""
+
+    if TYPE_CHECKING:  # provided by each backend
+
+        async def _one(self, sql: str, args: Sequence[Any] = (), *, scan: bool = False) -> Any:
+            raise NotImplementedError
+
+        async def _all(self, sql: str, args: Sequence[Any] = (), *, scan: bool = False) -> list[Any]:
+            raise NotImplementedError
+
+        async def _transact(self, make: Callable[[], Tx[T]], unit: UnitOfWork | None = None) -> T:
+            raise NotImplementedError
+
+    async def get_schedule(self, app: str, name: str) -> ScheduleState | None:
+        row = await self._one(GET, (app, name))
+        return None if row is None else _state(row)
+
+    async def list_schedules(self, app: str, limit: int, after: str | None = None) -> list[ScheduleState]:
+        return [_state(r) for r in await self._all(LIST, (app, after or "", limit), scan=True)]
+
+    async def put_schedule(self, state: ScheduleState, expected_version: int | None) -> None:
+        await self._transact(partial(put_tx, state, expected_version))
+
+    async def delete_schedule(self, app: str, name: str, expected_version: int) -> None:
+        await self._transact(partial(delete_tx, app, name, expected_version))
+
+    async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None:
+        row = await self._one(GET_FIRE, (app, name, scheduled_time))
+        return None if row is None else ScheduleFire(*row)
+
+    async def last_schedule_fires(self, app: str, name: str, limit: int) -> list[FireView]:
+        found = await self._all(LAST_FIRES, (app, name, limit), scan=True)
+        return [FireView(ScheduleFire(*tuple(r)[:5]), r["status"]) for r in found]
