@@ -17,6 +17,7 @@ def run_view(run: Run) -> dict[str, Any]:
         "version": run.version,
         "status": run.status,
         "businessKey": run.business_key,
+        "priority": run.priority,
         "input": run.input,
         "state": run.state,
         "generation": run.generation,

@@ -17,6 +17,7 @@ import attrs
 from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .fence import Fence
+from .flow import FlowStore
 from .health import ProbeStore
 from .keycheck import KeyCheckStore
 from .sessions import SessionStore
@@ -327,6 +328,7 @@ class Store(
     KeyCheckStore,
     ProbeStore,
     SessionStore,
+    FlowStore,
     Protocol,
 ):
     """Durable state. Every method is one transaction; `commit` is the engine's hot path. A

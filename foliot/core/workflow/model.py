@@ -180,6 +180,7 @@ class Run:
     depth: int = 0  # how many parents above this run
     fan: FanOut | None = None  # at a run, map or parallel step: its children
     output: Any = None  # once completed: the value at the workflow's `output` path, or `state`
+    priority: int = 3  # 1 (highest)..5: its tasks' priority unless a step sets its own (issue 23)
     seq: int = 0  # the last event's sequence number; also the row's write version
 
     @property
