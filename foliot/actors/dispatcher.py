@@ -376,8 +376,13 @@ class Dispatcher:
             del self._app_queued[app]
 
     def _make_ready(self, app: str) -> None:
+        """Put the app in the ready-queue if it has pushes and room: at the head while its
+        round-robin turn goes on, else at the back."""
         if app not in self._in_ready and app in self._fifo and self._app_sending.get(app, 0) < self.per_app:
-            self._ready.append(app)
+            if app in self._turn:
+                self._ready.appendleft(app)
+            else:
+                self._ready.append(app)
             self._in_ready.add(app)
 
     def _next(self) -> Push | Call | None:
@@ -410,6 +415,8 @@ class Dispatcher:
                 self._turn[app] = used  # its turn goes on: it stays at the head
                 self._ready.appendleft(app)
                 self._in_ready.add(app)
+            elif used < self._weights.get(app, 1) and app in self._fifo:
+                self._turn[app] = used  # at its cap: its turn goes on when a push of it ends
             else:
                 self._turn.pop(app, None)
                 self._make_ready(app)

@@ -53,6 +53,7 @@ FULL = Run(
     step_since=12,
     paused_from="running",
     held=HeldOutcome("failed", 30, next="ship", error=ErrorInfo("pay", "timeout", "late"), retryable=True),
+    priority=1,
     seq=42,
 )
 HELD_BARE = attrs.evolve(BARE, held=HeldOutcome("completed", 30))
