@@ -180,7 +180,9 @@ async def test_a_rate_limited_step_is_spaced_per_key(rig: Rig) -> None:
 
 @pytest.mark.parametrize("limits", [{"concurrency": 8, "per_app": 8}])
 async def test_an_apps_rate_limit_spaces_all_its_pushes_and_a_held_push_can_be_aborted(rig: Rig) -> None:
-    rig.targets["a"] = Target("http://handler.test", ("whsec_test",), rate=app_bucket("a", RateLimit(2, 1000)))
+    rig.targets["a"] = Target(
+        "http://handler.test", ("whsec_test",), rate=app_bucket("a", RateLimit(2, 1000))
+    )
     tasks = [rig.push("a", n) for n in range(4)]
     rig.push("b", 0)  # another app is not held back by a's limit
     await trio.sleep(0.1)
