@@ -3,9 +3,11 @@ a big push backlog.
 
     python bench/fairness.py [--backlog 50000] [--quiet 500] [--noisy-delay-ms 200] [--quick]
 
-Starts Foliot in-process (SQLite in a temp dir) and a local handler, as push_storm.py does. The
-senders are not split by app (FOLIOT_PUSH_CONCURRENCY_PER_APP = FOLIOT_PUSH_CONCURRENCY), so
-only the dispatcher's weighted round-robin keeps `noisy`'s backlog from holding `quiet` back.
+Starts Foliot in-process (SQLite in a temp dir) and a local handler, as push_storm.py does, with
+the default senders (64, at most 48 per app: `--per-app`). The weighted round-robin puts a
+quiet push ahead of the noisy backlog; the per-app cap keeps senders free for it. With
+`--per-app 64` every sender can be held by slow noisy pushes, and a quiet push then waits for
+one to finish (the noisy handler's time), whatever the queue order.
 Phase 1: `quiet` alone, one start every 20 ms; its push latency (start request sent -> push at
 the handler). Phase 2: `noisy` starts `--backlog` runs as fast as 32 clients can (its handler
 takes `--noisy-delay-ms`, so pushes queue), then `quiet` does phase 1 again while the backlog
@@ -47,7 +49,7 @@ async def main(args: argparse.Namespace) -> None:
         data_dir=str(tmp / "data"),
         admin_token=ADMIN,
         push_concurrency=args.push_concurrency,
-        push_concurrency_per_app=args.push_concurrency,
+        push_concurrency_per_app=args.per_app,
     )
     seen: dict[str, float] = {}
 
@@ -122,7 +124,7 @@ async def main(args: argparse.Namespace) -> None:
         print(f"noisy backlog          {args.backlog} runs started in {start_s:.1f}s; queued pushes when")
         print(f"                       quiet began {at_start}, most seen {peak}, at its end {left}")
         print(
-            f"senders                {args.push_concurrency} (per app: the same),"
+            f"senders                {args.push_concurrency} (per app: {args.per_app}),"
             f" noisy handler {args.noisy_delay_ms} ms"
         )
         for label, values in (("quiet alone", alone), ("quiet, noisy backlog", loaded)):
@@ -141,6 +143,7 @@ if __name__ == "__main__":
     parser.add_argument("--quiet", type=int, default=500, help="quiet app's starts per phase")
     parser.add_argument("--noisy-delay-ms", type=int, default=200)
     parser.add_argument("--push-concurrency", type=int, default=64)
+    parser.add_argument("--per-app", type=int, default=48, help="FOLIOT_PUSH_CONCURRENCY_PER_APP")
     parser.add_argument(
         "--quick", action="store_true", help="--backlog 3000 --quiet 200 --noisy-delay-ms 5000"
     )
