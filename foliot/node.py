@@ -26,6 +26,7 @@ from .actors.messages import Envelope, Redeliver
 from .actors.placement import Placement
 from .actors.pushclient import PushClient
 from .actors.queues import Queues
+from .actors.ratelimit import RateLimiter
 from .actors.retention import Pruner
 from .actors.runtime import Kind
 from .actors.supervisor import Supervisor
@@ -100,6 +101,8 @@ class Node:
             concurrency=settings.push_concurrency,
             per_app=settings.push_concurrency_per_app,
             current=self._live_document,
+            limiter=RateLimiter(store, self.clock.now),
+            rate_delay=self.metrics.rate_delayed,
         )
         self.admission = Admission(settings, self.dispatcher, store)
         self.runs = Runs(self)

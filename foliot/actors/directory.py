@@ -2,7 +2,9 @@
 
 Each read is fresh within a second (`TtlCache`) and dropped at once when this node changes it
 (`forget_*`); a push target (the app's URL and live signing secrets) is kept at most 30 s and
-never past the next secret's expiry, so an outgoing secret stops being used in time.
+never past the next secret's expiry, so an outgoing secret stops being used in time. A target
+carries the app's weight and rate limit (`app_flow`), so a change made on another node applies
+here within those 30 s (at once on the node that made it).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections import OrderedDict
 from ..core.credentials import Vault
 from ..core.errors import NotFound
 from ..core.workflow.definition import Definition, parse_definition
+from ..core.workflow.flow import RateLimit, app_bucket
 from ..storage.base import ApiKeyRecord, AppRecord, Store, WorkflowRecord
 from .cache import TtlCache
 from .clock import Clock
@@ -67,7 +70,14 @@ class Directory:
             for s in reversed(await self.store.list_signing_secrets(app))
             if s.expires_at is None or s.expires_at > now
         ]
-        target = Target(record.handler_base_url, tuple(self.vault.decrypt(s.secret_enc) for s in live))
+        flow = await self.store.get_app_flow(app)
+        weight, rate = 1, None
+        if flow is not None:
+            weight = flow.weight
+            if flow.rate_limit is not None and flow.rate_period_ms is not None:
+                rate = app_bucket(app, RateLimit(flow.rate_limit, flow.rate_period_ms))
+        secrets = tuple(self.vault.decrypt(s.secret_enc) for s in live)
+        target = Target(record.handler_base_url, secrets, weight, rate)
         # Cache no longer than the next secret expiry, so the outgoing one stops in time.
         valid_until = min([now + _TARGET_TTL_MS] + [s.expires_at for s in live if s.expires_at is not None])
         # Expired entries go as new ones come, so apps no longer used are not kept forever.

@@ -9,11 +9,23 @@ is sized to the senders). A push's deadline is counted from when it is sent: it 
 body and the `foliot-deadline` header, bounds the HTTP call (with `FOLIOT_SYNC_TASK_MAX_MS`),
 and comes back on a 202 (`Accepted.deadline`) so the machine arms the durable deadline timer.
 `abort(token)` drops a queued push or cancels one in flight. Redirects are never followed.
+
+Flow control (issue 23): within an app, pushes are taken by aged priority (`flow.rank`: a push
+gains one level per `aging` seconds it waits, so nothing queued more than `4 * aging` seconds
+after it goes ahead); across apps, the ready-queue is a weighted round-robin: an app at the head
+gives up to its `weight` pushes (the admin's `PUT /apps/{app}` `weight`, 1 by default) before it
+goes to the back, so a push queued for an app is taken after at most the sum of the other
+ready apps' weights of other pushes, whatever their backlogs. A push of a rate-limited step or
+app reserves a token of each bucket (`ratelimit.RateLimiter`) when a sender takes it; one whose
+slot is in the future leaves the sender, waits in a heap (`delayed`) and comes back at the head
+of its app's queue when its slot comes; its deadline counts from when it is then sent.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
+import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -29,6 +41,7 @@ from ..core.errors import StorageError
 from ..core.logs import log_push
 from ..core.workflow.definition import HandlerPathError, push_url
 from ..core.workflow.duration import format_timestamp
+from ..core.workflow.flow import AGING_SECONDS, DEFAULT_PRIORITY, Bucket, rank
 from ..core.workflow.machine import (
     Accepted,
     Failed,
@@ -41,6 +54,7 @@ from ..core.workflow.machine import (
 from ..core.workflow.model import Run, TaskRef
 from ..core.workflow.payload import compact_json
 from .pushclient import PushClient, PushError, post
+from .ratelimit import RateLimiter
 
 log = logging.getLogger("foliot.dispatcher")
 
@@ -51,6 +65,8 @@ class Target:
 
     handler_base_url: str
     secrets: tuple[str, ...]  # live signing secrets, newest first
+    weight: int = 1  # the app's share of the senders' turns (weighted round-robin)
+    rate: Bucket | None = None  # the app's own rate limit, every push takes a token of it
 
 
 def task_body(run: Run, task: TaskRef, deadline: int | None = None) -> dict[str, Any]:
@@ -89,6 +105,13 @@ class Push:
     timeout_ms: int
     scope: trio.CancelScope | None = None  # set when a sender takes it
     dropped: bool = False  # aborted while queued; skipped when reached
+    priority: int = DEFAULT_PRIORITY
+    buckets: tuple[Bucket, ...] = ()  # the step's rate-limit bucket (the app's comes with Target)
+    reserved: bool = False  # its tokens are taken: it is sent when a sender takes it next
+    rank: float = 0.0  # aged priority order (`flow.rank`), set when queued
+    seq: int = 0
+    due: int | None = None  # set by a sender: held until this epoch ms (a rate-limit slot)
+    waits_on: str | None = None  # the bucket's label it waits for (for `why`)
 
     @property
     def app(self) -> str:
@@ -116,6 +139,53 @@ class Call:
     owner: str = ""  # the actor the call is for (an SWF execution's actor id)
     scope: trio.CancelScope | None = None
     dropped: bool = False
+    priority: int = DEFAULT_PRIORITY
+    buckets: tuple[Bucket, ...] = ()  # a gated pull offer: its step's rate-limit bucket
+    reserved: bool = False
+    rank: float = 0.0
+    seq: int = 0
+    due: int | None = None
+    waits_on: str | None = None
+
+
+class _AppLane:
+    """One app's queued pushes: those back from a rate-limit wait first (`front`), then a band
+    per priority level in arrival order, the band head of the smallest aged rank next. Dropped
+    items are skipped when reached."""
+
+    __slots__ = ("bands", "front")
+
+    def __init__(self) -> None:
+        self.front: deque[Push | Call] = deque()
+        self.bands: dict[int, deque[Push | Call]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.front or self.bands)
+
+    def add(self, item: Push | Call, front: bool = False) -> None:
+        if front:
+            self.front.append(item)
+        else:
+            self.bands.setdefault(item.priority, deque()).append(item)
+
+    def pop(self) -> Push | Call | None:
+        while self.front:
+            item = self.front.popleft()
+            if not item.dropped:
+                return item
+        bands = self.bands
+        while bands:
+            if len(bands) == 1:
+                level = next(iter(bands))
+            else:
+                level = min(bands, key=lambda b: (bands[b][0].rank, bands[b][0].seq))
+            band = bands[level]
+            item = band.popleft()
+            if not band:
+                del bands[level]
+            if not item.dropped:
+                return item
+        return None
 
 
 class PushMeter(Protocol):
@@ -144,8 +214,20 @@ class Dispatcher:
         per_app: int | None = None,
         current: Callable[[str], Run | None] = lambda run_id: None,
         metrics: PushMeter,
+        limiter: RateLimiter | None = None,
+        aging: float = AGING_SECONDS,
+        rate_delay: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self._client = client
+        self._limiter = limiter
+        self.aging = aging
+        self._rate_delay = rate_delay  # observes each reservation's wait (seconds)
+        self._seq = itertools.count()
+        self._weights: dict[str, int] = {}  # apps whose weight is not 1, as last resolved
+        self._turn: dict[str, int] = {}  # pushes the app at the head gave in its current turn
+        self._delayed: list[tuple[int, int, Push | Call]] = []  # (due ms, seq, item) heap
+        self._held: dict[str, Push | Call] = {}  # token -> waiting for its rate-limit slot
+        self._delay_changed = ParkingLot()
         self._now = now
         self._target = target
         self._answer = answer
@@ -154,7 +236,7 @@ class Dispatcher:
         self._max_body = max_body
         self.concurrency = max(1, concurrency)
         self.per_app = max(1, min(per_app or self.concurrency, self.concurrency))
-        self._fifo: dict[str, deque[Push | Call]] = {}  # app -> its queued pushes, oldest first
+        self._fifo: dict[str, _AppLane] = {}  # app -> its queued pushes
         self._ready: deque[str] = deque()  # apps with queued pushes and room, round-robin
         self._in_ready: set[str] = set()
         self._queued: dict[str, Push | Call] = {}  # token -> waiting for a sender
@@ -173,6 +255,7 @@ class Dispatcher:
             for i in range(self.concurrency):
                 nursery.start_soon(self._sender, name=f"foliot-push-sender-{i}")
             nursery.start_soon(self._pace, name="foliot-push-pacer")
+            nursery.start_soon(self._release_delayed, name="foliot-push-rate-delays")
             task_status.started()
 
     # ------------------------------------------------------------------ introspection
@@ -200,24 +283,60 @@ class Dispatcher:
     def is_queued(self, token: str) -> bool:
         return token in self._queued
 
+    @property
+    def delayed(self) -> int:
+        """Pushes (and gated offers) waiting for a rate-limit slot."""
+        return len(self._held)
+
+    def delayed_until(self, token: str) -> tuple[str, int] | None:
+        """(the bucket's label, epoch ms of its slot) while `token` waits for a rate limit."""
+        item = self._held.get(token)
+        if item is None or item.due is None:
+            return None
+        return item.waits_on or "", item.due
+
+    def weight(self, app: str) -> int:
+        return self._weights.get(app, 1)
+
+    def set_weight(self, app: str, weight: int) -> None:
+        """The app's share of the senders' turns (also learnt from each `Target` resolved)."""
+        if weight == 1:
+            self._weights.pop(app, None)
+        else:
+            self._weights[app] = weight
+
     # ------------------------------------------------------------------ queueing
 
-    def push(self, run: Run, task: TaskRef, path: str, timeout_ms: int) -> None:
+    def push(
+        self,
+        run: Run,
+        task: TaskRef,
+        path: str,
+        timeout_ms: int,
+        priority: int = DEFAULT_PRIORITY,
+        buckets: tuple[Bucket, ...] = (),
+    ) -> None:
         """Queue a push (synchronous: called right after the attempt was committed)."""
-        self._enqueue(Push(run, task, path, timeout_ms))
+        self._enqueue(Push(run, task, path, timeout_ms, priority=priority, buckets=buckets))
 
     def call(self, item: Call) -> None:
         """Queue a call (see `Call`)."""
         self._enqueue(item)
 
-    def _enqueue(self, item: Push | Call) -> None:
+    def _enqueue(self, item: Push | Call, front: bool = False) -> None:
         token = item.token
-        if token in self._queued or token in self._sending:
+        if token in self._queued or token in self._sending or token in self._held:
             return
         app = item.app
+        if not front:
+            item.seq = next(self._seq)
+            item.rank = rank(item.priority, trio.current_time(), self.aging)
         self._queued[token] = item
         self._app_queued[app] = self._app_queued.get(app, 0) + 1
-        self._fifo.setdefault(app, deque()).append(item)
+        lane = self._fifo.get(app)
+        if lane is None:
+            lane = self._fifo[app] = _AppLane()
+        lane.add(item, front)
         self._make_ready(app)
         self._idle.unpark()
         self._backlogged.unpark_all()
@@ -229,9 +348,15 @@ class Dispatcher:
             item.dropped = True
             self._uncount_queued(item.app)
             return
+        item = self._held.pop(token, None)
+        if item is not None:
+            item.dropped = True  # its heap entry is skipped when it surfaces
+            return
         item = self._sending.pop(token, None)  # its sender is freed once the cancel lands
-        if item is not None and item.scope is not None:
-            item.scope.cancel()
+        if item is not None:
+            item.dropped = True
+            if item.scope is not None:
+                item.scope.cancel()
 
     def abort_where(self, which: Callable[[str], bool]) -> None:
         """Abort the pushes of the runs `which` picks (their partition left this node; the next
@@ -239,6 +364,8 @@ class Dispatcher:
         for token in [t for t, item in self._queued.items() if which(item.owner)]:
             self.abort(token)
         for token in [t for t, item in self._sending.items() if which(item.owner)]:
+            self.abort(token)
+        for token in [t for t, item in self._held.items() if which(item.owner)]:
             self.abort(token)
 
     def _uncount_queued(self, app: str) -> None:
@@ -249,26 +376,28 @@ class Dispatcher:
             del self._app_queued[app]
 
     def _make_ready(self, app: str) -> None:
+        """Put the app in the ready-queue if it has pushes and room: at the head while its
+        round-robin turn goes on, else at the back."""
         if app not in self._in_ready and app in self._fifo and self._app_sending.get(app, 0) < self.per_app:
-            self._ready.append(app)
+            if app in self._turn:
+                self._ready.appendleft(app)
+            else:
+                self._ready.append(app)
             self._in_ready.add(app)
 
     def _next(self) -> Push | Call | None:
-        """The next push to send: the app at the head of the ready-queue gives its oldest, then
+        """The next push to send: the app at the head of the ready-queue gives its next (aged
+        priority order), and stays at the head until it gave `weight` pushes in this turn, then
         goes to the back of the queue if it still has pushes and room under its cap."""
         while self._ready:
             app = self._ready.popleft()
             self._in_ready.discard(app)
             fifo = self._fifo.get(app)
-            item = None
-            while fifo:
-                candidate = fifo.popleft()
-                if not candidate.dropped:
-                    item = candidate
-                    break
+            item = fifo.pop() if fifo is not None else None
             if fifo is not None and not fifo:
                 del self._fifo[app]
             if item is None:
+                self._turn.pop(app, None)
                 continue
             token = item.token
             del self._queued[token]
@@ -277,7 +406,20 @@ class Dispatcher:
             self._app_sending[app] = self._app_sending.get(app, 0) + 1
             self.max_inflight = max(self.max_inflight, len(self._sending))
             item.scope = trio.CancelScope()
-            self._make_ready(app)
+            used = self._turn.get(app, 0) + 1
+            if (
+                used < self._weights.get(app, 1)
+                and app in self._fifo
+                and self._app_sending[app] < self.per_app
+            ):
+                self._turn[app] = used  # its turn goes on: it stays at the head
+                self._ready.appendleft(app)
+                self._in_ready.add(app)
+            elif used < self._weights.get(app, 1) and app in self._fifo:
+                self._turn[app] = used  # at its cap: its turn goes on when a push of it ends
+            else:
+                self._turn.pop(app, None)
+                self._make_ready(app)
             return item
         return None
 
@@ -323,6 +465,54 @@ class Dispatcher:
                 await self._deliver(item)
             finally:
                 self._finished(item)
+            if item.due is not None and not item.dropped:
+                self._hold(item)
+
+    # ------------------------------------------------------------------ rate limits
+
+    async def _gate(self, item: Push | Call, app_rate: Bucket | None) -> bool:
+        """Take the item's rate-limit tokens (once); True when it must wait for its slot (it is
+        then held, see `_hold`), False when it may go now."""
+        if item.reserved or self._limiter is None:
+            return False
+        buckets = item.buckets if app_rate is None else (*item.buckets, app_rate)
+        if not buckets:
+            return False
+        due, slowest = await self._limiter.reserve(buckets)
+        item.reserved = True
+        now = self._now()
+        self._rate_delay(max(0, due - now) / 1000)
+        if due <= now:
+            return False
+        item.due, item.waits_on = due, slowest.label if slowest is not None else None
+        return True
+
+    def _hold(self, item: Push | Call) -> None:
+        """The item left its sender to wait for its rate-limit slot."""
+        assert item.due is not None
+        self._held[item.token] = item
+        heapq.heappush(self._delayed, (item.due, next(self._seq), item))
+        self._delay_changed.unpark_all()
+
+    async def _release_delayed(self) -> None:
+        """Put each held item back at the head of its app's queue when its slot comes."""
+        while True:
+            heap = self._delayed
+            while heap and heap[0][2].dropped:
+                heapq.heappop(heap)
+            if not heap:
+                await self._delay_changed.park()
+                continue
+            wait = (heap[0][0] - self._now()) / 1000
+            if wait > 0:
+                with trio.move_on_after(wait):
+                    await self._delay_changed.park()
+                continue
+            _, _, item = heapq.heappop(heap)
+            if self._held.get(item.token) is item:
+                del self._held[item.token]
+                item.due = None
+                self._enqueue(item, front=True)
 
     # ------------------------------------------------------------------ sending
 
@@ -332,6 +522,8 @@ class Dispatcher:
         if isinstance(item, Call):
             with item.scope:
                 try:
+                    if await self._gate(item, None):
+                        return
                     await item.send()
                 except Exception:  # never let one call take a sender down
                     log.exception("outbound call %s failed unexpectedly", item.token)
@@ -341,6 +533,8 @@ class Dispatcher:
         with item.scope:
             try:
                 outcome = await self._attempt(item)
+                if outcome is None:
+                    return  # held for its rate-limit slot: not sent yet
             except Exception as exc:  # never let one push take a sender down
                 log.exception("push of %s failed unexpectedly", item.task.idempotency_key(item.run.run_id))
                 outcome = connection_failure(f"dispatch error: {type(exc).__name__}")
@@ -371,10 +565,14 @@ class Dispatcher:
                 await trio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def _attempt(self, item: Push) -> Outcome:
+    async def _attempt(self, item: Push) -> Outcome | None:
+        """Send the push; None when it must first wait for a rate-limit slot (held)."""
         target = await self._resolve(item)
         if target is None:
             return timeout_failure("storage was unavailable for the step's whole timeout")
+        self.set_weight(item.app, target.weight)
+        if await self._gate(item, target.rate):
+            return None
         try:
             url = push_url(target.handler_base_url, item.path)
         except HandlerPathError as exc:

@@ -1,7 +1,9 @@
 """Pull queues: tasks offered to long-polling workers.
 
-Offers are kept per (app, queue), highest priority first (SWF's `taskPriority`; Foliot's own
-queues offer everything at 0), then in arrival order; a poller parks on the queue's
+Offers are kept per (app, queue) by priority level, 1 (most urgent) to 5 (a run's or step's
+`priority`; SWF's `taskPriority` mapped by `flow.swf_level`), aged so that a waiting offer gains
+one level per `aging` seconds (`flow.rank`: nothing arriving more than `4 * aging` seconds after
+an offer goes ahead of it), equal ranks in arrival order; a poller parks on the queue's
 `ParkingLot` and is unparked the moment a task is offered, so an idle poller costs nothing.
 
 A poller never pops an offer outright: it takes a `Reservation`. A reserved token leaves the
@@ -23,6 +25,8 @@ import attrs
 import trio
 from trio.lowlevel import ParkingLot
 
+from ..core.workflow.flow import AGING_SECONDS, DEFAULT_PRIORITY, rank
+
 QueueKey = tuple[str, str]
 
 SEEN_QUEUES = 10_000
@@ -33,16 +37,19 @@ SEEN_WORKERS = 32
 class _Offer:
     seq: int  # arrival order, so a released token goes back where it was
     run_id: str
-    priority: int = 0
+    priority: int = DEFAULT_PRIORITY  # a level, 1 (most urgent)..5
+    at: float = 0.0  # Trio time it was first offered (its aging counts from there)
 
 
 class _Lane:
-    """One queue's waiting offers: a band per priority (taken highest first), each in arrival
-    order. Almost every queue has one band, so taking and offering stay O(1)."""
+    """One queue's waiting offers: a band per priority level, each in arrival order; the next
+    offer is the band head of the smallest aged rank (`flow.rank`). Almost every queue has one
+    band, so taking and offering stay O(1) (O(levels) with several)."""
 
-    __slots__ = ("bands", "size")
+    __slots__ = ("aging", "bands", "size")
 
-    def __init__(self) -> None:
+    def __init__(self, aging: float = AGING_SECONDS) -> None:
+        self.aging = aging
         self.bands: dict[int, OrderedDict[str, _Offer]] = {}
         self.size = 0
 
@@ -50,13 +57,16 @@ class _Lane:
         return self.size
 
     def __iter__(self) -> Iterator[str]:
-        for priority in sorted(self.bands, reverse=True):
-            yield from self.bands[priority]
+        for token, _ in self.items():
+            yield token
+
+    def _key(self, item: tuple[str, _Offer]) -> tuple[float, int]:
+        offer = item[1]
+        return rank(offer.priority, offer.at, self.aging), offer.seq
 
     def items(self) -> Iterator[tuple[str, _Offer]]:
-        """(token, offer) in the order pollers take them."""
-        for priority in sorted(self.bands, reverse=True):
-            yield from self.bands[priority].items()
+        """(token, offer) in the order pollers take them (if nothing new arrives)."""
+        yield from heapq.merge(*(band.items() for band in self.bands.values()), key=self._key)
 
     def add(self, token: str, offer: _Offer) -> None:
         """Append, or put back in its arrival place (a released reservation)."""
@@ -69,7 +79,10 @@ class _Lane:
         self.size += 1
 
     def pop(self) -> tuple[str, _Offer]:
-        priority = max(self.bands)
+        if len(self.bands) == 1:
+            priority = next(iter(self.bands))
+        else:
+            priority = min(self.bands, key=lambda p: self._key(next(iter(self.bands[p].items()))))
         band = self.bands[priority]
         item = band.popitem(last=False)
         if not band:
@@ -122,7 +135,8 @@ class Reservation:
 
 
 class Queues:
-    def __init__(self) -> None:
+    def __init__(self, aging: float = AGING_SECONDS) -> None:
+        self.aging = aging
         self._pending: dict[QueueKey, _Lane] = {}
         self._lots: dict[QueueKey, ParkingLot] = {}
         self._where: dict[str, QueueKey] = {}  # pending and reserved tokens
@@ -134,15 +148,16 @@ class Queues:
         # pollers on other nodes hear of it (`foliot.actors.pull`).
         self.unclaimed: Callable[[QueueKey], None] | None = None
 
-    def offer(self, app: str, queue: str, token: str, run_id: str, priority: int = 0) -> None:
-        """Offer a token to the queue's pollers: higher `priority` first, then oldest first."""
+    def offer(self, app: str, queue: str, token: str, run_id: str, priority: int = DEFAULT_PRIORITY) -> None:
+        """Offer a token to the queue's pollers: the smallest aged rank first (`priority` a
+        level, 1 the most urgent), then oldest first."""
         if token in self._where:
             return  # already offered (or held by a poller): once is enough
         key = (app, queue)
         lane = self._pending.get(key)
         if lane is None:
-            lane = self._pending[key] = _Lane()
-        lane.add(token, _Offer(next(self._seq), run_id, priority))
+            lane = self._pending[key] = _Lane(self.aging)
+        lane.add(token, _Offer(next(self._seq), run_id, priority, trio.current_time()))
         self._where[token] = key
         self._wake(key)
 
@@ -276,7 +291,7 @@ class Queues:
             return  # withdrawn meanwhile (run cancelled): nothing to put back
         lane = self._pending.get(key)
         if lane is None:
-            lane = self._pending[key] = _Lane()
+            lane = self._pending[key] = _Lane(self.aging)
         lane.add(token, offer)
         self._wake(key)
 

@@ -77,6 +77,7 @@ class RunView(TypedDict):
     parent: ParentView | None
     children: ChildrenView | None
     schedule: ScheduleRefView | None
+    priority: int
 
 
 class RunListEntry(RunView):
@@ -114,6 +115,7 @@ def run_view(run: Run) -> RunView:
         "version": run.version,
         "status": run.status,
         "businessKey": run.business_key,
+        "priority": run.priority,
         "input": run.input,
         "state": run.state,
         "generation": run.generation,

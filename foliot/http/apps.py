@@ -2,14 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 from quart import Blueprint, Response
 
 from ..core import credentials
 from ..core.errors import InvalidRequest, NotFound
 from ..core.workflow.duration import format_timestamp as ts
+from ..core.workflow.flow import parse_rate_limit
+from ..core.workflow.jsonconv import ValidationError
 from ..storage.base import ApiKeyRecord, AppRecord, SecretRecord
-from .app import EmptyBody, body, check_name, engine, json_response, require_admin, require_app
+from ..storage.flow import AppFlow
+from .app import (
+    EmptyBody,
+    body,
+    check_name,
+    engine,
+    json_response,
+    parse,
+    raw_json,
+    require_admin,
+    require_app,
+)
 from .urls import UrlError, check_http_url
 
 blueprint = Blueprint("apps", __name__)
@@ -17,10 +32,50 @@ blueprint = Blueprint("apps", __name__)
 MAX_GRACE_SECONDS = 30 * 86_400
 
 
+MAX_WEIGHT = 100
+
+
 @attrs.frozen
 class AppBody:
     handler_base_url: str
     description: str | None = None
+    weight: Any = None  # 1..100 (issue 23); omitted: unchanged (1 for a new app)
+    rate_limit: Any = None  # {limit, period} for all the app's pushes; null clears; omitted: unchanged
+
+
+def _flow_of(
+    raw: dict[str, Any], spec: AppBody, current: AppFlow | None, app: str, now: int
+) -> AppFlow | None:
+    """The app's flow settings after this PUT (validated: 400 naming the field), None when it
+    sets none and has none."""
+    weight = current.weight if current is not None else 1
+    limit = current.rate_limit if current is not None else None
+    period = current.rate_period_ms if current is not None else None
+    if spec.weight is not None:
+        value = spec.weight
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WEIGHT:
+            raise InvalidRequest(f"must be an integer 1..{MAX_WEIGHT}", field="weight")
+        weight = value
+    if "rateLimit" in raw:
+        if spec.rate_limit is None:
+            limit = period = None
+        else:
+            try:
+                parsed = parse_rate_limit(spec.rate_limit, "rateLimit", keyed=False)
+            except ValidationError as exc:
+                raise InvalidRequest(exc.message, field=exc.field) from None
+            limit, period = parsed.limit, parsed.period_ms
+    if current is None and weight == 1 and limit is None:
+        return None
+    return AppFlow(app, weight, limit, period, now)
+
+
+def flow_view(flow: AppFlow | None) -> dict[str, Any]:
+    if flow is None or flow.rate_limit is None or flow.rate_period_ms is None:
+        rate = None
+    else:
+        rate = {"limit": flow.rate_limit, "periodMs": flow.rate_period_ms}
+    return {"weight": flow.weight if flow is not None else 1, "rateLimit": rate}
 
 
 @attrs.frozen
@@ -54,12 +109,15 @@ def _app_view(app: AppRecord, keys: list[ApiKeyRecord], secrets: list[SecretReco
 async def put_app(app_name: str) -> Response:
     await require_admin()
     check_name(app_name, "app")
-    spec = await body(AppBody)
+    raw = await raw_json()
+    spec = parse(raw, AppBody)
     url = _check_url(spec.handler_base_url)
     if spec.description is not None and len(spec.description) > 1024:
         raise InvalidRequest("is longer than 1024 characters", field="description")
     eng = engine()
     now = eng.clock.now()
+    current = await eng.store.get_app_flow(app_name)
+    flow = _flow_of(raw, spec, current, app_name, now)  # validated before anything is stored
     key_id, api_key, key_hash = credentials.new_api_key()
     secret_id = credentials.new_id("sec_")
     signing_secret = credentials.new_signing_secret()
@@ -68,6 +126,8 @@ async def put_app(app_name: str) -> Response:
         ApiKeyRecord(key_id, app_name, key_hash, now),
         SecretRecord(secret_id, app_name, eng.vault.encrypt(signing_secret), now, None),
     )
+    if flow is not None and flow != current:
+        await eng.store.put_app_flow(flow)
     eng.directory.forget_app(app_name)
     if created:
         return json_response(
@@ -79,6 +139,7 @@ async def put_app(app_name: str) -> Response:
                 "keyId": key_id,
                 "signingSecret": signing_secret,
                 "secretId": secret_id,
+                **flow_view(flow),
             },
             201,
         )
@@ -92,7 +153,9 @@ async def _full_view(record: AppRecord) -> Response:
     secrets = await store.list_signing_secrets(record.name)
     now = engine().clock.now()
     live = [s for s in secrets if s.expires_at is None or s.expires_at > now]
-    return json_response(_app_view(record, keys, live))
+    view = _app_view(record, keys, live)
+    view.update(flow_view(await store.get_app_flow(record.name)))
+    return json_response(view)
 
 
 @blueprint.get("/apps/<app_name>")

@@ -64,6 +64,7 @@ async def observe(eng: Services, run: Run) -> Observation:
         mailbox=actor.mailbox_depth if actor is not None else 0,
         queue=queue,
         last_failure=last_failure,
+        rate_wait=eng.dispatcher.delayed_until(task.token) if task is not None else None,
     )
 
 

@@ -14,7 +14,8 @@ from ..core.views import RunListEntry, event_view, run_view
 from ..core.workflow import machine
 from ..core.workflow.definition import canonical_json
 from ..core.workflow.duration import DurationError, parse_duration
-from ..core.workflow.jsonconv import is_name
+from ..core.workflow.flow import DEFAULT_PRIORITY, check_priority
+from ..core.workflow.jsonconv import ValidationError, is_name
 from ..core.workflow.model import STATUSES, Run
 from ..core.workflow.payload import PayloadError, payload_size
 from ..kinds.run.debounce import DebouncedStart
@@ -61,6 +62,7 @@ class StartBody:
     business_key: str | None = None
     run_timeout: str | None = None
     debounce: DebounceBody | None = None
+    priority: Any = None  # 1 (highest)..5, default 3 (issue 23)
 
 
 @attrs.frozen
@@ -156,6 +158,12 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
                 raise InvalidRequest(str(exc), field="runTimeout") from None
             if run_timeout_ms <= 0:
                 raise InvalidRequest("must be longer than zero", field="runTimeout")
+        priority = DEFAULT_PRIORITY
+        if spec.priority is not None:
+            try:
+                priority = check_priority(spec.priority, "priority")
+            except ValidationError as exc:
+                raise InvalidRequest(exc.message, field="priority") from None
         check_payload(spec.input, "input", eng.settings.payload_max_bytes)
         key = call.idempotency_key
         if key is not None and not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
@@ -180,6 +188,7 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
             idempotency_key=key,
             request_hash=request_hash,
             render=run_view,
+            priority=priority,
         )
     return view, 201 if created else 200
 

@@ -69,6 +69,7 @@ class Observation:
     queue: QueueSeen | None = None
     last_failure: dict[str, Any] | None = None  # data of the run's last `task_failed` event
     slot: SlotSeen | None = None  # a queued run: its concurrency key and place
+    rate_wait: tuple[str, int] | None = None  # (bucket label, slot epoch ms): held for a rate limit
 
 
 @attrs.frozen
@@ -288,6 +289,10 @@ def _attempt(obs: Observation, step: str, facts: list[Fact]) -> tuple[str, bool]
         facts.append(
             Fact("previous_failure", f"the previous attempt failed: {_failure_text(obs.last_failure)}")
         )
+    if obs.rate_wait is not None:
+        label, due = obs.rate_wait
+        wait = max(0, due - now) / 1000
+        return f"{attempt} is waiting for a rate-limit token on {label} (next in {wait:.1f} s)", False
     if task.queue is not None:
         if task.claimed_by is None:
             return _queued(obs, task.queue, age, facts)

@@ -225,6 +225,7 @@ _POLL_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0,
 _PUSH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _COMMIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _LAG_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0)
+_RATE_BUCKETS = (0.0, 0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 
 
 class CommitTimer:
@@ -312,6 +313,12 @@ class Metrics:
             "foliot_timer_lag_seconds",
             "How late each durable timer fired, after its due time.",
             buckets=_LAG_BUCKETS,
+            registry=r,
+        )
+        self.rate_delay = Histogram(
+            "foliot_rate_limit_delay_seconds",
+            "How long each rate-limited push or pull offer waited for its token (0: none).",
+            buckets=_RATE_BUCKETS,
             registry=r,
         )
         for outcome in OUTCOMES:  # every series exists from the start, at 0
@@ -416,6 +423,10 @@ class Metrics:
         """Read the engine's live values (actors, timers, queues, storage) at each scrape."""
         self._collector = EngineCollector(engine)
         self.registry.register(self._collector)
+
+    def rate_delayed(self, seconds: float) -> None:
+        """A rate-limited send's wait for its token (0 when it could go at once)."""
+        self.rate_delay.observe(seconds)
 
     def pushed(self) -> None:
         self.pushes.inc()
@@ -526,6 +537,11 @@ class EngineCollector:
         )
         adm = eng.admission
         yield _gauge("foliot_push_backlog", "Pushes waiting for a sender.", eng.dispatcher.backlog)
+        yield _gauge(
+            "foliot_rate_limited_pushes",
+            "Pushes and pull offers waiting for a rate-limit token's slot.",
+            eng.dispatcher.delayed,
+        )
         yield _gauge("foliot_requests_in_flight", "Starts and signals being served now.", adm.inflight)
         yield _gauge(
             "foliot_storage_queue", "Units of work waiting for the storage writer(s).", adm.storage_queue

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
 
@@ -17,6 +19,7 @@ import attrs
 from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .fence import Fence
+from .flow import FlowStore
 from .health import ProbeStore
 from .keycheck import KeyCheckStore
 from .schedules import ScheduleFire, ScheduleStore
@@ -393,6 +396,7 @@ class Store(
     ProbeStore,
     SessionStore,
     ScheduleStore,
+    FlowStore,
     Protocol,
 ):
     """Durable state. Every method is one transaction; `commit` is the engine's hot path. A
@@ -408,6 +412,46 @@ class Store(
 
 def json_dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# A run's input never changes in place (a transition that changes it makes a new object), but
+# the document holding it is written at every commit: a map parent's 10,000 items were encoded
+# again for every child's close. Large inputs keep their text here, by identity, while in use.
+_INPUT_TEXT_MIN: Final = 2048  # bytes of JSON below which encoding again is cheaper than caching
+_INPUT_TEXTS: Final[OrderedDict[int, tuple[Any, str]]] = OrderedDict()
+_INPUT_TEXTS_MAX: Final = 512
+_INPUT_TEXTS_LOCK: Final = threading.Lock()  # SQLite's writer thread and the Trio thread both encode
+
+
+def _input_text(value: Any) -> str | None:
+    """The JSON text of a large list or object input, remembered by identity; None for small ones."""
+    if not isinstance(value, (list, dict)) or not value:
+        return None
+    key = id(value)
+    with _INPUT_TEXTS_LOCK:
+        held = _INPUT_TEXTS.get(key)
+        if held is not None and held[0] is value:
+            _INPUT_TEXTS.move_to_end(key)
+            return held[1]
+    text = json_dumps(value)
+    if len(text) < _INPUT_TEXT_MIN:
+        return None
+    with _INPUT_TEXTS_LOCK:
+        _INPUT_TEXTS[key] = (value, text)  # the value is held, so its id is not reused meanwhile
+        if len(_INPUT_TEXTS) > _INPUT_TEXTS_MAX:
+            _INPUT_TEXTS.popitem(last=False)
+    return text
+
+
+def run_json(run: Run) -> str:
+    """The run document's JSON text (`run_to_dict`), its input's text reused when it is large."""
+    doc = run_to_dict(run)
+    text = _input_text(doc["input"])
+    if text is None:
+        return json_dumps(doc)
+    del doc["input"]
+    rest = json_dumps(doc)
+    return '{"input":' + text + ("}" if rest == "{}" else "," + rest[1:])
 
 
 # Row tuples for a unit of work, in the column order both backends' INSERTs use.
@@ -463,7 +507,7 @@ def run_row(run: Run) -> tuple[Any, ...]:
         run.is_open,
         run.created_at,
         run.seq,
-        json_dumps(run_to_dict(run)),
+        run_json(run),
         closed_at(run),
     )
 

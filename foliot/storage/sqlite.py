@@ -34,6 +34,7 @@ from . import checkpoint, run_sql
 from .base import SIGNAL_ID_UNIQUE, UnitOfWork
 from .batch import batch_rows, chunks
 from .checkpoint import BACKSTOP_PAGES, JOURNAL_SIZE_LIMIT, Checkpointer
+from .flow import FlowSqlite
 from .health import ProbeSqlite
 from .run_sql import SQLITE
 from .run_store import SqlRunStore
@@ -92,7 +93,7 @@ def _translate(exc: sqlite3.Error) -> StorageError:
     return StorageError(str(exc))
 
 
-class SqliteStore(SqlRunStore, SwfSqlite, ProbeSqlite, SessionsSqlite, ScheduleSql):
+class SqliteStore(SqlRunStore, SwfSqlite, ProbeSqlite, SessionsSqlite, ScheduleSql, FlowSqlite):
     """`Store` on one SQLite file (or `:memory:` for tests)."""
 
     dialect = SQLITE

@@ -1,5 +1,5 @@
-"""The pull queues' order: highest priority first, then arrival; a released reservation goes back
-to its own place; bookkeeping leaves nothing behind."""
+"""The pull queues' order: the most urgent level first (1..5), then arrival, with aging; a released
+reservation goes back to its own place; bookkeeping leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ async def take(q: Queues, count: int) -> list[str]:
 
 async def test_priority_then_arrival_and_a_release_keeps_its_place() -> None:
     q = Queues()
-    for token, priority in [("p0-a", 0), ("low", -3), ("p5-a", 5), ("p0-b", 0), ("p5-b", 5)]:
+    for token, priority in [("p0-a", 3), ("low", 5), ("p5-a", 1), ("p0-b", 3), ("p5-b", 1)]:
         q.offer("a", "q", token, "run", priority)
     assert q.depth("a", "q") == 5 and q.total() == 5
     assert q.oldest_offer("a", "q") == "p0-a"  # waited longest, whatever its priority
@@ -35,8 +35,8 @@ async def test_priority_then_arrival_and_a_release_keeps_its_place() -> None:
 
 async def test_withdraw_and_a_waiting_poller_get_the_best_offer() -> None:
     q = Queues()
-    q.offer("a", "q", "x", "run", 1)
-    q.offer("a", "q", "y", "run", 2)
+    q.offer("a", "q", "x", "run", 4)
+    q.offer("a", "q", "y", "run", 3)
     q.withdraw("y")
     assert q.depth("a", "q") == 1
     got: list[str] = []
@@ -51,5 +51,51 @@ async def test_withdraw_and_a_waiting_poller_get_the_best_offer() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poll)
         await trio.testing.wait_all_tasks_blocked()
-        q.offer("a", "q", "z", "run", 9)
+        q.offer("a", "q", "z", "run", 1)
     assert got == ["z"]
+
+
+async def test_aging_a_waiting_low_priority_offer_gains_one_level_per_aging_period(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With aging 10 s: a level-5 offer is overtaken by level-1 offers arriving < 40 s after it,
+    never by one arriving later (the bound), and equal ranks go in arrival order."""
+    q = Queues(aging=10.0)
+    q.offer("a", "q", "old-low", "run", 5)
+    await trio.sleep(39)
+    q.offer("a", "q", "urgent-39s", "run", 1)  # rank 39 < 40: ahead of it
+    await trio.sleep(2)
+    q.offer("a", "q", "urgent-41s", "run", 1)  # rank 41 > 40: behind it
+    q.offer("a", "q", "normal-41s", "run", 3)
+    assert await take(q, 10) == ["urgent-39s", "old-low", "urgent-41s", "normal-41s"]
+
+
+async def test_a_stream_of_urgent_offers_never_starves_a_low_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    q = Queues(aging=1.0)
+    q.offer("a", "q", "low", "run", 5)
+    served: list[str] = []
+    for i in range(100):  # one urgent offer a second, one taken a second
+        q.offer("a", "q", f"u{i}", "run", 1)
+        served += await take(q, 1)
+        await trio.sleep(1)
+        if "low" in served:
+            break
+    assert "low" in served and len(served) <= 6  # after at most 4 aging periods (+ the one in hand)
+
+
+async def test_swf_task_priority_maps_onto_levels() -> None:
+    from foliot.core.workflow.flow import swf_level
+
+    assert [swf_level(p) for p in ("10", "2", "1", "0", None, "-1", "-2", "-99", "x")] == [
+        1,
+        1,
+        2,
+        3,
+        3,
+        4,
+        5,
+        5,
+        3,
+    ]

@@ -55,6 +55,7 @@ FULL = Run(
     paused_from="running",
     held=HeldOutcome("failed", 30, next="ship", error=ErrorInfo("pay", "timeout", "late"), retryable=True),
     schedule=ScheduleRef("nightly", 1_767_225_600_000),
+    priority=1,
     seq=42,
 )
 HELD_BARE = attrs.evolve(BARE, held=HeldOutcome("completed", 30))
@@ -76,3 +77,21 @@ def test_replace_run_is_attrs_evolve(changes: dict[str, Any]) -> None:
     assert replace_run(FULL, changes) == attrs.evolve(FULL, **changes)
     with pytest.raises(TypeError):
         replace_run(FULL, {"no_such_field": 1})
+
+
+def test_the_stored_text_of_a_large_input_is_reused_and_equal() -> None:
+    import json as _json
+
+    from foliot.core.workflow.model import replace_run as _replace
+    from foliot.storage.base import json_dumps, run_json
+
+    big = {"items": [{"n": i} for i in range(500)]}
+    run = _replace(FULL, {"input": big})
+    first = run_json(run)
+    assert _json.loads(first) == _json.loads(json_dumps(run_to_dict(run)))
+    moved = _replace(run, {"seq": run.seq + 1, "state": {"x": 1}})
+    assert _json.loads(run_json(moved)) == _json.loads(json_dumps(run_to_dict(moved)))
+    changed = _replace(moved, {"input": {"items": []}})  # a new input object: encoded anew
+    assert _json.loads(run_json(changed))["input"] == {"items": []}
+    small = _replace(FULL, {"input": {"a": 1}})
+    assert run_json(small) == json_dumps(run_to_dict(small))

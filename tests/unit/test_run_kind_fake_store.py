@@ -195,7 +195,9 @@ class FakeDispatcher:
         self.pushes: list[tuple[str, str, str, bool]] = []  # (run id, token, path, stored first)
         self.aborted: list[str] = []
 
-    def push(self, run: Run, task: TaskRef, path: str, timeout_ms: int) -> None:
+    def push(
+        self, run: Run, task: TaskRef, path: str, timeout_ms: int, priority: int = 3, buckets: Any = ()
+    ) -> None:
         self.pushes.append((run.run_id, task.token, path, self.store.holds(run.run_id, task.token)))
 
     def abort(self, token: str) -> None:

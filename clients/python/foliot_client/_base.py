@@ -356,11 +356,14 @@ class BaseClient:
         run_timeout: str | None,
         idempotency_key: str | None,
         app: str | None,
+        priority: int | None = None,
     ) -> Call[Run]:
         body: dict[str, Any] = {"workflow": workflow}
         if input is not UNSET:
             body["input"] = input
         body.update(_clean({"version": version, "businessKey": business_key, "runTimeout": run_timeout}))
+        if priority is not None:
+            body["priority"] = priority
         # Stripe's habit: every start carries a key, so a retried start never makes a second run.
         key = idempotency_key or f"fc-{uuid.uuid4()}"
         return Call(

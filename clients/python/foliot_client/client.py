@@ -162,9 +162,13 @@ class Client(BaseClient):
         run_timeout: str | None = None,
         idempotency_key: str | None = None,
         app: str | None = None,
+        priority: int | None = None,
     ) -> Run:
-        """Start a run; an `Idempotency-Key` is generated unless given, so retries are safe."""
-        call = self.b_start_run(workflow, input, version, business_key, run_timeout, idempotency_key, app)
+        """Start a run; an `Idempotency-Key` is generated unless given, so retries are safe.
+        `priority`: 1 (highest)..5, the server's default 3 when not given."""
+        call = self.b_start_run(
+            workflow, input, version, business_key, run_timeout, idempotency_key, app, priority
+        )
         return self.send(call)
 
     def get_run(self, run_id: str, *, app: str | None = None) -> Run:
@@ -582,8 +586,11 @@ class AsyncClient(BaseClient):
         run_timeout: str | None = None,
         idempotency_key: str | None = None,
         app: str | None = None,
+        priority: int | None = None,
     ) -> Run:
-        call = self.b_start_run(workflow, input, version, business_key, run_timeout, idempotency_key, app)
+        call = self.b_start_run(
+            workflow, input, version, business_key, run_timeout, idempotency_key, app, priority
+        )
         return await self.send(call)
 
     async def get_run(self, run_id: str, *, app: str | None = None) -> Run:

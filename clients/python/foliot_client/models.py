@@ -70,6 +70,7 @@ class Run:
     output: Any = None  # once completed: the workflow's `output` (or its whole state)
     parent: dict[str, Any] | None = None  # a child run: {runId, step, generation, attempt, index}
     children: dict[str, Any] | None = None  # at a run/map/parallel step: its children's progress
+    priority: int = 3  # 1 (highest)..5
 
     @property
     def is_terminal(self) -> bool:
@@ -102,6 +103,7 @@ class Run:
             output=d.get("output"),
             parent=d["parent"] if isinstance(d.get("parent"), dict) else None,
             children=d["children"] if isinstance(d.get("children"), dict) else None,
+            priority=int(d.get("priority") or 3),
         )
 
 

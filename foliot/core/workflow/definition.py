@@ -16,6 +16,7 @@ from urllib.parse import unquote
 import attrs
 
 from .duration import DurationError, parse_duration, parse_timestamp
+from .flow import RateLimit, check_priority, parse_rate_limit
 from .jsonconv import ValidationError, camel, is_name, structure
 from .predicate import Predicate, PredicateError, parse_path, parse_predicate
 
@@ -105,6 +106,8 @@ class StepSpec:
     tolerated_failures: int | None = None
     tolerated_failure_percentage: float | None = None
     branches: tuple[BranchSpec, ...] | None = None
+    priority: Any = None  # a task step: 1 (highest)..5, else the run's (issue 23)
+    rate_limit: dict[str, Any] | None = None  # a task step: {limit, period, key} (issue 23)
 
 
 @attrs.frozen
@@ -125,7 +128,17 @@ class DefinitionSpec:
 
 # Which optional fields each kind of step may carry (camelCase, as the document spells them).
 _ALLOWED: Final = {
-    "task": {"next", "onFailure", "retry", "timeout", "queue", "queueTimeout", "handler"},
+    "task": {
+        "next",
+        "onFailure",
+        "retry",
+        "timeout",
+        "queue",
+        "queueTimeout",
+        "handler",
+        "priority",
+        "rateLimit",
+    },
     "sleep": {"next", "duration", "until", "untilPath"},
     "wait": {"next", "signal", "signals", "onSignal", "timeout", "onTimeout"},
     "choice": {"choices", "default"},
@@ -208,6 +221,8 @@ class Step:
     max_concurrency: int = DEFAULT_MAP_CONCURRENCY
     tolerated_failures: int | None = None
     tolerated_failure_percentage: float | None = None
+    priority: int | None = None  # a task step's own priority; None: the run's
+    rate_limit: RateLimit | None = None  # a task step's sends spaced to this
 
     def tolerance(self, total: int) -> int:
         """How many of a map's `total` children may fail and the step still complete."""
@@ -465,6 +480,10 @@ def parse_definition(raw: Any) -> Definition:
                     queue=s.queue,
                     queue_timeout_ms=_duration(s.queue_timeout, f"{at}.queueTimeout"),
                     handler=_handler_path(s.handler, f"{at}.handler") if s.handler is not None else None,
+                    priority=check_priority(s.priority, f"{at}.priority") if s.priority is not None else None,
+                    rate_limit=parse_rate_limit(s.rate_limit, f"{at}.rateLimit")
+                    if s.rate_limit is not None
+                    else None,
                 )
             )
         elif s.type == "sleep":

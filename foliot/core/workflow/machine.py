@@ -19,6 +19,7 @@ import attrs
 
 from .definition import CHILD_KINDS, END, FAIL, MAX_DEPTH, MAX_ITEMS, STUCK, Definition, Step
 from .duration import DurationError, parse_timestamp
+from .flow import Bucket, step_bucket
 from .model import (
     TERMINAL_STATUSES,
     BufferedSignal,
@@ -225,6 +226,23 @@ class Dispatch:
     task: TaskRef
     path: str
     timeout_ms: int
+    priority: int = 3  # the step's priority, else the run's (issue 23)
+    buckets: tuple[Bucket, ...] = ()  # the rate-limit buckets a send takes a token from
+
+
+def dispatch_of(run: Run, definition: Definition, step: Step, task: TaskRef) -> Dispatch:
+    """The effect that sends `task`: with its priority and the step's rate-limit bucket."""
+    assert step.timeout_ms is not None
+    return Dispatch(task, step.push_path(definition.name), step.timeout_ms, *flow_of(run, definition, step))
+
+
+def flow_of(run: Run, definition: Definition, step: Step) -> tuple[int, tuple[Bucket, ...]]:
+    """(priority, buckets) of a send of `step`'s task (issue 23)."""
+    priority = step.priority if step.priority is not None else run.priority
+    if step.rate_limit is None:
+        return priority, ()
+    scope = {"input": run.input, "state": run.state}
+    return priority, (step_bucket(run.app, definition.name, step.name, step.rate_limit, scope),)
 
 
 @attrs.frozen
@@ -649,7 +667,7 @@ class _Tx:
             queue=step.queue,
             deadline=None,
         )
-        self.effects.append(Dispatch(task, step.push_path(self.definition.name), step.timeout_ms))
+        self.effects.append(dispatch_of(self.run, self.definition, step, task))
 
     def enter_sleep(self, step: Step) -> str | None:
         if step.duration_ms is not None:
@@ -847,6 +865,7 @@ def start(
     parent: ParentRef | None = None,
     depth: int = 0,
     debounce: tuple[str, int] | None = None,
+    priority: int = 3,
 ) -> Transition:
     """A new run: `run_started`, then the first step (a child run: `parent` started it)."""
     timeout = run_timeout_ms if run_timeout_ms is not None else definition.run_timeout_ms
@@ -867,6 +886,7 @@ def start(
         deadline=ctx.now + timeout if timeout is not None else None,
         parent=parent,
         depth=depth,
+        priority=priority,
     )
     tx = _Tx(run, definition, ctx)
     if parent is None:
@@ -1379,7 +1399,7 @@ def _resume(tx: _Tx, held: HeldOutcome | None) -> None:
         return
     task = run.task
     if task is not None and task.queue is not None and task.claimed_by is None and step.timeout_ms:
-        tx.effects.append(Dispatch(task, step.push_path(tx.definition.name), step.timeout_ms))
+        tx.effects.append(dispatch_of(tx.run, tx.definition, step, task))
 
 
 def _on_mark_stuck(tx: _Tx, msg: MarkStuck) -> Reply | None:

@@ -181,6 +181,7 @@ class Run:
     # A debounced start not begun yet: "<workflow>/<debounce key>" (cleared when it begins)
     debounce_key: str | None = None
     schedule: ScheduleRef | None = None  # started by a schedule's fire
+    priority: int = 3  # 1 (highest)..5: its tasks' priority unless a step sets its own (issue 23)
     seq: int = 0  # the last event's sequence number; also the row's write version
 
     @property

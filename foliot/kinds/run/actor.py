@@ -262,7 +262,9 @@ class RunKind:
         host.timers.sync(self.name, tr.run.run_id, () if before is None else before.timers(), tr.run.timers())
         for effect in tr.effects:
             if isinstance(effect, machine.Dispatch):
-                runs.dispatch(tr.run, effect.task, effect.path, effect.timeout_ms)
+                runs.dispatch(
+                    tr.run, effect.task, effect.path, effect.timeout_ms, effect.priority, effect.buckets
+                )
             elif isinstance(effect, machine.Abort):
                 runs.abort(effect.token)
             elif isinstance(effect, machine.Withdraw):
@@ -287,7 +289,8 @@ class RunKind:
             return
         step = definition.step(task.step)
         assert step.timeout_ms is not None
-        self.runs.dispatch(run, task, step.push_path(run.workflow), step.timeout_ms)
+        priority, buckets = machine.flow_of(run, definition, step)
+        self.runs.dispatch(run, task, step.push_path(run.workflow), step.timeout_ms, priority, buckets)
 
     def describe(self, actor: RunActor) -> dict[str, Any]:
         run = actor.state

@@ -77,6 +77,7 @@ async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Tr
             ctx=ctx,
             parent=request.parent,
             depth=request.depth,
+            priority=tr.run.priority,  # a child run inherits its parent's priority
         )
         child, grandchildren = await settle(runs, child, child_definition)
         started.append(child)

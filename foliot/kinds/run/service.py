@@ -15,12 +15,14 @@ from typing import Any
 import attrs
 import trio
 
+from ...actors.dispatcher import Call
 from ...actors.messages import ActorMessage, Envelope, ReplySlot
 from ...actors.placement import check_local
 from ...actors.queues import Reservation
 from ...core.errors import Conflict, Fenced, NotFound, StorageError, Unavailable, UniqueViolation
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
+from ...core.workflow.flow import DEFAULT_PRIORITY, Bucket
 from ...core.workflow.machine import Context, Reply
 from ...core.workflow.model import Run, ScheduleRef, TaskRef, replace_run
 from ...storage.base import (
@@ -78,14 +80,37 @@ class Runs:
         ttl = self.host.settings.idempotency_ttl_ms
         return None if ttl is None else self.host.clock.now() - ttl
 
-    def dispatch(self, run: Run, task: TaskRef, path: str, timeout_ms: int) -> None:
+    def dispatch(
+        self,
+        run: Run,
+        task: TaskRef,
+        path: str,
+        timeout_ms: int,
+        priority: int = DEFAULT_PRIORITY,
+        buckets: tuple[Bucket, ...] = (),
+    ) -> None:
         """Push the task to `path` (its deadline counts from the send), or offer it to its
-        queue until a poller claims it."""
+        queue until a poller claims it; by `priority`, once a token of each rate-limit bucket
+        is taken (a gated offer waits in the dispatcher, see `Dispatcher.call`)."""
         if task.queue is not None:
-            if task.claimed_by is None:
-                self.host.queues.offer(run.app, task.queue, task.token, run.run_id)
+            if task.claimed_by is not None:
+                return
+            if not buckets:
+                self.host.queues.offer(run.app, task.queue, task.token, run.run_id, priority)
+                return
+            offer = partial(self._offer_if_open, run.app, task.queue, task.token, run.run_id, priority)
+            self.host.dispatcher.call(
+                Call(run.app, task.token, offer, run.run_id, priority=priority, buckets=buckets)
+            )
             return
-        self.host.dispatcher.push(run, task, path, timeout_ms)
+        self.host.dispatcher.push(run, task, path, timeout_ms, priority, buckets)
+
+    async def _offer_if_open(self, app: str, queue: str, token: str, run_id: str, priority: int) -> None:
+        """A rate-limited offer whose slot came: offered unless its attempt closed meanwhile."""
+        live = self.live(run_id)
+        if live is not None and (live.task is None or live.task.token != token or live.task.claimed_by):
+            return
+        self.host.queues.offer(app, queue, token, run_id, priority)
 
     def abort(self, token: str) -> None:
         self.host.dispatcher.abort(token)
@@ -242,6 +267,7 @@ class Runs:
         debounce: DebounceChange | None = None,
         schedule: ScheduleRef | None = None,
         fire: ScheduleFire | None = None,
+        priority: int = DEFAULT_PRIORITY,
     ) -> tuple[dict[str, Any], bool]:
         """Create a run. Returns (response body, created); created is False for a replay.
 
@@ -278,6 +304,7 @@ class Runs:
             debounce=(debounce.key, debounce.until)
             if debounce is not None and debounce.mode == "trailing"
             else None,
+            priority=priority,
         )
         if schedule is not None:
             tr = attrs.evolve(tr, run=replace_run(tr.run, {"schedule": schedule}))

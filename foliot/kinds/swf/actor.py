@@ -34,6 +34,7 @@ from ...core.swf.recovery import owed_effects, owes
 from ...core.swf.start import start_failure_cause
 from ...core.swf.timeouts import LAMBDA_DEFAULT_START_TO_CLOSE, deadlines, parse_seconds
 from ...core.workflow.duration import format_timestamp
+from ...core.workflow.flow import swf_level
 from ...storage.swf import (
     SWF_ACTOR_PREFIX,
     SwfExecutionStore,
@@ -441,7 +442,7 @@ class SwfKind:
         kind = "decision" if isinstance(offer, m.OfferDecisionTask) else "activity"
         app, queue = queue_of(region, ex.domain, kind, offer.task_list)
         token = task_token(ex.run_id, offer.scheduled_event_id)
-        priority = 0 if offer.task_priority is None else int(offer.task_priority)
+        priority = swf_level(offer.task_priority)  # SWF's taskPriority as a level 1..5
         self.host.queues.offer(app, queue, token, actor_id(region, ex.run_id), priority)
 
     async def recover(self, only: Callable[[str], bool] | None = None) -> int:

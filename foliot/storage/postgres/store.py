@@ -22,6 +22,7 @@ from ...core.errors import StorageError, StorageUnavailable
 from ..base import UnitOfWork
 from ..cluster import ClusterPostgres
 from ..fence import Fence
+from ..flow import FlowPostgres
 from ..health import ProbePostgres
 from ..notify import NotifyPostgres
 from ..run_sql import POSTGRES
@@ -40,7 +41,14 @@ _MIGRATION_LOCK = 0x0F0110_7  # pg_advisory_lock key: one migrator at a time
 
 
 class PostgresStore(
-    SqlRunStore, SwfPostgres, ClusterPostgres, NotifyPostgres, ProbePostgres, SessionsPostgres, ScheduleSql
+    SqlRunStore,
+    SwfPostgres,
+    ClusterPostgres,
+    NotifyPostgres,
+    ProbePostgres,
+    SessionsPostgres,
+    ScheduleSql,
+    FlowPostgres,
 ):
     """`Store` on PostgreSQL. Create with `open_postgres`."""
 

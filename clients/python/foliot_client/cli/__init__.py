@@ -40,7 +40,7 @@ RUN_COLUMNS = (
 )
 ATTENTION = ("true", "retrying", "no_poller", "overdue", "unconsumed_signal")
 RUN_FIELDS = (
-    "runId", "app", "workflow", "version", "status", "businessKey", "currentStep", "attempt",
+    "runId", "app", "workflow", "version", "status", "priority", "businessKey", "currentStep", "attempt",
     "generation", "waitSignal", "wakeAt", "deadline", "createdAt", "updatedAt", "closedAt",
     "error", "parent", "children", "input", "state", "output",
 )  # fmt: skip
@@ -307,6 +307,7 @@ def runs_events(s: Session, run_id: str, after: int | None, limit: int) -> None:
 @click.option("--business-key")
 @click.option("--run-timeout", help="e.g. 14d")
 @click.option("--idempotency-key", help="default: a fresh one (safe retries)")
+@click.option("--priority", type=click.IntRange(1, 5), help="1 (highest)..5; default 3")
 @pass_session
 def runs_start(
     s: Session,
@@ -316,11 +317,12 @@ def runs_start(
     business_key: str | None,
     run_timeout: str | None,
     idempotency_key: str | None,
+    priority: int | None,
 ) -> None:
     """Start a run of WORKFLOW."""
     value = parse_json(input_, "--input")
     call = s.client.b_start_run(
-        workflow, value, version, business_key, run_timeout, idempotency_key, s.need_app()
+        workflow, value, version, business_key, run_timeout, idempotency_key, s.need_app(), priority
     )
     s.out.record(s.raw(call), RUN_FIELDS)
 
