@@ -147,7 +147,15 @@ _TOKEN = {
     "role": {"enum": ["viewer", "operator", "admin"]},
     "createdAt": TS,
 }
-_APP = {"app": NAME, "handlerBaseUrl": STR, "description": STR_OR_NULL}
+_APP = {
+    "app": NAME,
+    "handlerBaseUrl": STR,
+    "description": STR_OR_NULL,
+    "weight": {"type": "integer", "minimum": 1, "maximum": 100},
+    "rateLimit": {
+        "oneOf": [{"type": "null"}, _answer({"limit": {"type": "integer", "minimum": 1}, "periodMs": INT})]
+    },
+}
 _WORKFLOW = {"name": NAME, "version": {"type": "integer", "minimum": 1}, "createdAt": TS}
 _STATUS = {"type": "string", "enum": sorted(STATUSES)}
 _SCHEDULE: Final = {
