@@ -48,6 +48,7 @@ bench: $(DEV)
 	-$(BIN)/python bench/million.py --quick
 	-$(BIN)/python bench/console_queries.py --quick
 	-$(BIN)/python bench/swf_queries.py --quick
+	-$(BIN)/python bench/map_fanout.py --quick
 	-$(BIN)/python bench/swf_throughput.py --quick
 	-$(BIN)/python bench/restart.py --quick
 	-$(BIN)/python bench/dbos_peer.py --quick
