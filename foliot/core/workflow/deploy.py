@@ -444,7 +444,8 @@ class _Player:
         if r.type == "retry_scheduled" and e.type in ("step_failed", "run_failed"):
             return (
                 "retry",
-                f"the candidate's retry policy of {r.step!r} gives up at attempt {r.attempt} (recorded: retried)",
+                f"the candidate's retry policy of {r.step!r} gives up at attempt {r.attempt}"
+                " (recorded: retried)",
             )
         if e.type == "retry_scheduled" and r.type in ("step_failed", "run_failed"):
             return (
@@ -459,12 +460,14 @@ class _Player:
                 )
             return (
                 "signal",
-                f"the candidate waits for signal {r.data.get('name')!r} at {e.step!r}; the recorded run did not",
+                f"the candidate waits for signal {r.data.get('name')!r} at {e.step!r};"
+                " the recorded run did not",
             )
         if r.type == e.type == "step_started" and r.step == e.step:
             return (
                 "kind",
-                f"step {r.step!r} is a {e.data.get('kind')} step in the candidate (recorded: {r.data.get('kind')})",
+                f"step {r.step!r} is a {e.data.get('kind')} step in the candidate"
+                f" (recorded: {r.data.get('kind')})",
             )
         if r.type == e.type == "step_started":
             return "next", f"the candidate goes on to {e.step!r} (recorded: {r.step!r})"
@@ -510,7 +513,8 @@ class _Player:
                 held = timer.kind if timer is not None else "none"
                 raise self.diverge(
                     "timer",
-                    f"the recorded {r.type} at {r.step!r} has no {kinds[0]} timer in the candidate ({self._where()}, timer: {held})",
+                    f"the recorded {r.type} at {r.step!r} has no {kinds[0]} timer in the candidate"
+                    f" ({self._where()}, timer: {held})",
                 )
             return machine.TimerFired("step", timer.kind, timer.key)
         if r.type == "run_timed_out":
@@ -545,7 +549,8 @@ class _Player:
         if r.type in ("task_dispatched", "child_started", "step_started") and r.attempt not in (None, 1):
             raise self.diverge(
                 "retry",
-                f"the recorded run retried {r.step!r} (attempt {r.attempt}); the candidate does not ({self._where()})",
+                f"the recorded run retried {r.step!r} (attempt {r.attempt});"
+                f" the candidate does not ({self._where()})",
             )
         raise self.diverge(
             "event",
@@ -575,7 +580,8 @@ class _Player:
         if fan is None or slot is None:
             raise self.diverge(
                 "children",
-                f"the recorded child run {child} of {r.step!r} is not one the candidate waits for ({self._where()})",
+                f"the recorded child run {child} of {r.step!r} is not one the candidate waits for"
+                f" ({self._where()})",
             )
         ref = ParentRef(run.run_id, fan.step, fan.generation, fan.attempt, slot.index)
         if r.type == "child_completed":
@@ -607,7 +613,8 @@ class _Player:
             )
         raise self.diverge(
             "end",
-            f"the recorded run is {self.recorded.status}; the candidate is {run.status} at {run.current_step!r}",
+            f"the recorded run is {self.recorded.status};"
+            f" the candidate is {run.status} at {run.current_step!r}",
         )
 
 
