@@ -19,9 +19,12 @@ V2 = {
     "steps": [
         {"name": "a2", "type": "wait", "signal": "go"},
         {"name": "b", "type": "wait", "signal": "done"},
-        {"name": "check", "type": "choice",
-         "choices": [{"when": {"path": "state.a2.ok", "op": "eq", "value": True}, "next": "$end"}],
-         "default": "$end"},
+        {
+            "name": "check",
+            "type": "choice",
+            "choices": [{"when": {"path": "state.a2.ok", "op": "eq", "value": True}, "next": "$end"}],
+            "default": "$end",
+        },
     ],
 }
 
@@ -74,7 +77,9 @@ async def test_dry_run_reports_open_and_recorded_runs_and_stores_nothing(api: Ap
 
 async def test_dry_run_bad_input(api: Api) -> None:
     await setup(api)
-    bad = await post(api, "workflows/order/dry-run", {"name": "order", "steps": [{"name": "a", "type": "nope"}]})
+    bad = await post(
+        api, "workflows/order/dry-run", {"name": "order", "steps": [{"name": "a", "type": "nope"}]}
+    )
     assert bad.status_code == 200 and bad.json()["valid"] is False
     assert bad.json()["errors"][0]["field"].startswith("steps[0]")
     wrong = await post(api, "workflows/order/dry-run", {**V2, "name": "other"})
@@ -99,13 +104,21 @@ async def test_migrate_refuses_stranded_runs_then_moves_them_with_a_step_map(api
     at_b = await api.run(open_ids[2])
     assert at_b["version"] == 2 and at_b["currentStep"] == "b" and at_b["generation"] == 1
     first = await post(
-        api, "workflows/order/migrate",
-        {"toVersion": 2, "stepMap": {"a": "a2"}, "reason": "rename", "limit": 2, "filter": {"fromVersion": 1}},
+        api,
+        "workflows/order/migrate",
+        {
+            "toVersion": 2,
+            "stepMap": {"a": "a2"},
+            "reason": "rename",
+            "limit": 2,
+            "filter": {"fromVersion": 1},
+        },
     )
     page = first.json()
     assert page["cursor"] is not None
     rest = await post(
-        api, "workflows/order/migrate",
+        api,
+        "workflows/order/migrate",
         {"toVersion": 2, "stepMap": {"a": "a2"}, "reason": "rename", "limit": 2, "cursor": page["cursor"]},
     )
     assert rest.status_code == 200, rest.text
@@ -147,3 +160,31 @@ async def test_migrate_bad_input_changes_nothing(api: Api) -> None:
         run = await api.run(rid)
         assert run["version"] == 1 and run["generation"] == 1
         assert "run_migrated" not in [e["type"] for e in await api.events(rid)]
+
+
+async def test_the_console_shows_the_dry_run_then_migrates(api: Api) -> None:
+    from .test_console import ADMIN, browser, csrf_of, login, operator_token
+
+    open_ids, _ = await setup(api)
+    await api.register(V2)
+    page_path = "/console/apps/orders/workflows/order/deploy?version=2"
+    async with browser(api) as c, browser(api) as viewer:
+        await login(api, ADMIN, c)
+        await login(api, await operator_token(api, "viewer"), viewer)
+        report = await c.get(page_path)
+        assert report.status_code == 200, report.text
+        assert "stranded" in report.text and "step_missing" in report.text and "Migrate" in report.text
+        csrf = await csrf_of(c, page_path)
+        form = {"csrf": csrf, "toVersion": "2", "stepMap": "a=a2", "reason": "rename", "confirm": "yes"}
+        v_csrf = await csrf_of(viewer, page_path)
+        refused = await viewer.post(
+            "/console/apps/orders/workflows/order/migrate", data={**form, "csrf": v_csrf}
+        )
+        assert refused.status_code == 403
+        forged = await c.post("/console/apps/orders/workflows/order/migrate", data={**form, "csrf": v_csrf})
+        assert forged.status_code == 403
+        assert {(await api.run(rid))["version"] for rid in open_ids} == {1}
+        done = await c.post("/console/apps/orders/workflows/order/migrate", data=form)
+        assert done.status_code == 200, done.text
+        assert "3 migrated to version 2" in done.text
+    assert {(await api.run(rid))["version"] for rid in open_ids} == {2}
