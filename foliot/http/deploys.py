@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import attrs
@@ -28,7 +29,7 @@ from ..core.workflow import deploy, machine
 from ..core.workflow.definition import Definition, parse_definition
 from ..core.workflow.jsonconv import ValidationError
 from ..core.workflow.model import OPEN_STATUSES, Run
-from ..storage.base import RunFilter, encode_cursor
+from ..storage.base import RunFilter, Store, encode_cursor
 from .app import body, check_name, check_query, engine, json_response, query_int, raw_json, require_app
 from .bulk import _first
 from .runs import MAX_BUSINESS_KEY, _check_reason, _runs_cursor
@@ -92,32 +93,50 @@ async def dry_run_report(app: str, name: str, raw: dict[str, Any], replay: int) 
     if candidate.name != name:
         raise InvalidRequest(f"the candidate is workflow {candidate.name!r}, not {name!r}", field="name")
     eng = engine()
+
+    async def lookup(number: int) -> Definition | None:
+        return await eng.directory.maybe_definition(app, name, number)
+
+    return await build_report(eng.store, lookup, app, name, candidate, replay)
+
+
+async def build_report(
+    store: Store,
+    lookup: Callable[[int], Awaitable[Definition | None]],
+    app: str,
+    name: str,
+    candidate: Definition,
+    replay: int,
+) -> dict[str, Any]:
+    """The report of a valid candidate: open runs read in pages and aggregated, the last
+    `replay` closed runs replayed in batches (bench/dry_run.py times this on both stores)."""
     definitions: dict[int, Definition | None] = {}
 
     async def version(number: int) -> Definition | None:
         if number not in definitions:
-            definitions[number] = await eng.directory.maybe_definition(app, name, number)
+            definitions[number] = await lookup(number)
         return definitions[number]
 
     agg = deploy.OpenRuns(candidate)
-    after: tuple[int, int, str] | None = None
-    while True:
-        rows = await eng.store.open_runs_page(app, name, OPEN_PAGE, after, with_state=agg.reads_state)
-        for row in rows:
-            old = await version(row.version)
-            state = json.loads(row.state) if row.state is not None else None
-            given = json.loads(row.input) if row.input is not None else None
-            agg.add(row.run_id, row.version, row.step, row.status, old, given, state)
-        if len(rows) < OPEN_PAGE:
-            break
-        last = rows[-1]
-        after = (last.version, last.created_at, last.run_id)
+    latest = await store.get_workflow(app, name, None)
+    for number in range(latest.version if latest is not None else 0, 0, -1):
+        old = await version(number)
+        after: tuple[int, str] | None = None
+        while True:
+            rows = await store.open_runs_page(app, name, number, OPEN_PAGE, after, with_state=agg.reads_state)
+            for row in rows:
+                state = json.loads(row.state) if row.state is not None else None
+                given = json.loads(row.input) if row.input is not None else None
+                agg.add(row.run_id, row.version, row.step, row.status, old, given, state)
+            if len(rows) < OPEN_PAGE:
+                break
+            after = (rows[-1].created_at, rows[-1].run_id)
     sampled, same = 0, 0
     diverged: list[dict[str, Any]] = []
-    closed = await eng.store.recent_closed_runs(app, name, replay) if replay else []
+    closed = await store.recent_closed_runs(app, name, replay) if replay else []
     for start in range(0, len(closed), REPLAY_BATCH):
         chunk = closed[start : start + REPLAY_BATCH]
-        histories = await eng.store.events_of([r.run_id for r in chunk], MAX_REPLAY_EVENTS)
+        histories = await store.events_of([r.run_id for r in chunk], MAX_REPLAY_EVENTS)
         for run in chunk:
             events = histories.get(run.run_id, [])
             result = deploy.replay(events, run, candidate, truncated=run.seq > len(events))

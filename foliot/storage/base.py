@@ -257,7 +257,14 @@ class RunStore(Protocol):
     async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]: ...
 
     async def open_runs_page(
-        self, app: str, workflow: str, limit: int, after: tuple[int, int, str] | None, *, with_state: bool
+        self,
+        app: str,
+        workflow: str,
+        version: int,
+        limit: int,
+        after: tuple[int, str] | None,
+        *,
+        with_state: bool,
     ) -> list[OpenRunRow]: ...
 
     async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]: ...

@@ -1,7 +1,7 @@
 """The statements the dry-run of a workflow version reads (`POST …/workflows/{name}/dry-run`).
 
-Open runs are read in keyset pages along `runs_by_version` (app, workflow, workflow_version,
-created_at, run_id), the run's state alone taken out of its document by the database; recorded
+Open runs are read in keyset pages along `runs_by_version`
+(app, workflow, workflow_version, created_at, run_id), one version after another, the run's state alone taken out of its document by the database; recorded
 runs are the workflow's last closed ones, and their events are read for many runs at once.
 """
 
@@ -26,8 +26,10 @@ class OpenRunRow:
     state: str | None
 
 
-def open_runs_sql(postgres: bool, with_state: bool, after: tuple[int, int, str] | None) -> str:
-    """Arguments: (app, workflow[, version, created_at, run_id], limit)."""
+def open_runs_sql(postgres: bool, with_state: bool, after: tuple[int, str] | None) -> str:
+    """Arguments: (app, workflow, version[, created_at, run_id], limit). One version at a time:
+    the equality on `workflow_version` lets the keyset walk `runs_by_version` in order (a row
+    value over the three columns would sort every remaining row for each page)."""
     if with_state:
         data = (
             "(doc::json -> 'input')::text AS input, (doc::json -> 'state')::text AS state"
@@ -37,11 +39,11 @@ def open_runs_sql(postgres: bool, with_state: bool, after: tuple[int, int, str] 
     else:
         data = "NULL AS input, NULL AS state"
     is_open = "is_open" if postgres else "is_open = 1"
-    keyset = " AND (workflow_version, created_at, run_id) < (?, ?, ?)" if after is not None else ""
+    keyset = " AND (created_at, run_id) < (?, ?)" if after is not None else ""
     return (
         f"SELECT run_id, workflow_version AS version, status, current_step AS step, created_at, {data}"
-        f" FROM runs WHERE app = ? AND workflow = ? AND {is_open}{keyset}"
-        " ORDER BY workflow_version DESC, created_at DESC, run_id DESC LIMIT ?"
+        f" FROM runs WHERE app = ? AND workflow = ? AND workflow_version = ? AND {is_open}{keyset}"
+        " ORDER BY created_at DESC, run_id DESC LIMIT ?"
     )
 
 

@@ -178,11 +178,18 @@ class SqlRunStore:
     # ------------------------------------------------------------------ dry-runs (deploy_sql)
 
     async def open_runs_page(
-        self, app: str, workflow: str, limit: int, after: tuple[int, int, str] | None, *, with_state: bool
+        self,
+        app: str,
+        workflow: str,
+        version: int,
+        limit: int,
+        after: tuple[int, str] | None,
+        *,
+        with_state: bool,
     ) -> list[deploy_sql.OpenRunRow]:
-        """A keyset page of a workflow's open runs, by version, newest first."""
+        """A keyset page of the open runs on one version of a workflow, newest first."""
         sql = deploy_sql.open_runs_sql(self.dialect.postgres, with_state, after)
-        args: list[Any] = [app, workflow, *(after or ()), limit]
+        args: list[Any] = [app, workflow, version, *(after or ()), limit]
         return [deploy_sql.open_row(r) for r in await self._all(sql, args, scan=True)]
 
     async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]:
