@@ -1,8 +1,8 @@
 """The statements the dry-run of a workflow version reads (`POST …/workflows/{name}/dry-run`).
 
-Open runs are read in keyset pages along `runs_by_version`
-(app, workflow, workflow_version, created_at, run_id), one version after another, the run's state alone taken out of its document by the database; recorded
-runs are the workflow's last closed ones, and their events are read for many runs at once.
+Open runs are read in keyset pages along `runs_by_version` (app, workflow, workflow_version,
+created_at, run_id), one version after another, the run's input and state alone taken out of
+its document by the database; recorded runs are the workflow's last closed ones, and their events are read for many runs at once.
 """
 
 from __future__ import annotations
