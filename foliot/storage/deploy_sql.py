@@ -2,7 +2,8 @@
 
 Open runs are read in keyset pages along `runs_by_version` (app, workflow, workflow_version,
 created_at, run_id), one version after another, the run's input and state alone taken out of
-its document by the database; recorded runs are the workflow's last closed ones, and their events are read for many runs at once.
+its document by the database; recorded runs are the workflow's last closed ones, and their
+events are read for many runs at once.
 """
 
 from __future__ import annotations
