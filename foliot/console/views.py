@@ -34,6 +34,7 @@ from ..core.workflow.jsonconv import is_name
 from ..core.workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Run
 from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from ..http import bulk as bulk_api
+from ..http import deploys as deploys_api
 from ..http.app import check_query, engine, operator_caller
 from ..http.attention import Judge
 from ..http.diagnosis import observe
@@ -1007,4 +1008,77 @@ async def bulk_action(verb: str) -> Response:
         spec = attrs.evolve(spec, cursor=answer["cursor"])
     return await render(
         "bulk_confirm.html", count=0, cap=BULK_COUNT_CAP, result=totals, done_word=done_word, **context
+    )
+
+
+# ---------------------------------------------------------------------- safe deploys
+
+
+@blueprint.get("/apps/<app>/workflows/<name>/deploy")
+@page()
+async def deploy_report(app: str, name: str) -> Response:
+    """The dry-run of a registered version against the runs in flight and recorded, with the
+    form that migrates the open runs to it (operators)."""
+    check_query({"version"})
+    if not is_name(app) or not is_name(name):
+        raise NotFound("no such workflow")
+    latest = await engine().store.get_workflow(app, name, None)
+    if latest is None:
+        raise NotFound(f"workflow {name!r} not found in app {app!r}")
+    raw = request.args.get("version") or str(latest.version)
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= latest.version:
+        raise InvalidRequest(f"must be a version 1..{latest.version}", field="version")
+    version = int(raw)
+    document = await _definition(app, name, version)
+    assert document is not None
+    report = await deploys_api.dry_run_report(app, name, document, deploys_api.DEFAULT_REPLAY)
+    return await render("deploy.html", app=app, name=name, version=version, report=report, result=None)
+
+
+@blueprint.post("/apps/<app>/workflows/<name>/migrate")
+@page(role="operator")
+async def deploy_migrate(app: str, name: str) -> Response:
+    form = await request.form
+    _form_fields(form, {"toVersion", "stepMap", "reason", "confirm", "cursor"})
+    if not is_name(app) or not is_name(name):
+        raise NotFound("no such workflow")
+    if form.get("confirm") != "yes":
+        raise InvalidRequest("tick the box to confirm", field="confirm")
+    raw = form.get("toVersion") or ""
+    if not raw.isascii() or not raw.isdigit():
+        raise InvalidRequest("must be a version number", field="toVersion")
+    step_map: dict[str, str] = {}
+    for line in (form.get("stepMap") or "").splitlines():
+        if not line.strip():
+            continue
+        old, sep, new = line.partition("=")
+        if not sep:
+            raise InvalidRequest("one OLD=NEW per line", field="stepMap")
+        step_map[old.strip()] = new.strip()
+    spec = deploys_api.MigrateBody(
+        to_version=int(raw),
+        step_map=step_map or None,
+        reason=(form.get("reason") or "").strip() or None,
+        limit=BULK_PAGE,
+        cursor=form.get("cursor") or None,
+    )
+    totals: dict[str, Any] = {"matched": 0, "migrated": 0, "skipped": 0, "refused": [], "cursor": None}
+    for _ in range(BULK_CALLS_PER_POST):
+        answer = await deploys_api.apply_migrate(app, name, spec)
+        for key in ("matched", "migrated", "skipped"):
+            totals[key] += answer[key]
+        totals["refused"].extend(answer["refused"][: 100 - len(totals["refused"])])
+        totals["cursor"] = answer["cursor"]
+        if answer["cursor"] is None:
+            break
+        spec = attrs.evolve(spec, cursor=answer["cursor"])
+    return await render(
+        "deploy.html",
+        app=app,
+        name=name,
+        version=spec.to_version,
+        report=None,
+        result=totals,
+        step_map=form.get("stepMap") or "",
+        reason=spec.reason or "",
     )

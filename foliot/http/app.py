@@ -86,7 +86,8 @@ class Caller:
 
 # The calls an `operator` token may make besides reads: the interventions, one run or in bulk.
 _INTERVENTION = re.compile(
-    r"^/apps/[^/]+/runs(?:/[^/]+)?/(?:cancel|redrive|rewind|skip|state|pause|unpause)$"
+    r"^/apps/[^/]+/(?:runs(?:/[^/]+)?/(?:cancel|redrive|rewind|skip|state|pause|unpause)"
+    r"|workflows/[^/]+/(?:dry-run|migrate))$"
 )
 
 
@@ -471,6 +472,7 @@ def create_app(
         admin,
         apps,
         bulk,
+        deploys,
         diagnosis,
         internal,
         operators,
@@ -482,7 +484,19 @@ def create_app(
         workflows,
     )
 
-    for module in (apps, workflows, runs, bulk, signals, tasks, schedules, admin, diagnosis, operators):
+    for module in (
+        apps,
+        workflows,
+        deploys,
+        runs,
+        bulk,
+        signals,
+        tasks,
+        schedules,
+        admin,
+        diagnosis,
+        operators,
+    ):
         app.register_blueprint(module.blueprint)
     for face in faces:  # the console, mounted by the composition root
         app.register_blueprint(face)

@@ -30,7 +30,7 @@ from ..core.workflow.model import STATUSES
 from ..core.workflow.schema import DURATION, NAME, workflow_schemas
 from ..observe.diagnosis import ATTENTION_REASONS
 from ..observe.metrics import SWF_CLOSE_STATUSES
-from . import apps, bulk, operators, runs, schedules, signals, swf, tasks
+from . import apps, bulk, deploys, operators, runs, schedules, signals, swf, tasks
 from .app import EmptyBody
 
 ANY: dict[str, Any] = {}
@@ -136,6 +136,7 @@ BODIES: Final[dict[str, type]] = {
     "OperatorToken": operators.TokenBody,
     "Complete": tasks.CompleteBody,
     "SchedulePut": ScheduleBody,
+    "Migrate": deploys.MigrateBody,
     "ScheduleReason": schedules.ReasonBody,
     "Backfill": schedules.BackfillBody,
 }
@@ -271,6 +272,30 @@ ANSWERS: Final[dict[str, dict[str, Any]]] = {
         }
     ),
     "ScheduleDeleted": _answer({"name": NAME, "deleted": TRUE}),
+    "DryRunReport": _answer(
+        {
+            "valid": BOOL,
+            "errors": {
+                "type": "array",
+                "items": _answer({"field": STR_OR_NULL, "message": STR}),
+            },
+            "openRuns": _answer({"groups": {"type": "array", "items": {"type": "object"}}, "total": INT}),
+            "recorded": _answer(
+                {"sampled": INT, "same": INT, "diverged": {"type": "array", "items": {"type": "object"}}}
+            ),
+            "missingStateKeys": {"type": "array", "items": {"type": "object"}},
+        },
+        ("errors",),
+    ),
+    "MigratePage": _answer(
+        {
+            "matched": INT,
+            "migrated": INT,
+            "skipped": INT,
+            "refused": {"type": "array", "items": {"type": "object"}},
+            "cursor": STR_OR_NULL,
+        }
+    ),
     "EventPage": _list("events", _ref("EventView"), "nextCursor"),
     "Diagnosis": _answer(
         {
@@ -474,6 +499,16 @@ OPERATIONS: dict[tuple[str, str], Op] = {
         "app",
         "RunView",
         ((200, "RunView"), (202, "Debounced")),
+    ),
+    ("POST", f"{A}/workflows/{{name}}/dry-run"): Op(
+        "What a candidate version would do to the open and the recorded runs (nothing stored)",
+        "Workflow",
+        200,
+        "app",
+        "DryRunReport",
+    ),
+    ("POST", f"{A}/workflows/{{name}}/migrate"): Op(
+        "Move a page of open runs to a version", "Migrate", 200, "app", "MigratePage"
     ),
     ("PUT", f"{A}/schedules/{{name}}"): Op(
         "Create (201) or replace (200) a schedule",

@@ -18,6 +18,7 @@ import attrs
 
 from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
+from .deploy_sql import OpenRunRow
 from .fence import Fence
 from .flow import FlowStore
 from .health import ProbeStore
@@ -322,6 +323,21 @@ class RunStore(Protocol):
         ...
 
     async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]: ...
+
+    async def open_runs_page(
+        self,
+        app: str,
+        workflow: str,
+        version: int,
+        limit: int,
+        after: tuple[int, str] | None,
+        *,
+        with_state: bool,
+    ) -> list[OpenRunRow]: ...
+
+    async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]: ...
+
+    async def events_of(self, run_ids: Sequence[str], max_seq: int) -> dict[str, list[Event]]: ...
 
     async def get_idempotency(self, app: str, key: str) -> IdempotencyRecord | None: ...
 

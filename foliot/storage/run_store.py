@@ -15,7 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..core.workflow.model import Event, Run, TaskRow, run_from_dict
-from . import run_sql
+from . import deploy_sql, run_sql
 from .base import (
     ApiKeyRecord,
     AppRecord,
@@ -200,6 +200,46 @@ class SqlRunStore:
             )
             for r in found
         ]
+
+    # ------------------------------------------------------------------ dry-runs (deploy_sql)
+
+    async def open_runs_page(
+        self,
+        app: str,
+        workflow: str,
+        version: int,
+        limit: int,
+        after: tuple[int, str] | None,
+        *,
+        with_state: bool,
+    ) -> list[deploy_sql.OpenRunRow]:
+        """A keyset page of the open runs on one version of a workflow, newest first."""
+        sql = deploy_sql.open_runs_sql(self.dialect.postgres, with_state, after)
+        args: list[Any] = [app, workflow, version, *(after or ()), limit]
+        return [deploy_sql.open_row(r) for r in await self._all(sql, args, scan=True)]
+
+    async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]:
+        sql = deploy_sql.recent_closed_sql(self.dialect.postgres)
+        return [_run(r["doc"]) for r in await self._all(sql, (app, workflow, limit), scan=True)]
+
+    async def events_of(self, run_ids: Sequence[str], max_seq: int) -> dict[str, list[Event]]:
+        """The events of these runs up to `max_seq` each, in order."""
+        clause, ids = self.dialect.run_ids(run_ids)
+        found = await self._all(deploy_sql.EVENTS_OF.format(ids=clause), (*ids, max_seq), scan=True)
+        out: dict[str, list[Event]] = {run_id: [] for run_id in run_ids}
+        for r in found:
+            out[r["run_id"]].append(
+                Event(
+                    r["seq"],
+                    r["at"],
+                    r["generation"],
+                    r["type"],
+                    r["step"],
+                    r["attempt"],
+                    json.loads(r["data"]),
+                )
+            )
+        return out
 
     async def get_idempotency(self, app: str, key: str) -> IdempotencyRecord | None:
         row = await self._one(run_sql.GET_IDEMPOTENCY, (app, key))

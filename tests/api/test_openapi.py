@@ -112,6 +112,12 @@ async def test_every_answer_validates_against_its_declared_schema(api: Api) -> N
     await api.call("GET", f"{base}/runs", params={"workflow": "w", "limit": 1})
     await api.call("GET", f"{base}/runs/{run['runId']}/events")
     await api.call("GET", f"{base}/runs/{run['runId']}/diagnosis")
+    # safe deploys
+    order_v2 = copy.deepcopy(ORDER)
+    dry = await api.call("POST", f"{base}/workflows/{order_v2['name']}/dry-run", order_v2)
+    assert dry.status_code == 200, dry.text
+    migrated = await api.call("POST", f"{base}/workflows/{order_v2['name']}/migrate", {"toVersion": 1})
+    assert migrated.status_code == 200, migrated.text
     # child runs, debounced starts
     await api.register(
         {"name": "fan", "steps": [{"name": "m", "type": "map", "itemsPath": "input", "workflow": "w"}]}

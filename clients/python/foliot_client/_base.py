@@ -328,6 +328,47 @@ class BaseClient:
             safe=True,
         )
 
+    def b_dry_run(self, definition: Mapping[str, Any], replay: int | None, app: str | None) -> Call[Any]:
+        """`POST …/workflows/{name}/dry-run`: the report, as JSON (it stores nothing)."""
+        name = str(definition.get("name", ""))
+        return Call(
+            "POST",
+            f"{self._app(app)}/workflows/{_q(name)}/dry-run",
+            lambda s, d: d,
+            json=dict(definition),
+            params=_clean({"replay": replay}),
+            safe=True,
+        )
+
+    def b_migrate(
+        self,
+        name: str,
+        to_version: int,
+        *,
+        filter: Mapping[str, Any] | None = None,
+        step_map: Mapping[str, str] | None = None,
+        reason: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        app: str | None = None,
+    ) -> Call[Any]:
+        """One page of `POST …/workflows/{name}/migrate` (a run already moved is skipped: safe to repeat)."""
+        body: dict[str, Any] = {"toVersion": to_version}
+        body.update(
+            _clean(
+                {
+                    "filter": dict(filter) if filter else None,
+                    "stepMap": dict(step_map) if step_map else None,
+                    "reason": reason,
+                    "limit": limit,
+                    "cursor": cursor,
+                }
+            )
+        )
+        return Call(
+            "POST", f"{self._app(app)}/workflows/{_q(name)}/migrate", lambda s, d: d, json=body, safe=True
+        )
+
     def b_list_workflows(
         self, limit: int | None, cursor: str | None, app: str | None
     ) -> Call[Page[Workflow]]:

@@ -134,6 +134,16 @@ class Client(BaseClient):
     def register_workflow(self, definition: Mapping[str, Any], *, app: str | None = None) -> WorkflowRef:
         return self.send(self.b_register_workflow(definition, app))
 
+    def dry_run(
+        self, definition: Mapping[str, Any], *, replay: int | None = None, app: str | None = None
+    ) -> Any:
+        """What registering `definition` would do to the runs in flight and recorded (a report)."""
+        return self.send(self.b_dry_run(definition, replay, app))
+
+    def migrate_page(self, name: str, to_version: int, **options: Any) -> Any:
+        """One page of a migration (`filter`, `step_map`, `reason`, `limit`, `cursor`, `app`)."""
+        return self.send(self.b_migrate(name, to_version, **options))
+
     def list_workflows(
         self, *, limit: int | None = None, cursor: str | None = None, app: str | None = None
     ) -> Page[Workflow]:
@@ -553,6 +563,14 @@ class AsyncClient(BaseClient):
         self, definition: Mapping[str, Any], *, app: str | None = None
     ) -> WorkflowRef:
         return await self.send(self.b_register_workflow(definition, app))
+
+    async def dry_run(
+        self, definition: Mapping[str, Any], *, replay: int | None = None, app: str | None = None
+    ) -> Any:
+        return await self.send(self.b_dry_run(definition, replay, app))
+
+    async def migrate_page(self, name: str, to_version: int, **options: Any) -> Any:
+        return await self.send(self.b_migrate(name, to_version, **options))
 
     async def list_workflows(
         self, *, limit: int | None = None, cursor: str | None = None, app: str | None = None

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 import attrs
 
+from .compat import STRANDED, step_verdict
 from .definition import CHILD_KINDS, END, FAIL, MAX_DEPTH, MAX_ITEMS, STUCK, Definition, Step
 from .duration import DurationError, parse_timestamp
 from .flow import Bucket, step_bucket
@@ -193,6 +194,20 @@ class Gathered:
     outputs: tuple[Any, ...]
 
 
+@attrs.frozen
+class Migrate:
+    """Move an open run to `version` of its workflow (`POST …/workflows/{name}/migrate`).
+
+    A run whose step is compatible (see `compat.step_verdict`) stays where it stands; one whose
+    step changed what is in flight, or that `step_map` sends elsewhere, re-enters its (mapped)
+    step under a new generation, as a rewind does. A stranded step with no entry is refused."""
+
+    target: Definition
+    version: int
+    step_map: tuple[tuple[str, str], ...] = ()
+    reason: str | None = None
+
+
 Message = (
     TaskAnswer
     | TimerFired
@@ -211,6 +226,7 @@ Message = (
     | Gathered
     | Admit
     | Debounce
+    | Migrate
 )
 
 
@@ -1595,3 +1611,54 @@ _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
     Unpause: _on_unpause,
     MarkStuck: _on_mark_stuck,
 }
+
+
+def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
+    run = tx.run
+    if not run.is_open:
+        return _invalid_status(run, "migrate")
+    if run.version == msg.version:
+        return Ok("already")
+    step = run.current_step
+    mapped = dict(msg.step_map).get(step) if step is not None else None
+    if mapped is not None and mapped not in msg.target.index:
+        field = f"stepMap.{step}"
+        return Rejected(
+            400, "invalid_request", f"{field}: {mapped!r} is no step of version {msg.version}", field
+        )
+    verdict = step_verdict(tx.definition, msg.target, step)
+    if verdict.verdict == STRANDED and mapped is None:
+        return Rejected(
+            409,
+            "stranded",
+            f"step {step!r} is no step of version {msg.version}; give a stepMap entry for it",
+            "stepMap",
+        )
+    to_step = mapped or step
+    in_place = to_step == step and verdict.in_place
+    if not in_place and run.status == "paused":
+        return Rejected(
+            409,
+            "run_paused",
+            f"run {run.run_id} is paused at {step!r}; unpause it to re-enter a changed step",
+        )
+    data = {"reason": msg.reason, "fromVersion": run.version, "toVersion": msg.version, "fromStep": step}
+    if in_place:
+        tx.set(version=msg.version)
+        tx.definition = msg.target
+        tx.emit("run_migrated", step, **data, toStep=step, inPlace=True)
+        tx.reply = Ok(tx.run)
+        return None
+    assert to_step is not None
+    tx.close_task("superseded")
+    tx.drop_fan(f"its parent {run.run_id} was migrated")
+    tx.set(generation=run.generation + 1, error=None, carried_error=None, version=msg.version)
+    tx.definition = msg.target
+    tx.emit("run_migrated", to_step, **data, toStep=to_step, inPlace=False)
+    tx.park("running")
+    tx.enter(to_step)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+_HANDLERS[Migrate] = _on_migrate

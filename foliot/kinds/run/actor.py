@@ -178,6 +178,9 @@ class RunKind:
         host = self.host
         started: list[Transition] = []
         children_units: tuple[UnitOfWork, ...] = ()
+        if tr.run.version != run.version:
+            # Rewound or migrated to another version: what follows is that version's.
+            definition = await host.directory.definition(tr.run.app, tr.run.workflow, tr.run.version)
         if tr.changed and (tr.children or tr.gather is not None):
             tr, children_units, started = await runs.settle(tr, definition)
         if tr.changed:

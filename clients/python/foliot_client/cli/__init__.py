@@ -758,6 +758,113 @@ def workflows_diff(s: Session, name: str, old: int | None, new: int | None, path
         click.echo("".join(lines), nl=False)
 
 
+@workflows.command("dry-run")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--replay", type=int, help="closed runs replayed (default 100, at most 1000)")
+@pass_session
+def workflows_dry_run(s: Session, file: str, replay: int | None) -> None:
+    """What registering FILE would do to the runs in flight (grouped by version, step and
+    status) and to the last closed runs replayed through it. Stores nothing."""
+    report = s.raw(s.client.b_dry_run(read_definition(file), replay, s.need_app()))
+    if s.out.as_json:
+        s.out.json(report)
+        return
+    if not report["valid"]:
+        for error in report.get("errors", []):
+            click.echo(f"invalid: {error.get('field')}: {error.get('message')}")
+        raise SystemExit(1)
+    rows = [
+        {
+            "version": g["version"],
+            "step": g["step"],
+            "status": g["status"],
+            "count": g["count"],
+            "verdict": g["verdict"],
+            "differences": ", ".join(d["field"] for d in g["differences"]),
+        }
+        for g in report["openRuns"]["groups"]
+    ]
+    click.echo(f"open runs: {report['openRuns']['total']}")
+    s.out.table(rows, ("version", "step", "status", "count", "verdict", "differences"), {"groups": rows})
+    recorded = report["recorded"]
+    click.echo(f"recorded runs replayed: {recorded['sampled']}, same: {recorded['same']}")
+    for d in recorded["diverged"]:
+        click.echo(f"  {d['runId']} v{d['version']} at seq {d['seq']}: {d['reason']}: {d['message']}")
+    for m in report["missingStateKeys"]:
+        click.echo(f"missing {m['path']} (read by {m['readBy']} {m['field']}) in {m['runs']} open runs")
+
+
+@workflows.command("migrate")
+@click.argument("name")
+@click.option("--to", "to_version", type=int, required=True, help="the registered version to move to")
+@click.option("--from-version", type=int)
+@click.option("--step")
+@click.option("--status")
+@click.option("--business-key")
+@click.option("--map", "step_map", multiple=True, help="OLD=NEW: where runs at a removed or renamed step go")
+@click.option("--reason")
+@click.option("--limit", type=int, help="runs per page (default 100)")
+@pass_session
+def workflows_migrate(
+    s: Session,
+    name: str,
+    to_version: int,
+    from_version: int | None,
+    step: str | None,
+    status: str | None,
+    business_key: str | None,
+    step_map: Sequence[str],
+    reason: str | None,
+    limit: int | None,
+) -> None:
+    """Move the open runs of NAME to version --to, page after page (resumable: run it again)."""
+    mapping: dict[str, str] = {}
+    for entry in step_map:
+        old, sep, new = entry.partition("=")
+        if not sep or not old or not new:
+            fail(f"--map takes OLD=NEW, not {entry!r}")
+        mapping[old] = new
+    flt = {
+        k: v
+        for k, v in {
+            "fromVersion": from_version,
+            "step": step,
+            "status": status,
+            "businessKey": business_key,
+        }.items()
+        if v is not None
+    }
+    app = s.need_app()
+    cursor = None
+    totals = {"matched": 0, "migrated": 0, "skipped": 0}
+    refused: list[dict[str, Any]] = []
+    while True:
+        page = s.raw(
+            s.client.b_migrate(
+                name,
+                to_version,
+                filter=flt,
+                step_map=mapping,
+                reason=reason,
+                limit=limit,
+                cursor=cursor,
+                app=app,
+            )
+        )
+        for key in totals:
+            totals[key] += int(page[key])
+        refused.extend(page["refused"])
+        cursor = page.get("cursor")
+        if cursor is None:
+            break
+    if s.out.as_json:
+        s.out.json({**totals, "refused": refused})
+        return
+    click.echo(f"matched {totals['matched']}, migrated {totals['migrated']}, skipped {totals['skipped']}")
+    for r in refused:
+        click.echo(f"refused {r['runId']} (v{r['version']} at {r['step']}): {r['reason']}")
+
+
 # --- apps (admin) -----------------------------------------------------------------------------
 
 

@@ -1,0 +1,149 @@
+"""How one step of a run in flight compares across two versions of its workflow (pure).
+
+`step_verdict(old, new)` names every difference between the step a run stands at and the step of
+the same name in a candidate version: `compatible` (nothing that matters changed), `moves` (the
+step is there but differs: each difference named) or `stranded` (the step is gone). The machine's
+`Migrate` uses it to decide whether a run stays where it stands or re-enters its step, and
+`deploy.compare` reports it for the dry-run; it lives apart from `deploy` so the machine can
+import it (`deploy` imports the machine for its replay).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+
+from .definition import Definition, Retry, Step
+
+COMPATIBLE: Final = "compatible"
+MOVES: Final = "moves"
+STRANDED: Final = "stranded"
+
+# Differences a run cannot carry where it stands: what is in flight at the step (the task's
+# queue or handler, the signals waited for, the child runs started, the sleep armed) was made
+# by the old step, so a migration re-enters the step (a new generation, as a rewind does).
+# The others (next, onFailure, retry, timeouts, ...) apply when the step ends: the run stays.
+REENTER: Final = frozenset(
+    {
+        "kind",
+        "handler",
+        "queue",
+        "signals",
+        "workflow",
+        "duration",
+        "itemsPath",
+        "inputPath",
+        "maxConcurrency",
+    }
+)
+
+
+@attrs.frozen
+class Difference:
+    field: str
+    old: Any
+    new: Any
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.field, "old": self.old, "new": self.new}
+
+
+@attrs.frozen
+class Verdict:
+    verdict: str  # compatible | moves | stranded
+    differences: tuple[Difference, ...] = ()
+
+    @property
+    def in_place(self) -> bool:
+        """A migration keeps the run where it stands (else it re-enters the step)."""
+        return self.verdict == COMPATIBLE or (
+            self.verdict == MOVES and not any(d.field in REENTER for d in self.differences)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "differences": [d.to_json() for d in self.differences]}
+
+
+def _retry(retry: Retry | None) -> dict[str, Any] | None:
+    if retry is None:
+        return None
+    return {
+        "maxAttempts": retry.max_attempts,
+        "initialIntervalMs": retry.initial_interval_ms,
+        "backoffCoefficient": retry.backoff_coefficient,
+        "maxIntervalMs": retry.max_interval_ms,
+        "retryOn": list(retry.retry_on) if retry.retry_on is not None else None,
+    }
+
+
+def _path(path: tuple[str, ...] | None) -> str | None:
+    return ".".join(path) if path is not None else None
+
+
+def _fields(step: Step, workflow: str) -> dict[str, Any]:
+    """What of a step a comparison looks at, JSON-able, named as the document names it."""
+    kind = step.kind
+    out: dict[str, Any] = {"kind": kind}
+    if kind == "choice":
+        out["choices"] = [{"when": repr(c.when), "next": c.next} for c in step.choices]
+        out["default"] = step.default
+        return out
+    out["next"] = step.next
+    if kind == "task":
+        out["handler"] = step.push_path(workflow) if step.queue is None else None
+        out["queue"] = step.queue
+        out["retry"] = _retry(step.retry)
+        out["timeout"] = step.timeout_ms
+        out["queueTimeout"] = step.queue_timeout_ms
+        out["onFailure"] = step.on_failure
+    elif kind == "sleep":
+        out["duration"] = {
+            "ms": step.duration_ms,
+            "until": step.until_ms,
+            "untilPath": _path(step.until_path),
+        }
+    elif kind == "wait":
+        out["signals"] = list(step.awaited)
+        out["onSignal"] = dict(step.on_signal)
+        out["timeout"] = step.timeout_ms
+        out["onTimeout"] = step.on_timeout
+    else:  # run, map, parallel
+        out["workflow"] = [[b.name, b.workflow, b.version] for b in step.branches]
+        out["inputPath"] = [_path(b.input_path) for b in step.branches]
+        out["onFailure"] = step.on_failure
+        out["onParentClose"] = step.on_parent_close
+        if kind == "run":
+            out["retry"] = _retry(step.retry)
+            out["timeout"] = step.timeout_ms
+        if kind == "map":
+            out["itemsPath"] = _path(step.items_path)
+            out["maxConcurrency"] = step.max_concurrency
+            out["tolerance"] = [step.tolerated_failures, step.tolerated_failure_percentage]
+    return out
+
+
+def step_differences(old: Step, new: Step, old_workflow: str, new_workflow: str) -> tuple[Difference, ...]:
+    """Every field of `old` that `new` has otherwise (a changed kind is one difference)."""
+    if old.kind != new.kind:
+        return (Difference("kind", old.kind, new.kind),)
+    before, after = _fields(old, old_workflow), _fields(new, new_workflow)
+    return tuple(
+        Difference(name, before.get(name), after.get(name))
+        for name in before
+        if before.get(name) != after.get(name)
+    )
+
+
+def step_verdict(old: Definition | None, new: Definition, step: str | None) -> Verdict:
+    """How a run standing at `step` of `old` fares at the same step of `new`."""
+    if step is None:
+        return Verdict(COMPATIBLE)
+    target = new.index.get(step)
+    if target is None:
+        return Verdict(STRANDED)
+    before = old.index.get(step) if old is not None else None
+    if before is None:  # the run's own version lacks it (it was moved here by a rewind): compare nothing
+        return Verdict(COMPATIBLE)
+    diffs = step_differences(before, target, old.name if old is not None else new.name, new.name)
+    return Verdict(MOVES, diffs) if diffs else Verdict(COMPATIBLE)

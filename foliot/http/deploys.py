@@ -1,0 +1,316 @@
+"""Safe deploys: dry-run a candidate version against the runs in flight and the runs recorded,
+then migrate open runs to a registered version, a page at a time.
+
+`POST /apps/{app}/workflows/{name}/dry-run` stores nothing: it validates the candidate as
+registration would, reads the workflow's open runs in keyset pages (aggregating groups as it
+goes, so memory is bounded by the number of groups, not of runs), and replays the last
+`replay` closed runs through the candidate's pure machine (`core/workflow/deploy.py`).
+
+`POST /apps/{app}/workflows/{name}/migrate` follows the bulk interventions (`bulk.py`): one
+keyset page of the workflow's runs (newest first), each open run that matches the filter sent
+`Migrate` through its actor, a `cursor` to resume with. A run already on `toVersion` is skipped,
+so a page retried is safe; each move is one `run_migrated` event carrying the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import attrs
+import trio
+from quart import Blueprint, Response
+
+from ..actors.placement import Elsewhere
+from ..core.errors import InvalidRequest
+from ..core.workflow import deploy, machine
+from ..core.workflow.definition import Definition, parse_definition
+from ..core.workflow.jsonconv import ValidationError
+from ..core.workflow.model import OPEN_STATUSES, Run
+from ..storage.base import RunFilter, Store, encode_cursor
+from .app import body, check_name, check_query, engine, json_response, query_int, raw_json, require_app
+from .bulk import _first
+from .runs import MAX_BUSINESS_KEY, _check_reason, _runs_cursor
+
+blueprint = Blueprint("deploys", __name__)
+log = logging.getLogger("foliot.http")
+
+DEFAULT_REPLAY: Final = 100
+MAX_REPLAY: Final = 1000
+OPEN_PAGE: Final = 2000  # open runs read per query of a dry-run
+REPLAY_BATCH: Final = 100  # recorded runs whose events are read in one query
+MAX_REPLAY_EVENTS: Final = 10_000  # events of one recorded run replayed (then: truncated)
+DEFAULT_LIMIT: Final = 100
+MAX_LIMIT: Final = 1000
+CONCURRENCY: Final = 16
+
+
+# --------------------------------------------------------------------------- dry-run
+
+
+def _candidate(raw: Any) -> tuple[Any, int | None]:
+    """The candidate definition and a body `replay`: the body is the definition itself, or
+    `{"definition": {...}, "replay": n}`."""
+    if isinstance(raw, dict) and "definition" in raw and "steps" not in raw:
+        extra = set(raw) - {"definition", "replay"}
+        if extra:
+            raise InvalidRequest("unknown field", field=sorted(extra)[0])
+        replay = raw.get("replay")
+        if replay is not None and (type(replay) is not int or not 0 <= replay <= MAX_REPLAY):
+            raise InvalidRequest(f"must be a whole number 0..{MAX_REPLAY}", field="replay")
+        return raw["definition"], replay
+    return raw, None
+
+
+@blueprint.post("/apps/<app_name>/workflows/<name>/dry-run")
+async def dry_run(app_name: str, name: str) -> Response:
+    await require_app(app_name)
+    check_name(name, "name")
+    check_query({"replay"})
+    replay = query_int("replay", DEFAULT_REPLAY, 0, MAX_REPLAY)
+    raw, body_replay = _candidate(await raw_json())
+    if not isinstance(raw, dict):
+        raise InvalidRequest("the candidate must be a workflow object", field="definition")
+    return json_response(
+        await dry_run_report(app_name, name, raw, body_replay if body_replay is not None else replay)
+    )
+
+
+async def dry_run_report(app: str, name: str, raw: dict[str, Any], replay: int) -> dict[str, Any]:
+    """The dry-run's answer (the console's page calls this too)."""
+    try:
+        candidate = parse_definition(raw)
+    except ValidationError as exc:
+        return {
+            "valid": False,
+            "errors": [{"field": exc.field or None, "message": exc.message}],
+            "openRuns": {"groups": [], "total": 0},
+            "recorded": {"sampled": 0, "same": 0, "diverged": []},
+            "missingStateKeys": [],
+        }
+    if candidate.name != name:
+        raise InvalidRequest(f"the candidate is workflow {candidate.name!r}, not {name!r}", field="name")
+    eng = engine()
+
+    async def lookup(number: int) -> Definition | None:
+        return await eng.directory.maybe_definition(app, name, number)
+
+    return await build_report(eng.store, lookup, app, name, candidate, replay)
+
+
+async def build_report(
+    store: Store,
+    lookup: Callable[[int], Awaitable[Definition | None]],
+    app: str,
+    name: str,
+    candidate: Definition,
+    replay: int,
+) -> dict[str, Any]:
+    """The report of a valid candidate: open runs read in pages and aggregated, the last
+    `replay` closed runs replayed in batches (bench/dry_run.py times this on both stores)."""
+    definitions: dict[int, Definition | None] = {}
+
+    async def version(number: int) -> Definition | None:
+        if number not in definitions:
+            definitions[number] = await lookup(number)
+        return definitions[number]
+
+    agg = deploy.OpenRuns(candidate)
+    latest = await store.get_workflow(app, name, None)
+    for number in range(latest.version if latest is not None else 0, 0, -1):
+        old = await version(number)
+        after: tuple[int, str] | None = None
+        while True:
+            rows = await store.open_runs_page(app, name, number, OPEN_PAGE, after, with_state=agg.reads_state)
+            for row in rows:
+                state = json.loads(row.state) if row.state is not None else None
+                given = json.loads(row.input) if row.input is not None else None
+                agg.add(row.run_id, row.version, row.step, row.status, old, given, state)
+            if len(rows) < OPEN_PAGE:
+                break
+            after = (rows[-1].created_at, rows[-1].run_id)
+    sampled, same = 0, 0
+    diverged: list[dict[str, Any]] = []
+    closed = await store.recent_closed_runs(app, name, replay) if replay else []
+    for start in range(0, len(closed), REPLAY_BATCH):
+        chunk = closed[start : start + REPLAY_BATCH]
+        histories = await store.events_of([r.run_id for r in chunk], MAX_REPLAY_EVENTS)
+        for run in chunk:
+            events = histories.get(run.run_id, [])
+            result = deploy.replay(events, run, candidate, truncated=run.seq > len(events))
+            sampled += 1
+            if result.divergence is None:
+                same += 1
+            else:
+                diverged.append(
+                    {"runId": run.run_id, "version": run.version, "status": run.status}
+                    | result.divergence.to_json()
+                )
+        await trio.lowlevel.checkpoint()
+    return {
+        "valid": True,
+        "openRuns": {"groups": agg.groups(), "total": agg.total},
+        "recorded": {"sampled": sampled, "same": same, "diverged": diverged},
+        "missingStateKeys": agg.missing(),
+    }
+
+
+# --------------------------------------------------------------------------- migrate
+
+
+@attrs.frozen
+class MigrateFilter:
+    from_version: int | None = None
+    step: str | None = None
+    status: str | None = None
+    business_key: str | None = None
+
+
+@attrs.frozen
+class MigrateBody:
+    to_version: int
+    filter: MigrateFilter | None = None
+    step_map: dict[str, str] | None = None
+    reason: str | None = None
+    limit: int | None = None
+    cursor: str | None = None
+
+
+@attrs.frozen
+class Migration:
+    """A validated migrate request."""
+
+    target: Definition
+    to_version: int
+    flt: RunFilter
+    from_version: int | None
+    step: str | None
+    step_map: tuple[tuple[str, str], ...]
+    reason: str | None
+    limit: int
+    after: tuple[int, str] | None
+
+    def matches(self, run: Run) -> bool:
+        if not run.is_open:
+            return False
+        if self.step is not None and run.current_step != self.step:
+            return False
+        return self.from_version is None or run.version == self.from_version
+
+
+async def migration(app: str, name: str, spec: MigrateBody) -> Migration:
+    """Every field checked before anything moves: a bad one is a 400 naming it."""
+    check_name(name, "name")
+    if spec.to_version < 1:
+        raise InvalidRequest("must be 1 or more", field="toVersion")
+    flt = spec.filter or MigrateFilter()
+    if flt.from_version is not None and flt.from_version < 1:
+        raise InvalidRequest("must be 1 or more", field="filter.fromVersion")
+    if flt.step is not None:
+        check_name(flt.step, "filter.step")
+    if flt.status is not None and flt.status not in OPEN_STATUSES:
+        raise InvalidRequest(f"must be an open status, one of {sorted(OPEN_STATUSES)}", field="filter.status")
+    if flt.business_key is not None and not 1 <= len(flt.business_key) <= MAX_BUSINESS_KEY:
+        raise InvalidRequest(f"must be 1..{MAX_BUSINESS_KEY} characters", field="filter.businessKey")
+    _check_reason(spec.reason)
+    limit = DEFAULT_LIMIT if spec.limit is None else spec.limit
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"must be 1..{MAX_LIMIT}", field="limit")
+    after = _runs_cursor(spec.cursor) if spec.cursor else None
+    target = await engine().directory.maybe_definition(app, name, spec.to_version)
+    if target is None:
+        raise InvalidRequest(f"workflow {name!r} has no version {spec.to_version}", field="toVersion")
+    pairs: list[tuple[str, str]] = []
+    for old, new in sorted((spec.step_map or {}).items()):
+        check_name(old, f"stepMap.{old[:100]}")
+        if new not in target.index:
+            raise InvalidRequest(f"{new!r} is no step of version {spec.to_version}", field=f"stepMap.{old}")
+        pairs.append((old, new))
+    return Migration(
+        target,
+        spec.to_version,
+        RunFilter(app, name, flt.status, flt.business_key),
+        flt.from_version,
+        flt.step,
+        tuple(pairs),
+        spec.reason,
+        limit,
+        after,
+    )
+
+
+@blueprint.post("/apps/<app_name>/workflows/<name>/migrate")
+async def migrate(app_name: str, name: str) -> Response:
+    await require_app(app_name)
+    spec = await body(MigrateBody)
+    return json_response(await apply_migrate(app_name, name, spec))
+
+
+async def apply_migrate(app: str, name: str, spec: MigrateBody) -> dict[str, Any]:
+    """One page of a migration; the answer's body (the console's migrate button calls this)."""
+    chosen = await migration(app, name, spec)
+    eng = engine()
+    rows = await eng.store.list_runs(chosen.flt, chosen.limit + 1, chosen.after)
+    page = rows[: chosen.limit]
+    cursor = encode_cursor(page[-1].created_at, page[-1].run_id) if len(rows) > chosen.limit else None
+    targets = [run for run in page if chosen.matches(run)]
+    counts = {"migrated": 0, "skipped": 0}
+    refused: list[dict[str, Any]] = []
+    message = machine.Migrate(chosen.target, chosen.to_version, chosen.step_map, chosen.reason)
+    limiter = trio.CapacityLimiter(CONCURRENCY)
+
+    def refuse(run: Run, code: str, why: str) -> None:
+        refused.append(
+            {
+                "runId": run.run_id,
+                "version": run.version,
+                "step": run.current_step,
+                "code": code,
+                "reason": why,
+            }
+        )
+
+    async def one(run: Run) -> None:
+        if run.version == chosen.to_version:
+            counts["skipped"] += 1
+            return
+        async with limiter:
+            try:
+                reply, _ = await eng.runs.ask(run.run_id, message, run)
+            except Elsewhere as elsewhere:
+                refuse(run, "elsewhere", f"owned by node {elsewhere.owner.node_id}: migrate it there")
+                return
+        if isinstance(reply, machine.Rejected):
+            refuse(run, reply.code, reply.message)
+        elif reply.value == "already":
+            counts["skipped"] += 1
+        else:
+            counts["migrated"] += 1
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for run in targets:
+                nursery.start_soon(one, run)
+    except BaseExceptionGroup as group:
+        raise _first(group) from None  # one refusal answers for the page; retrying it is safe
+    refused.sort(key=lambda r: str(r["runId"]))
+    log.info(
+        "migrate app=%s workflow=%s toVersion=%d matched=%d migrated=%d skipped=%d refused=%d reason=%r",
+        app,
+        name,
+        chosen.to_version,
+        len(targets),
+        counts["migrated"],
+        counts["skipped"],
+        len(refused),
+        chosen.reason,
+    )
+    return {
+        "matched": len(targets),
+        "migrated": counts["migrated"],
+        "skipped": counts["skipped"],
+        "refused": refused,
+        "cursor": cursor,
+    }

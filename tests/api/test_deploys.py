@@ -1,0 +1,190 @@
+"""Safe deploys over HTTP on both stores: the dry-run report (open runs grouped, recorded runs
+replayed, missing state keys; nothing stored) and the paged, resumable, idempotent migrate."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..conftest import Api
+
+V1 = {
+    "name": "order",
+    "steps": [
+        {"name": "a", "type": "wait", "signal": "go"},
+        {"name": "b", "type": "wait", "signal": "done"},
+    ],
+}
+V2 = {
+    "name": "order",
+    "steps": [
+        {"name": "a2", "type": "wait", "signal": "go"},
+        {"name": "b", "type": "wait", "signal": "done"},
+        {
+            "name": "check",
+            "type": "choice",
+            "choices": [{"when": {"path": "state.a2.ok", "op": "eq", "value": True}, "next": "$end"}],
+            "default": "$end",
+        },
+    ],
+}
+
+
+async def post(api: Api, path: str, body: Any, **kw: Any) -> Any:
+    return await api.call("POST", f"/apps/orders/{path}", body, **kw)
+
+
+async def signal(api: Api, rid: str, name: str, payload: Any = None) -> None:
+    r = await post(api, "signals", {"runId": rid, "name": name, "payload": payload})
+    assert r.status_code == 202, r.text
+
+
+async def setup(api: Api) -> tuple[list[str], str]:
+    await api.register(V1)
+    open_ids = [(await api.start("order"))["runId"] for _ in range(3)]
+    done = (await api.start("order"))["runId"]
+    await signal(api, done, "go", {"ok": True})
+    await signal(api, done, "done")
+    await api.until(done, "completed")
+    await signal(api, open_ids[2], "go", {"ok": True})
+    return open_ids, done
+
+
+async def test_dry_run_reports_open_and_recorded_runs_and_stores_nothing(api: Api) -> None:
+    open_ids, done = await setup(api)
+    r = await post(api, "workflows/order/dry-run", V2)
+    assert r.status_code == 200, r.text
+    report = r.json()
+    assert report["valid"] is True
+    groups = {(g["step"], g["status"]): g for g in report["openRuns"]["groups"]}
+    assert report["openRuns"]["total"] == 3
+    assert groups[("a", "waiting")]["count"] == 2 and groups[("a", "waiting")]["verdict"] == "stranded"
+    assert sorted(groups[("a", "waiting")]["exampleRunIds"]) == sorted(open_ids[:2])
+    assert groups[("b", "waiting")]["verdict"] == "moves"
+    assert [d["field"] for d in groups[("b", "waiting")]["differences"]] == ["next"]
+    recorded = report["recorded"]
+    assert recorded["sampled"] == 1 and recorded["same"] == 0
+    [diverged] = recorded["diverged"]
+    assert diverged["runId"] == done and diverged["reason"] == "step_missing"
+    # state.a2.ok is read by `check`; the runs at b have `a`, not `a2`
+    missing = {m["path"]: m for m in report["missingStateKeys"]}
+    assert missing["state.a2.ok"]["runs"] == 1 and missing["state.a2.ok"]["exampleRunIds"] == [open_ids[2]]
+    listed = await api.call("GET", "/apps/orders/workflows/order")
+    assert listed.json()["version"] == 1  # nothing registered
+    same = await post(api, "workflows/order/dry-run", {"definition": V1, "replay": 1})
+    assert same.json()["recorded"] == {"sampled": 1, "same": 1, "diverged": []}
+    assert {g["verdict"] for g in same.json()["openRuns"]["groups"]} == {"compatible"}
+
+
+async def test_dry_run_bad_input(api: Api) -> None:
+    await setup(api)
+    bad = await post(
+        api, "workflows/order/dry-run", {"name": "order", "steps": [{"name": "a", "type": "nope"}]}
+    )
+    assert bad.status_code == 200 and bad.json()["valid"] is False
+    assert bad.json()["errors"][0]["field"].startswith("steps[0]")
+    wrong = await post(api, "workflows/order/dry-run", {**V2, "name": "other"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["field"] == "name"
+    big = await post(api, "workflows/order/dry-run", V2, params={"replay": "5000"})
+    assert big.status_code == 400 and big.json()["error"]["field"] == "replay"
+    big = await post(api, "workflows/order/dry-run", {"definition": V2, "replay": 1001})
+    assert big.status_code == 400 and big.json()["error"]["field"] == "replay"
+    odd = await post(api, "workflows/order/dry-run", {"definition": V2, "extra": 1})
+    assert odd.status_code == 400 and odd.json()["error"]["field"] == "extra"
+
+
+async def test_migrate_refuses_stranded_runs_then_moves_them_with_a_step_map(api: Api) -> None:
+    open_ids, _ = await setup(api)
+    assert await api.register(V2) == 2
+    refused = await post(api, "workflows/order/migrate", {"toVersion": 2, "reason": "v2"})
+    assert refused.status_code == 200, refused.text
+    answer = refused.json()
+    assert answer["matched"] == 3 and answer["migrated"] == 1  # the run at b stays where it is
+    assert sorted(x["runId"] for x in answer["refused"]) == sorted(open_ids[:2])
+    assert {x["code"] for x in answer["refused"]} == {"stranded"}
+    at_b = await api.run(open_ids[2])
+    assert at_b["version"] == 2 and at_b["currentStep"] == "b" and at_b["generation"] == 1
+    first = await post(
+        api,
+        "workflows/order/migrate",
+        {
+            "toVersion": 2,
+            "stepMap": {"a": "a2"},
+            "reason": "rename",
+            "limit": 2,
+            "filter": {"fromVersion": 1},
+        },
+    )
+    page = first.json()
+    assert page["cursor"] is not None
+    rest = await post(
+        api,
+        "workflows/order/migrate",
+        {"toVersion": 2, "stepMap": {"a": "a2"}, "reason": "rename", "limit": 2, "cursor": page["cursor"]},
+    )
+    assert rest.status_code == 200, rest.text
+    assert page["migrated"] + rest.json()["migrated"] == 2
+    again = await post(api, "workflows/order/migrate", {"toVersion": 2, "stepMap": {"a": "a2"}})
+    assert again.json()["migrated"] == 0 and again.json()["skipped"] == 3 and again.json()["refused"] == []
+    for rid in open_ids[:2]:
+        run = await api.run(rid)
+        assert run["version"] == 2 and run["currentStep"] == "a2" and run["generation"] == 2
+        migrated = [e for e in await api.events(rid) if e["type"] == "run_migrated"]
+        assert migrated[0]["data"]["fromStep"] == "a" and migrated[0]["data"]["toStep"] == "a2"
+        assert migrated[0]["data"]["reason"] == "rename"
+    await signal(api, open_ids[0], "go", {"ok": True})
+    await signal(api, open_ids[0], "done")
+    await api.until(open_ids[0], "completed")
+
+
+async def test_migrate_bad_input_changes_nothing(api: Api) -> None:
+    open_ids, _ = await setup(api)
+    await api.register(V2)
+    cases = [
+        ({"toVersion": 9}, "toVersion"),
+        ({"toVersion": 0}, "toVersion"),
+        ({}, "toVersion"),
+        ({"toVersion": 2, "stepMap": {"a": "nope"}}, "stepMap.a"),
+        ({"toVersion": 2, "filter": {"status": "completed"}}, "filter.status"),
+        ({"toVersion": 2, "filter": {"fromVersion": 0}}, "filter.fromVersion"),
+        ({"toVersion": 2, "filter": {"step": "bad name!"}}, "filter.step"),
+        ({"toVersion": 2, "limit": 0}, "limit"),
+        ({"toVersion": 2, "cursor": "garbage"}, "cursor"),
+        ({"toVersion": 2, "reason": "x" * 5000}, "reason"),
+        ({"toVersion": 2, "surprise": 1}, "surprise"),
+    ]
+    for body, field in cases:
+        r = await post(api, "workflows/order/migrate", body)
+        assert r.status_code == 400, (body, r.text)
+        assert r.json()["error"]["field"] == field, (body, r.json())
+    for rid in open_ids:
+        run = await api.run(rid)
+        assert run["version"] == 1 and run["generation"] == 1
+        assert "run_migrated" not in [e["type"] for e in await api.events(rid)]
+
+
+async def test_the_console_shows_the_dry_run_then_migrates(api: Api) -> None:
+    from .test_console import ADMIN, browser, csrf_of, login, operator_token
+
+    open_ids, _ = await setup(api)
+    await api.register(V2)
+    page_path = "/console/apps/orders/workflows/order/deploy?version=2"
+    async with browser(api) as c, browser(api) as viewer:
+        await login(api, ADMIN, c)
+        await login(api, await operator_token(api, "viewer"), viewer)
+        report = await c.get(page_path)
+        assert report.status_code == 200, report.text
+        assert "stranded" in report.text and "step_missing" in report.text and "Migrate" in report.text
+        csrf = await csrf_of(c, page_path)
+        form = {"csrf": csrf, "toVersion": "2", "stepMap": "a=a2", "reason": "rename", "confirm": "yes"}
+        v_csrf = await csrf_of(viewer, page_path)
+        refused = await viewer.post(
+            "/console/apps/orders/workflows/order/migrate", data={**form, "csrf": v_csrf}
+        )
+        assert refused.status_code == 403
+        forged = await c.post("/console/apps/orders/workflows/order/migrate", data={**form, "csrf": v_csrf})
+        assert forged.status_code == 403
+        assert {(await api.run(rid))["version"] for rid in open_ids} == {1}
+        done = await c.post("/console/apps/orders/workflows/order/migrate", data=form)
+        assert done.status_code == 200, done.text
+        assert "3 migrated to version 2" in done.text
+    assert {(await api.run(rid))["version"] for rid in open_ids} == {2}
