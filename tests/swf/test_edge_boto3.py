@@ -311,12 +311,12 @@ async def test_plain_calls_are_served_at_the_edge_and_others_by_quart_alike(
     async with httpx.AsyncClient() as client:
         wrong_type = {**listing.headers, "Content-Type": "text/plain"}
         r = await client.post(listing.url, content=listing.body, headers=wrong_type)
-        assert r.status_code == 415 and r.json()["error"]["code"] == "unsupported_media_type"
+        assert (r.status_code, fault(r)) == (415, "SerializationException")  # an AWS fault (issue 26)
         limit = swf.running.engine.settings.body_max_bytes
         big = b"{" + b" " * limit + b"}"
         amz_json = {"Content-Type": "application/x-amz-json-1.0"}
         r = await client.post(listing.url, content=big, headers=amz_json)
-        assert r.status_code == 413
+        assert (r.status_code, fault(r)) == (413, "RequestEntityTooLargeException")
     assert served == ["/", "/"]
     listed = await call(swf.client().list_domains, registrationStatus="REGISTERED")
     assert [d["name"] for d in listed["domainInfos"]] == ["edge"]

@@ -92,7 +92,10 @@ def _complete_decision(ex: Execution, msg: m.CompleteDecision, ctx: m.Context) -
         taskList={"name": msg.task_list} if msg.task_list is not None else None,
         taskListScheduleToStartTimeout=msg.task_list_schedule_to_start_timeout,
     )
-    changes: dict[str, Any] = {**b.promote_next_decision(), "previous_started_event_id": task.started_event_id}
+    changes: dict[str, Any] = {
+        **b.promote_next_decision(),
+        "previous_started_event_id": task.started_event_id,
+    }
     if ex.next_decision is not None:
         changes["decision_needed"] = False
     if msg.execution_context is not None:
