@@ -198,7 +198,8 @@ def _signal(ex: Execution, msg: m.Signal, ctx: m.Context) -> m.Transition | Faul
         signalName=msg.signal_name,
         input=msg.input,
         externalWorkflowExecution=msg.external.to_aws() if msg.external is not None else None,
-        externalInitiatedEventId=msg.external_initiated_event_id,
+        # 0 when it came through the API (not from another execution's decision), as AWS sends it.
+        externalInitiatedEventId=msg.external_initiated_event_id or 0,
     )
     return b.finish()
 
@@ -209,7 +210,7 @@ def _request_cancel(ex: Execution, msg: m.RequestCancel, ctx: m.Context) -> m.Tr
     b.add(
         "WorkflowExecutionCancelRequested",
         externalWorkflowExecution=msg.external.to_aws() if msg.external is not None else None,
-        externalInitiatedEventId=msg.external_initiated_event_id,
+        externalInitiatedEventId=msg.external_initiated_event_id or 0,
         cause=msg.cause,
     )
     return b.finish()
