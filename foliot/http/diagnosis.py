@@ -10,6 +10,7 @@ from __future__ import annotations
 from quart import Blueprint, Response
 
 from ..core.workflow.model import Run
+from ..kinds.run.signals import reachable_signals
 from ..observe.diagnosis import Diagnosis, Observation, QueueSeen, StoredTimer, diagnose
 from .app import check_query, engine, json_response, require_app
 from .runs import owned_run
@@ -50,6 +51,9 @@ async def observe(eng: Services, run: Run) -> Observation:
         recent = await eng.store.list_events(run.run_id, max(0, run.seq - _RECENT_EVENTS), _RECENT_EVENTS)
         failures = [e for e in recent if e.type == "task_failed"]
         last_failure = dict(failures[-1].data) if failures else None
+    awaitable = None
+    if run.is_open and run.buffer:
+        awaitable = (await reachable_signals(eng.directory, run)).names
     actor = eng.supervisor.actors.get(run.run_id)
     return Observation(
         run=run,
@@ -62,6 +66,7 @@ async def observe(eng: Services, run: Run) -> Observation:
         mailbox=actor.mailbox_depth if actor is not None else 0,
         queue=queue,
         last_failure=last_failure,
+        awaitable_signals=awaitable,
     )
 
 
