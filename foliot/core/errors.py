@@ -11,6 +11,7 @@ FoliotError
 │   ├── Overloaded          refused at once for back-pressure, with a retry delay and its reason
 │   ├── Unavailable         storage or the engine not reachable now; retry
 │   ├── RejectedMessage     a run machine's refusal of a message, as its reply names it
+│   ├── UnknownSignal       a signal no step of the run's workflow can wait for (unknown_signal)
 │   └── Internal
 └── StorageError        raised by a Store; translated at each layer boundary
     ├── StorageUnavailable  the database cannot be reached (retry later)
@@ -104,6 +105,16 @@ class RejectedMessage(Refused):
     def __init__(self, answer: int, code: str, message: str, field: str | None = None) -> None:
         super().__init__(message, code=code, **({"field": field} if field is not None else {}))
         self.answer = answer
+
+
+class UnknownSignal(Refused):
+    """A signal whose name no version the run can reach waits for: it would be buffered and
+    never consumed. `known` lists the names it can wait for."""
+
+    code = "unknown_signal"
+
+    def __init__(self, message: str, *, known: list[str]) -> None:
+        super().__init__(message, field="name", known=known)
 
 
 class Internal(Refused):

@@ -122,14 +122,28 @@ async def actor(run_id: str) -> Response:
     return json_response(view)
 
 
+STORED_TIMERS_CAP = 100_000  # the console's cap: a bounded index walk, `truncated` beyond it
+
+
 @blueprint.get("/admin/timers")
 async def timers() -> Response:
+    """The timers stored (every node's, the console's figures) and this node's in-memory
+    window of them (what the wheel holds: due within its horizon, or firing now)."""
     await require_admin()
-    stats = engine().timers.stats()
+    eng = engine()
+    stats = eng.timers.stats()
+    stored = await eng.store.count_timers(STORED_TIMERS_CAP)
+    first = await eng.store.timers_due_before(2**62, 1)
     return json_response(
         {
-            "count": stats["inMemory"],
-            "nextDue": ts(stats["nextDue"]),
+            "count": stored,
+            "truncated": stored >= STORED_TIMERS_CAP,
+            "nextDue": ts(first[0].due_at) if first else None,
+            "window": {
+                "count": stats["inMemory"],
+                "nextDue": ts(stats["nextDue"]),
+                "end": ts(stats["horizon"]),
+            },
             "lagMs": stats["lagMs"],
             "maxLagMs": stats["maxLagMs"],
             "fired": stats["fired"],

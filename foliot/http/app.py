@@ -14,6 +14,7 @@ import hmac
 import json
 import logging
 import re
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -38,6 +39,7 @@ from ..core.errors import (
     Unauthorized,
     Unavailable,
 )
+from ..core.swf import errors as swf_errors
 from ..core.workflow.jsonconv import ValidationError, is_name, structure
 from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from .conn import FinishingHTTPConnection
@@ -148,8 +150,27 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     return Response(text, status=status, content_type="application/json", headers=headers)
 
 
+SWF_CONTENT_ENCODING = "amz-1.0"
+"""The `Content-Encoding` boto 2 sends to the SWF endpoint; AWS reads the body as it is."""
+
+
+def is_swf_endpoint() -> bool:
+    """The request is for the SWF face (`POST /`), which answers nothing but AWS faults."""
+    return has_request_context() and request.method == "POST" and request.path == "/"
+
+
 def error_response(error: Refused) -> Response:
+    if is_swf_endpoint():
+        return aws_error_response(error)
     return json_response(error.body(), status_of(error), headers_of(error))
+
+
+def aws_error_response(error: Refused) -> Response:
+    """A refusal of `POST /` in AWS's shape (`{"__type", "message"}`), its status kept."""
+    fault = swf_errors.refusal(status_of(error), error.message)
+    text = json.dumps(fault.body(), separators=(",", ":"), ensure_ascii=False)
+    headers = {"x-amzn-RequestId": str(uuid.uuid4()), **(headers_of(error) or {})}
+    return Response(text, status=fault.status, headers=headers, content_type="application/x-amz-json-1.0")
 
 
 # ---------------------------------------------------------------------- authentication
@@ -388,7 +409,8 @@ def create_app(
             refused.headers["Connection"] = "close"
             return refused
         encoding = request.headers.get("Content-Encoding", "").strip().lower()
-        if has_body and encoding not in ("", "identity"):
+        swf_encoding = encoding == SWF_CONTENT_ENCODING and is_swf_endpoint()
+        if has_body and encoding not in ("", "identity") and not swf_encoding:
             return error_response(
                 UnsupportedMediaType(
                     f"Content-Encoding {encoding[:40]!r} is not supported: send the body uncompressed"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from quart import Blueprint, Response
 
 from ..core.workflow.model import Run
+from ..kinds.run.signals import reachable_signals
 from ..observe.diagnosis import Diagnosis, Observation, QueueSeen, SlotSeen, StoredTimer, diagnose
 from .app import check_query, engine, json_response, require_app
 from .runs import owned_run
@@ -50,6 +51,9 @@ async def observe(eng: Services, run: Run) -> Observation:
         recent = await eng.store.list_events(run.run_id, max(0, run.seq - _RECENT_EVENTS), _RECENT_EVENTS)
         failures = [e for e in recent if e.type == "task_failed"]
         last_failure = dict(failures[-1].data) if failures else None
+    awaitable = None
+    if run.is_open and run.buffer:
+        awaitable = (await reachable_signals(eng.directory, run)).names
     actor = eng.supervisor.actors.get(run.run_id)
     slot = await _slot_seen(eng, run) if run.waits_for_slot else None
     return Observation(
@@ -65,6 +69,7 @@ async def observe(eng: Services, run: Run) -> Observation:
         queue=queue,
         last_failure=last_failure,
         rate_wait=eng.dispatcher.delayed_until(task.token) if task is not None else None,
+        awaitable_signals=awaitable,
     )
 
 

@@ -21,6 +21,7 @@ from ..core.errors import (
     RejectedMessage,
     Unauthorized,
     Unavailable,
+    UnknownSignal,
 )
 
 
@@ -43,6 +44,7 @@ STATUS: Final[dict[type[Refused], int]] = {
     NotFound: 404,
     Conflict: 409,
     PayloadTooLarge: 413,
+    UnknownSignal: 422,
     Overloaded: 429,
     Unavailable: 503,
     Internal: 500,

@@ -13,6 +13,7 @@ from ..core.errors import InvalidRequest, NotFound
 from ..core.workflow import machine
 from ..core.workflow.definition import canonical_json
 from ..kinds.run.signal_start import SignalStart, signal_with_start
+from ..kinds.run.signals import refuse_unknown_signal
 from .app import Call, check_name, decode_json, json_response, parse, quart_call, require_app_call
 from .runs import MAX_BUSINESS_KEY, MAX_IDEMPOTENCY_KEY, check_payload, rejected_error
 
@@ -36,6 +37,7 @@ class SignalBody:
     business_key: str | None = None
     signal_id: str | None = None
     start_if_missing: StartIfMissing | None = None
+    allow_unknown: bool = False  # buffer a name no version of the run's workflow waits for
 
 
 @blueprint.post("/apps/<app_name>/signals")
@@ -76,6 +78,8 @@ async def signal_call(call: Call, app_name: str) -> tuple[dict[str, Any], int]:
             run = await eng.store.find_open_run(app_name, spec.workflow, spec.business_key)
             if run is None:
                 raise NotFound(f"no open run of {spec.workflow!r} with businessKey {spec.business_key!r}")
+        if run.is_open and not spec.allow_unknown:
+            await refuse_unknown_signal(eng.directory, run, spec.name)  # 422 unknown_signal
         run_id = run.run_id
         if eng.runs.busy(run_id):
             ticket.timed = False  # it waits behind its own run's messages (per-run back-pressure)

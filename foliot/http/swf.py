@@ -24,6 +24,7 @@ from werkzeug.datastructures import Headers as QuartHeaders
 from ..actors.placement import Elsewhere
 from ..core.errors import Conflict as ApiConflict
 from ..core.errors import InvalidRequest, NotFound, Refused, StorageUnavailable
+from ..core.swf import errors as swf_errors
 from ..core.swf import shapes, sigv4
 from ..core.swf.errors import (
     InternalFailure,
@@ -63,6 +64,8 @@ blueprint = Blueprint("swf", __name__)
 CONTENT_TYPE = "application/x-amz-json-1.0"
 CONTENT_TYPE_BYTES = CONTENT_TYPE.encode()
 TARGET_PREFIX = "SimpleWorkflowService."
+# boto 2 names the service in full; AWS accepts both.
+LONG_TARGET_PREFIX = "com.amazonaws.swf.service.model.SimpleWorkflowService."
 BODY_MAX_DEPTH = 64  # SWF payloads (input, result, details) are strings: shapes nest a few levels
 
 # The actions served, by SWF action name. The model's other actions are validated, then answer
@@ -136,13 +139,18 @@ async def authenticate(eng: Services, book: SwfKeys, scope: Any, raw_body: bytes
 
 
 def target(raw: str) -> str:
-    if not raw.startswith(TARGET_PREFIX):
+    """The action an `X-Amz-Target` names: `SimpleWorkflowService.<Action>`, or boto 2's
+    `com.amazonaws.swf.service.model.SimpleWorkflowService.<Action>`."""
+    if raw.startswith(TARGET_PREFIX):
+        action = raw[len(TARGET_PREFIX) :]
+    elif raw.startswith(LONG_TARGET_PREFIX):
+        action = raw[len(LONG_TARGET_PREFIX) :]
+    else:
         raise UnknownOperationException(
             f"X-Amz-Target must be {TARGET_PREFIX}<Action>, got {raw[:100]!r}"
             if raw
             else "Missing X-Amz-Target header: SimpleWorkflowService.<Action>"
         )
-    action = raw[len(TARGET_PREFIX) :]
     shapes.input_shape(action)  # an action the model does not know: UnknownOperationException
     return action
 
@@ -244,9 +252,11 @@ class SwfEdge:
         except Disconnected:
             return  # nobody to answer
         except Refused as error:  # the body did not arrive in time: 408, and the connection closes
-            status, data, extra = error_answer(error)
-            await send_answer(send, status, [(b"content-type", b"application/json"), *extra.items(),
-                                             (b"connection", b"close")], data)  # fmt: skip
+            status, _, extra = error_answer(error)
+            late = aws_answer(swf_errors.refusal(status, error.message).body(), status)
+            await send_answer(
+                send, status, [*late.headers, *extra.items(), (b"connection", b"close")], late.body
+            )
             return
         out = await answer(self.engine, key_book(self.config, self.engine), scope, raw_body)
         await send_answer(send, out.status, out.headers, out.body)

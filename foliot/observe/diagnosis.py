@@ -19,6 +19,7 @@ import attrs
 
 from ..core.workflow.duration import format_timestamp as ts
 from ..core.workflow.model import Run, TaskRow
+from ..core.workflow.signals import closest, listed
 
 # A queue whose last poll is older than this (and has no poller waiting now) counts as unpolled.
 POLL_QUIET_MS: Final = 60_000
@@ -70,6 +71,9 @@ class Observation:
     last_failure: dict[str, Any] | None = None  # data of the run's last `task_failed` event
     slot: SlotSeen | None = None  # a queued run: its concurrency key and place
     rate_wait: tuple[str, int] | None = None  # (bucket label, slot epoch ms): held for a rate limit
+    # The signal names the run's workflow can wait for, from its pinned version on (None: not
+    # read); a buffered signal of another name is consumed by nobody.
+    awaitable_signals: frozenset[str] | None = None
 
 
 @attrs.frozen
@@ -155,6 +159,10 @@ def diagnose(obs: Observation) -> Diagnosis:
             counts[signal.name] = counts.get(signal.name, 0) + 1
         listed = ", ".join(f"`{name}`" + (f" x{n}" if n > 1 else "") for name, n in counts.items())
         facts.append(Fact("signals_buffered", f"{len(run.buffer)} buffered signal(s): {listed}"))
+        unawaited = _unawaited(obs, counts)
+        if unawaited is not None:
+            facts.append(unawaited)
+            attention = True
     if obs.live:
         text = "in memory (a live actor)"
         if obs.mailbox:
@@ -167,6 +175,27 @@ def diagnose(obs: Observation) -> Diagnosis:
             )
         )
     return Diagnosis(summary, attention, tuple(facts))
+
+
+def _unawaited(obs: Observation, counts: dict[str, int]) -> Fact | None:
+    """Buffered signals no step of the run's workflow (its version or a later one) waits for:
+    nobody will ever consume them; the closest awaited name is named, for a typo."""
+    known = obs.awaitable_signals
+    if known is None:
+        return None
+    stray = [name for name in counts if name not in known]
+    if not stray:
+        return None
+    parts = []
+    for name in stray:
+        near = closest(name, known)
+        parts.append(f"`{name}`" + (f" (did you mean `{near}`?)" if near is not None else ""))
+    waits = ", ".join(f"`{n}`" for n in listed(known)) or "no signal"
+    return Fact(
+        "signal_unawaited",
+        f"no step waits for buffered signal(s) {', '.join(parts)}: they will never be consumed "
+        f"(the workflow waits for {waits})",
+    )
 
 
 def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:

@@ -1,13 +1,15 @@
-"""The AWS CLI (`awscli` from PyPI) against a live Foliot: the seed document's registration
-example, a listing, and a fault as the CLI shows it."""
+"""The AWS CLI (`awscli` from PyPI) against a live Foliot: docs/swf.md's example run as
+written, the seed document's registration example, a listing, and a fault as the CLI shows it."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -17,11 +19,18 @@ from .conftest import PRESET_KEY, PRESET_SECRET, Swf
 pytestmark = pytest.mark.e2e
 
 
-async def aws(swf: Swf, *args: str) -> tuple[int, str, str]:
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def aws_binary() -> str:
     binary = shutil.which("aws", path=str(Path(sys.executable).parent))
     if binary is None:
         pytest.fail("awscli is a dev dependency; reinstall with .[dev]")
-    env = {
+    return binary
+
+
+def cli_env(swf: Swf) -> dict[str, str]:
+    return {
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(swf.tmp),
         "AWS_ACCESS_KEY_ID": PRESET_KEY,
@@ -32,10 +41,13 @@ async def aws(swf: Swf, *args: str) -> tuple[int, str, str]:
         "AWS_MAX_ATTEMPTS": "1",
         "AWS_PAGER": "",
     }
+
+
+async def aws(swf: Swf, *args: str) -> tuple[int, str, str]:
     with trio.fail_after(60):
         done = await trio.run_process(
-            [binary, "--endpoint-url", swf.url, "--output", "json", "swf", *args],
-            env=env,
+            [aws_binary(), "--endpoint-url", swf.url, "--output", "json", "swf", *args],
+            env=cli_env(swf),
             capture_stdout=True,
             capture_stderr=True,
             check=False,
@@ -46,6 +58,62 @@ async def aws(swf: Swf, *args: str) -> tuple[int, str, str]:
 @pytest.fixture
 def database_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'foliot.db'}"  # one store: the CLI adds nothing store-specific
+
+
+def docs_example() -> str:
+    """The shell blocks of docs/swf.md's "The AWS CLI" section, in order, as one script."""
+    text = (ROOT / "docs" / "swf.md").read_text()
+    section = text[text.index("### The AWS CLI\n") : text.index("\n## Regions\n")]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    assert len(blocks) == 3, "the section's three blocks: registration, one execution, reading"
+    return "\n".join(blocks)
+
+
+async def test_the_docs_example_runs_as_written(swf: Swf) -> None:
+    """Issue 26, point 17: the example registers an activity type a decision can schedule by
+    its type alone; the commands run in one shell as the page gives them, only the endpoint
+    and the key filled in."""
+    script = docs_example()
+    assert script.count("FKIA…") == 1 and script.count("AWS_SECRET_ACCESS_KEY=…") == 1
+    script = script.replace("FKIA…", PRESET_KEY).replace(
+        "AWS_SECRET_ACCESS_KEY=…", f"AWS_SECRET_ACCESS_KEY={PRESET_SECRET}"
+    )
+    script = script.replace("http://127.0.0.1:8080", swf.url)
+    assert "…" not in script
+    env = {**cli_env(swf), "PATH": f"{Path(aws_binary()).parent}:{os.environ.get('PATH', '')}"}
+    del env["AWS_DEFAULT_REGION"]  # the script's own export sets it
+    with trio.fail_after(120):
+        done = await trio.run_process(
+            ["bash", "-euo", "pipefail", "-c", script],
+            env=env,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert done.returncode == 0, err
+
+    # What the page's last commands printed: the history, and the next decision task pending.
+    decoded = json.JSONDecoder()
+    answers: list[Any] = []
+    rest = out.lstrip()
+    while rest:
+        value, end = decoded.raw_decode(rest)
+        answers.append(value)
+        rest = rest[end:].lstrip()
+    history = next(a for a in answers if "events" in a)
+    types = [e["eventType"] for e in history["events"]]
+    assert "ScheduleActivityTaskFailed" not in types
+    assert types[-4:] == [
+        "ActivityTaskScheduled",
+        "ActivityTaskStarted",
+        "ActivityTaskCompleted",
+        "DecisionTaskScheduled",
+    ]
+    scheduled = history["events"][-4]["activityTaskScheduledEventAttributes"]
+    assert scheduled["scheduleToCloseTimeout"] == "360" and scheduled["heartbeatTimeout"] == "NONE"
+    assert scheduled["taskList"] == {"name": "charge-tl"}
+    assert answers[-1] == {"count": 1, "truncated": False}
 
 
 async def test_aws_cli_registers_and_describes(swf: Swf) -> None:

@@ -108,6 +108,49 @@ async def test_a_decider_and_a_worker_complete_an_execution(swf: Swf) -> None:
     assert described["executionInfo"]["closeStatus"] == "COMPLETED"
 
 
+async def test_the_next_decision_task_is_recorded_at_once_and_handed_out_after_the_started_one(
+    swf: Swf,
+) -> None:
+    """Issue 26, point 14: as AWS records it, `DecisionTaskStarted, ActivityTaskCompleted,
+    DecisionTaskScheduled, DecisionTaskCompleted`; the task is pending only after the
+    completion."""
+    c = await setup(swf)
+    await register_activity(c)
+    execution = {"workflowId": "o-14", "runId": ""}
+    execution["runId"] = (
+        await call(c.start_workflow_execution, domain="d", workflowId="o-14", workflowType=WF)
+    )["runId"]
+    deciders = {"domain": "d", "taskList": {"name": "deciders"}}
+    task = await call(c.poll_for_decision_task, **deciders)
+    await call(c.respond_decision_task_completed, taskToken=task["taskToken"], decisions=[schedule("a1")])
+    work = await call(c.poll_for_activity_task, domain="d", taskList={"name": "workers"})
+    await call(c.signal_workflow_execution, domain="d", workflowId="o-14", signalName="go")
+    task = await call(c.poll_for_decision_task, **deciders)
+    await call(c.respond_activity_task_completed, taskToken=work["taskToken"], result="ok")
+    assert (await history(c, "o-14", execution["runId"]))[-3:] == [
+        "DecisionTaskStarted",
+        "ActivityTaskCompleted",
+        "DecisionTaskScheduled",
+    ]
+    assert (await call(c.count_pending_decision_tasks, **deciders))["count"] == 0  # held back
+    described = await call(c.describe_workflow_execution, domain="d", execution=execution)
+    assert described["openCounts"]["openDecisionTasks"] == 1
+    await call(c.respond_decision_task_completed, taskToken=task["taskToken"], decisions=[])
+    events = await history(c, "o-14", execution["runId"])
+    assert events[-4:] == [
+        "DecisionTaskStarted",
+        "ActivityTaskCompleted",
+        "DecisionTaskScheduled",
+        "DecisionTaskCompleted",
+    ]
+    assert (await call(c.count_pending_decision_tasks, **deciders))["count"] == 1
+    task = await call(c.poll_for_decision_task, **deciders)
+    assert task["previousStartedEventId"] == 9  # the started task's DecisionTaskStarted
+    started = task["events"][-1]
+    assert started["eventType"] == "DecisionTaskStarted"
+    assert started["decisionTaskStartedEventAttributes"]["scheduledEventId"] == 11  # the held one
+
+
 async def test_a_waiting_poll_is_woken_at_once_by_a_new_task(swf: Swf) -> None:
     c = await setup(swf)
     got: list[dict[str, Any]] = []

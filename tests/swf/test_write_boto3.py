@@ -123,3 +123,23 @@ async def test_signal_request_cancel_and_terminate(swf: Swf) -> None:
         "UnknownResourceFault", c.signal_workflow_execution, domain="d", workflowId="x", signalName="s"
     )
     assert len(await history(c, "order-1", run_id)) == 5  # nothing appended by the refusals
+
+
+async def test_zero_ids_are_sent_as_aws_sends_them(swf: Swf) -> None:
+    """Issue 26, point 16: `parentInitiatedEventId: 0` in a top-level run's
+    `WorkflowExecutionStarted`; `externalInitiatedEventId: 0` in a signal and a cancel request
+    sent through the API."""
+    c = await setup(swf)
+    run_id = (await call(c.start_workflow_execution, domain="d", workflowId="z-1", workflowType=WF))["runId"]
+    await call(c.signal_workflow_execution, domain="d", workflowId="z-1", signalName="go")
+    await call(c.request_cancel_workflow_execution, domain="d", workflowId="z-1")
+    out = await call(
+        c.get_workflow_execution_history, domain="d", execution={"workflowId": "z-1", "runId": run_id}
+    )
+    by_type = {e["eventType"]: e for e in out["events"]}
+    started = by_type["WorkflowExecutionStarted"]["workflowExecutionStartedEventAttributes"]
+    assert started["parentInitiatedEventId"] == 0 and "parentWorkflowExecution" not in started
+    signaled = by_type["WorkflowExecutionSignaled"]["workflowExecutionSignaledEventAttributes"]
+    assert signaled == {"signalName": "go", "externalInitiatedEventId": 0}
+    cancel = by_type["WorkflowExecutionCancelRequested"]["workflowExecutionCancelRequestedEventAttributes"]
+    assert cancel == {"externalInitiatedEventId": 0}

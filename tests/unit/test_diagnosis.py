@@ -181,6 +181,25 @@ def test_buffered_signals_are_listed() -> None:
     assert facts["signals_buffered"] == "3 buffered signal(s): `a` x2, `b`"
 
 
+def test_a_buffered_signal_nobody_waits_for_is_flagged() -> None:
+    """Issue 26, point 10: `payment-confrimed` buffered (sent with allowUnknown) while the
+    workflow waits only for `payment-confirmed`."""
+    buffer = (BufferedSignal("payment-confrimed", None, None), BufferedSignal("paid", None, None))
+    r = run(status="waiting", current_step="pay", wait_signal="payment-confirmed", buffer=buffer)
+    known = frozenset({"payment-confirmed", "paid"})
+    d = diagnose(Observation(r, NOW, awaitable_signals=known))
+    facts = {f.code: f.text for f in d.facts}
+    assert facts["signal_unawaited"] == (
+        "no step waits for buffered signal(s) `payment-confrimed` (did you mean `payment-confirmed`?): "
+        "they will never be consumed (the workflow waits for `paid`, `payment-confirmed`)"
+    )
+    assert d.attention is True
+    # Every buffered name awaited, or the names not read: no such fact.
+    fine = diagnose(Observation(attrs.evolve(r, buffer=buffer[1:]), NOW, awaitable_signals=known))
+    assert "signal_unawaited" not in codes(Observation(r, NOW)) and fine.attention is False
+    assert "signal_unawaited" not in [f.code for f in fine.facts]
+
+
 def test_passivated_sleep_of_14_days_reads_its_timer_from_storage() -> None:
     due = NOW + 14 * 24 * 60 * MIN
     r = run(status="sleeping", current_step="nap", wake_at=due, timer=Timer("sleep", due, "1:nap#1"))

@@ -456,15 +456,13 @@ def test_closing_decisions_fail_when_events_arrived_meanwhile(kind: str) -> None
     k = Kit()
     k.poll_decision()
     k.send(m.Signal("poke"))
-    assert k.ex.decision_needed and k.last(1) == ["WorkflowExecutionSignaled"]
+    assert k.ex.next_decision is not None
+    assert k.last(2) == ["WorkflowExecutionSignaled", "DecisionTaskScheduled"]
     k.complete_decision([decision("RecordMarker", markerName="m"), decision(kind)])
-    assert k.types[4:] == [
-        "DecisionTaskCompleted",
-        "MarkerRecorded",
-        kind + "Failed",
-        "DecisionTaskScheduled",
-    ]
-    assert k.attrs(7) == {"cause": "UNHANDLED_DECISION", "decisionTaskCompletedEventId": 5}
+    assert k.types[5:] == ["DecisionTaskCompleted", "MarkerRecorded", kind + "Failed"]
+    assert k.attrs(8) == {"cause": "UNHANDLED_DECISION", "decisionTaskCompletedEventId": 6}
+    # The failure asks the decider nothing more: the held task (event 5) is the next one.
+    assert k.ex.decision is not None and k.ex.decision.scheduled_event_id == 5
     assert k.ex.is_open
     k.decide(decision(kind))
     assert not k.ex.is_open
@@ -505,22 +503,18 @@ def test_start_fire_and_cancel_timers(monkeypatch: pytest.MonkeyPatch) -> None:
     assert m.ArmDeadline("timer:6", k.now) in k.last_effects
     k.poll_decision()
     k.send(m.Fire("timer:6"))
-    assert k.last(1) == ["TimerFired"] and k.events[-1].attributes == {"timerId": "t2", "startedEventId": 6}
-    assert k.ex.decision_needed  # a decision task is started: the next one follows it
+    assert k.last(2) == ["TimerFired", "DecisionTaskScheduled"]
+    assert k.events[-2].attributes == {"timerId": "t2", "startedEventId": 6}
+    assert k.ex.next_decision is not None  # a decision task is started: the next one is held
     k.complete_decision([decision("CancelTimer", timerId="t1"), decision("CancelTimer", timerId="t9")])
-    assert k.last(4) == [
-        "DecisionTaskCompleted",
-        "TimerCanceled",
-        "CancelTimerFailed",
-        "DecisionTaskScheduled",
-    ]
-    completed = len(k.events) - 3
-    assert k.events[-3].attributes == {
+    assert k.last(3) == ["DecisionTaskCompleted", "TimerCanceled", "CancelTimerFailed"]
+    completed = len(k.events) - 2
+    assert k.events[-2].attributes == {
         "timerId": "t1",
         "startedEventId": 5,
         "decisionTaskCompletedEventId": completed,
     }
-    assert k.events[-2].attributes == {
+    assert k.events[-1].attributes == {
         "timerId": "t9",
         "cause": "TIMER_ID_UNKNOWN",
         "decisionTaskCompletedEventId": completed,
@@ -635,9 +629,11 @@ def test_an_empty_batch_after_new_events_gets_a_new_task() -> None:
     k = Kit()
     k.poll_decision()
     k.send(m.Signal("s"))
+    assert k.last(2) == ["WorkflowExecutionSignaled", "DecisionTaskScheduled"]
     k.complete_decision([])
-    assert k.last(2) == ["DecisionTaskCompleted", "DecisionTaskScheduled"]
-    assert k.ex.decision is not None and not k.ex.decision_needed
+    assert k.last(1) == ["DecisionTaskCompleted"]
+    assert k.ex.decision is not None and k.ex.decision.scheduled_event_id == 5
+    assert k.ex.next_decision is None and not k.ex.decision_needed
 
 
 def test_continue_as_new_needs_a_run_id_from_the_runtime() -> None:

@@ -56,6 +56,7 @@ def test_start_with_every_member_given() -> None:
         "workflowType": WF.to_aws(),
         "tagList": ["a", "b"],
         "lambdaRole": "arn:role",
+        "parentInitiatedEventId": 0,  # no parent: 0, as AWS sends it (issue 26, point 16)
     }
     assert tr.events[1].attributes == {
         "taskList": {"name": "mine"},

@@ -121,7 +121,9 @@ def _replayed_open(events: list[Any]) -> tuple[set[int], set[int], int]:
     """Open activities, open timers and open decision tasks as the history tells them."""
     activities: set[int] = set()
     timers: set[int] = set()
-    decisions = 0
+    scheduled: int | None = None  # the decision task handed out (scheduled, maybe started)
+    started: int | None = None
+    held: int | None = None  # scheduled while `scheduled` was started (AWS records it at once)
     for ev in events:
         a = ev.attributes
         if ev.event_type == "ActivityTaskScheduled":
@@ -138,10 +140,19 @@ def _replayed_open(events: list[Any]) -> tuple[set[int], set[int], int]:
         elif ev.event_type in ("TimerFired", "TimerCanceled"):
             timers.discard(a["startedEventId"])
         elif ev.event_type == "DecisionTaskScheduled":
-            decisions += 1
+            assert scheduled is None or started is not None, "a second task only while one is started"
+            if scheduled is None:
+                scheduled = ev.event_id
+            else:
+                assert held is None, "at most one decision task held back"
+                held = ev.event_id
+        elif ev.event_type == "DecisionTaskStarted":
+            assert started is None and a["scheduledEventId"] == scheduled
+            started = ev.event_id
         elif ev.event_type in ("DecisionTaskCompleted", "DecisionTaskTimedOut"):
-            decisions -= 1
-        assert decisions in (0, 1), "at most one open decision task"
+            assert a["scheduledEventId"] == scheduled
+            scheduled, started, held = held, None, None
+    decisions = 0 if scheduled is None else 1
     return activities, timers, decisions
 
 
@@ -201,7 +212,8 @@ def test_random_walk_keeps_invariants(data: st.DataObject) -> None:
                 assert isinstance(machine.transition(k.ex, msg, k.ctx()), Fault)
             assert k.send(m.Fire("workflow")).events == ()
             break
-        if k.ex.decision_needed:
+        assert not k.ex.decision_needed  # only ever set inside a decision batch
+        if k.ex.next_decision is not None:
             assert k.ex.decision is not None and k.ex.decision.started_event_id is not None
 
         choice = data.draw(st.sampled_from(_choices(k, data)))

@@ -38,7 +38,8 @@ def start_child(workflow_id: str = "c1", **attributes: Any) -> dict[str, Any]:
 def test_signal_and_external_signal() -> None:
     k = Kit()
     k.send(m.Signal("go", "payload"))
-    assert k.attrs(3) == {"signalName": "go", "input": "payload"}
+    # Through the API: externalInitiatedEventId 0, as AWS sends it (issue 26, point 16).
+    assert k.attrs(3) == {"signalName": "go", "input": "payload", "externalInitiatedEventId": 0}
     assert k.ex.decision.started_event_id is None and len(k.events) == 3  # type: ignore[union-attr]
     k.send(m.Signal("again", external=ExecutionRef("other", "r9"), external_initiated_event_id=12))
     assert k.attrs(4) == {
@@ -53,7 +54,7 @@ def test_request_cancel_then_cancel_decision() -> None:
     k.decide()
     k.send(m.RequestCancel())
     assert k.last(2) == ["WorkflowExecutionCancelRequested", "DecisionTaskScheduled"]
-    assert k.events[-2].attributes == {}
+    assert k.events[-2].attributes == {"externalInitiatedEventId": 0}
     assert k.ex.cancel_requested
     k.decide(decision("CancelWorkflowExecution", details="bye"))
     assert k.ex.close_status == "CANCELED"
@@ -311,7 +312,7 @@ def test_terminate_overrides_the_policy_and_none_means_the_executions_own() -> N
 def test_child_receives_policy_messages() -> None:
     child = Kit()
     child.send(m.RequestCancel(cause="CHILD_POLICY_APPLIED"))
-    assert child.attrs(3) == {"cause": "CHILD_POLICY_APPLIED"}
+    assert child.attrs(3) == {"cause": "CHILD_POLICY_APPLIED", "externalInitiatedEventId": 0}
     child.send(m.Terminate(cause="CHILD_POLICY_APPLIED"))
     assert child.events[-1].attributes == {"childPolicy": "TERMINATE", "cause": "CHILD_POLICY_APPLIED"}
 

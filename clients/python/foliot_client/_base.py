@@ -528,10 +528,13 @@ class BaseClient:
         business_key: str | None,
         signal_id: str | None,
         app: str | None,
+        allow_unknown: bool = False,
     ) -> Call[SignalResult]:
         # A generated signalId makes a retried signal a `duplicate`, never a second delivery.
         sid = signal_id or f"fc-{uuid.uuid4()}"
         body: dict[str, Any] = {"name": name, "signalId": sid}
+        if allow_unknown:
+            body["allowUnknown"] = True
         if payload is not UNSET:
             body["payload"] = payload
         body.update(_clean({"runId": run_id, "workflow": workflow, "businessKey": business_key}))

@@ -370,10 +370,15 @@ class Client(BaseClient):
         business_key: str | None = None,
         signal_id: str | None = None,
         app: str | None = None,
+        allow_unknown: bool = False,
     ) -> SignalResult:
         """Signal a run named by `run_id` or `workflow` + `business_key`. A `signal_id` is
-        generated unless given, so a retried signal is a `duplicate`, never delivered twice."""
-        return self.send(self.b_send_signal(name, payload, run_id, workflow, business_key, signal_id, app))
+        generated unless given, so a retried signal is a `duplicate`, never delivered twice. A
+        name no step of the run's workflow waits for is refused (422 `unknown_signal`) unless
+        `allow_unknown`."""
+        return self.send(
+            self.b_send_signal(name, payload, run_id, workflow, business_key, signal_id, app, allow_unknown)
+        )
 
     def signal_with_start(
         self,
@@ -796,9 +801,10 @@ class AsyncClient(BaseClient):
         business_key: str | None = None,
         signal_id: str | None = None,
         app: str | None = None,
+        allow_unknown: bool = False,
     ) -> SignalResult:
         return await self.send(
-            self.b_send_signal(name, payload, run_id, workflow, business_key, signal_id, app)
+            self.b_send_signal(name, payload, run_id, workflow, business_key, signal_id, app, allow_unknown)
         )
 
     async def signal_with_start(

@@ -42,14 +42,23 @@ class Builder:
 
     def wake(self) -> None:
         """Something happened the decider must see."""
-        task = self.ex.decision
-        if self.in_batch or (task is not None and task.started_event_id is not None):
-            self.evolve(decision_needed=True)
-        elif task is None:
+        ex = self.ex
+        task = ex.decision
+        if task is None:
+            if self.in_batch:
+                self.evolve(decision_needed=True)
+            else:
+                self.schedule_decision()
+        elif task.started_event_id is not None and ex.next_decision is None:
+            # As AWS records it: the next DecisionTaskScheduled at once, the task itself held
+            # back until the started one completes (or times out).
             self.schedule_decision()
-        # A scheduled task not yet started will show the decider this event anyway.
+        # A scheduled task not yet started (or one already held for after the started one)
+        # will show the decider this event anyway.
 
     def schedule_decision(self) -> None:
+        """Record DecisionTaskScheduled: the execution's decision task, or, while one is
+        started, the next one (`Execution.next_decision`)."""
         ex = self.ex
         task_list = ex.decision_task_list or ex.config.task_list
         event_id = self.add(
@@ -66,7 +75,21 @@ class Builder:
             scheduled_at=self.now,
             schedule_to_start_timeout=ex.decision_schedule_to_start_timeout,
         )
-        self.evolve(decision=task, decision_needed=False)
+        current = self.ex.decision
+        if current is not None and current.started_event_id is not None:
+            self.evolve(next_decision=task, decision_needed=False)
+        else:
+            self.evolve(decision=task, decision_needed=False)
+
+    def promote_next_decision(self) -> dict[str, Any]:
+        """The changes that end the started decision task: the held one (if any) becomes the
+        execution's decision task and is handed to its task list from now on."""
+        held = self.ex.next_decision
+        if held is None:
+            return {"decision": None}
+        # Its schedule-to-start clock (only on a temporary task-list override) starts when it
+        # can be polled, not when its event was recorded.
+        return {"decision": attrs.evolve(held, scheduled_at=self.now), "next_decision": None}
 
     def close(
         self,
@@ -106,6 +129,7 @@ class Builder:
             close_status=close_status,
             closed_at=self.now,
             decision=None,
+            next_decision=None,
             decision_needed=False,
             activities=(),
             timers=(),

@@ -11,6 +11,9 @@ SwfFault                               HTTP 400, body {"__type": "<namespace>#<c
     MissingAuthenticationTokenException, IncompleteSignatureException,
     UnrecognizedClientException, InvalidSignatureException, NotImplemented (501),
     InternalFailure (500), ServiceUnavailable (503)
+└── the HTTP layer's refusals of `POST /`, in AWS's shape (`refusal`): RequestEntityTooLargeException
+    (413), RequestTimeoutException (408), ThrottlingException (429), AccessDeniedException (403),
+    and the protocol errors above with the HTTP layer's status
 
 botocore reads the code after the last `#` of `__type`, so the namespaces are AWS's own.
 """
@@ -67,3 +70,29 @@ InvalidSignatureException = _fault("InvalidSignatureException", CORAL_SERVICE)
 NotImplementedFault = _fault("NotImplemented", CORAL_SERVICE, 501)
 InternalFailure = _fault("InternalFailure", CORAL_SERVICE, 500)
 ServiceUnavailable = _fault("ServiceUnavailable", CORAL_SERVICE, 503)
+RequestEntityTooLargeException = _fault("RequestEntityTooLargeException", CORAL_SERVICE, 413)
+RequestTimeoutException = _fault("RequestTimeoutException", CORAL_SERVICE, 408)
+ThrottlingException = _fault("ThrottlingException", CORAL_SERVICE, 429)
+AccessDeniedException = _fault("AccessDeniedException", CORAL_SERVICE, 403)
+
+# The HTTP layer's refusals (before the SWF face reads the request), by status, as AWS faults.
+_BY_STATUS: dict[int, type[SwfFault]] = {
+    400: SerializationException,  # the request's framing: two lengths, a NUL, a malformed body
+    401: IncompleteSignatureException,  # two Authorization headers
+    403: AccessDeniedException,
+    408: RequestTimeoutException,
+    413: RequestEntityTooLargeException,
+    415: SerializationException,  # a body of another media type or content encoding
+    429: ThrottlingException,
+    503: ServiceUnavailable,
+}
+
+
+def refusal(status: int, message: str) -> SwfFault:
+    """The AWS fault for a refusal of `POST /` the HTTP layer made with `status`: the SWF
+    endpoint answers nothing but AWS faults, so SDKs raise their own errors. The status stays
+    the HTTP layer's."""
+    cls = _BY_STATUS.get(status) or (InternalFailure if status >= 500 else SerializationException)
+    fault = cls(message)
+    fault.status = status
+    return fault

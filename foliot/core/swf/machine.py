@@ -8,7 +8,8 @@ closed task, a closed execution, a decision batch that fails validation); the ex
 then unchanged and the runtime answers the fault.
 
 Invariants every transition keeps: event ids are contiguous from 1; at most one decision task
-is open; a closed execution accepts nothing (a `Fire` for it is a stale no-op).
+is handed out (scheduled or started), and while it is started at most one more is scheduled and
+held back (`Execution.next_decision`); a closed execution accepts nothing (a `Fire` for it is a stale no-op).
 
 The messages, effects and replies are documented in `messages.py`; the deadline keys in
 `timeouts.py`; the decision batch validation in `decisions.py`; history queries in
@@ -82,7 +83,7 @@ def _complete_decision(ex: Execution, msg: m.CompleteDecision, ctx: m.Context) -
     except Invalid as exc:
         return exc.fault
     b = Builder(ex, ex, ctx.now)
-    unhandled = ex.decision_needed
+    unhandled = ex.next_decision is not None or ex.decision_needed
     completed = b.add(
         "DecisionTaskCompleted",
         executionContext=msg.execution_context,
@@ -91,7 +92,12 @@ def _complete_decision(ex: Execution, msg: m.CompleteDecision, ctx: m.Context) -
         taskList={"name": msg.task_list} if msg.task_list is not None else None,
         taskListScheduleToStartTimeout=msg.task_list_schedule_to_start_timeout,
     )
-    changes: dict[str, Any] = {"decision": None, "previous_started_event_id": task.started_event_id}
+    changes: dict[str, Any] = {
+        **b.promote_next_decision(),
+        "previous_started_event_id": task.started_event_id,
+    }
+    if ex.next_decision is not None:
+        changes["decision_needed"] = False
     if msg.execution_context is not None:
         changes["latest_execution_context"] = msg.execution_context
     if msg.task_list is not None:
@@ -105,7 +111,7 @@ def _complete_decision(ex: Execution, msg: m.CompleteDecision, ctx: m.Context) -
         if not b.ex.is_open:
             break
     b.in_batch = False
-    if b.ex.is_open and b.ex.decision_needed:
+    if b.ex.is_open and b.ex.decision is None and b.ex.decision_needed:
         b.schedule_decision()
     return b.finish()
 
@@ -192,7 +198,8 @@ def _signal(ex: Execution, msg: m.Signal, ctx: m.Context) -> m.Transition | Faul
         signalName=msg.signal_name,
         input=msg.input,
         externalWorkflowExecution=msg.external.to_aws() if msg.external is not None else None,
-        externalInitiatedEventId=msg.external_initiated_event_id,
+        # 0 when it came through the API (not from another execution's decision), as AWS sends it.
+        externalInitiatedEventId=msg.external_initiated_event_id or 0,
     )
     return b.finish()
 
@@ -203,7 +210,7 @@ def _request_cancel(ex: Execution, msg: m.RequestCancel, ctx: m.Context) -> m.Tr
     b.add(
         "WorkflowExecutionCancelRequested",
         externalWorkflowExecution=msg.external.to_aws() if msg.external is not None else None,
-        externalInitiatedEventId=msg.external_initiated_event_id,
+        externalInitiatedEventId=msg.external_initiated_event_id or 0,
         cause=msg.cause,
     )
     return b.finish()
@@ -239,7 +246,7 @@ def _fire(ex: Execution, msg: m.Fire, ctx: m.Context) -> m.Transition | Fault:
     elif kind == "decision":
         task = ex.decision
         assert task is not None
-        changes: dict[str, Any] = {"decision": None}
+        changes: dict[str, Any] = b.promote_next_decision()
         if ex.decision_schedule_to_start_timeout is not None:
             # A temporary task-list override whose task timed out is reverted: the next
             # decision task goes to the execution's own task list.

@@ -210,8 +210,14 @@ class Execution:
     parent_initiated_event_id: int | None = None
     last_event_id: int = 0
     decision: DecisionTask | None = None
-    # Events arrived while the decision task was started: another one follows it, and a
-    # closing decision in its batch fails with UNHANDLED_DECISION.
+    # The decision task scheduled (its DecisionTaskScheduled recorded at once, as AWS does)
+    # because events arrived while `decision` was started: handed to its task list only once
+    # the started one completes or times out; a closing decision in the started task's batch
+    # fails with UNHANDLED_DECISION.
+    next_decision: DecisionTask | None = None
+    # Set while a decision batch is applied, when an event of the batch asks the decider
+    # something: one decision task is scheduled after the batch. (Documents written before
+    # `next_decision` existed may hold it set with a started task: the same meaning.)
     decision_needed: bool = False
     previous_started_event_id: int = 0  # started id of the last *completed* decision task
     # RespondDecisionTaskCompleted's task-list override for later decision tasks.

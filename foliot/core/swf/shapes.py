@@ -4,8 +4,11 @@ The model is `shapes.json`, generated from botocore's `swf/2012-01-25/service-2.
 `tools/gen_swf_shapes.py` and committed, so the engine needs no botocore at run time. `validate`
 checks a decoded body against an action's input shape: required members, JSON types, string
 and list lengths, number ranges (`maximumPageSize` ≤ 1000), enums, and members the model does
-not know. Every problem is reported the way AWS words it, naming the member's path
-(`taskList.name`, `tags.3.member.key`), in one `ValidationException`.
+not know. A member of the wrong JSON type (a string where the model has a number, an object
+where it has a string, a body that is not an object) means the body does not deserialize into
+the shape: `SerializationException`, naming the first one, as AWS answers. Every other problem
+is reported the way AWS words it, naming the member's path (`taskList.name`,
+`tags.3.member.key`), in one `ValidationException`.
 
 The model has no patterns for SWF names; the rules AWS documents for them (no `:`, `/`, `|`,
 control characters, surrounding whitespace, not the literal `arn`) are in `check_name`.
@@ -20,7 +23,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from .errors import UnknownOperationException, ValidationException
+from .errors import SerializationException, UnknownOperationException, ValidationException
 
 MAX_REPORTED = 10  # problems listed in one message (AWS lists them all; a cap keeps it short)
 _FORBIDDEN_IN_NAMES = re.compile(r"[:/|\u0000-\u001f\u007f-\u009f]")
@@ -56,9 +59,16 @@ def _show(value: Any) -> str:
 class _Checker:
     def __init__(self) -> None:
         self.problems: list[str] = []
+        self.wrong_types: list[str] = []  # members of the wrong JSON type: not even readable
 
     def fail(self, value: Any, path: str, constraint: str) -> None:
         self.problems.append(f"Value '{_show(value)}' at '{path}' failed to satisfy constraint: {constraint}")
+
+    def wrong_type(self, value: Any, path: str, expected: str) -> None:
+        self.wrong_types.append(
+            f"Cannot deserialize value '{_show(value)}' at '{path}': "
+            f"expected {expected}, got {_json_type(value)}"
+        )
 
     def check(self, shape_name: str, value: Any, path: str) -> None:
         shape = model()["shapes"][shape_name]
@@ -73,16 +83,18 @@ class _Checker:
             self._integer(shape, value, path)
         elif kind == "boolean":
             if not isinstance(value, bool):
-                self.fail(value, path, "Member must be a boolean")
+                self.wrong_type(value, path, "a boolean")
         elif kind == "timestamp":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                self.wrong_type(value, path, "a timestamp (a number of epoch seconds)")
+            elif not math.isfinite(value):
                 self.fail(value, path, "Member must be a timestamp in epoch seconds")
         else:  # a shape kind SWF does not use: refuse rather than let it through unchecked
             self.fail(value, path, f"Member has an unsupported shape type {kind!r}")
 
     def _structure(self, shape: dict[str, Any], value: Any, path: str) -> None:
         if not isinstance(value, dict):
-            self.fail(value, path or "body", "Member must be a structure (a JSON object)")
+            self.wrong_type(value, path or "body", "a structure (a JSON object)")
             return
         members: dict[str, str] = shape.get("members", {})
         prefix = f"{path}." if path else ""
@@ -99,7 +111,7 @@ class _Checker:
 
     def _list(self, shape: dict[str, Any], value: Any, path: str) -> None:
         if not isinstance(value, list):
-            self.fail(value, path, "Member must be a list")
+            self.wrong_type(value, path, "a list (a JSON array)")
             return
         self._length(shape, len(value), value, path, "length")
         for i, item in enumerate(value, start=1):
@@ -107,7 +119,7 @@ class _Checker:
 
     def _string(self, shape: dict[str, Any], value: Any, path: str) -> None:
         if not isinstance(value, str):
-            self.fail(value, path, "Member must be a string")
+            self.wrong_type(value, path, "a string")
             return
         enum = shape.get("enum")
         if enum is not None and value not in enum:
@@ -116,7 +128,10 @@ class _Checker:
         self._length(shape, len(value), value, path, "length")
 
     def _integer(self, shape: dict[str, Any], value: Any, path: str) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.wrong_type(value, path, "an integer (a JSON number)")
+            return
+        if not isinstance(value, int):  # a number, not a whole one
             self.fail(value, path, "Member must be an integer")
             return
         self._length(shape, value, value, path, "value")
@@ -135,11 +150,31 @@ class _Checker:
                 self.fail(value, path, f"Member must have value less than or equal to {high}")
 
 
-def problems(action: str, body: Any) -> list[str]:
-    """Every way `body` breaks `action`'s input shape (empty when it is valid)."""
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _checked(action: str, body: Any) -> _Checker:
     checker = _Checker()
     checker.check(input_shape(action), body, "")
-    return checker.problems
+    return checker
+
+
+def problems(action: str, body: Any) -> list[str]:
+    """Every way `body` breaks `action`'s input shape (empty when it is valid): members of the
+    wrong JSON type first, then broken constraints."""
+    checker = _checked(action, body)
+    return checker.wrong_types + checker.problems
 
 
 def refuse(found: list[str]) -> None:
@@ -153,8 +188,13 @@ def refuse(found: list[str]) -> None:
 
 
 def validate(action: str, body: Any) -> None:
-    """Raise `ValidationException` naming every offending member of `body`, else return."""
-    refuse(problems(action, body))
+    """Raise `SerializationException` for the first member of the wrong JSON type (the body
+    does not deserialize into the input shape, as AWS answers it), else `ValidationException`
+    naming every offending member of `body`, else return."""
+    checker = _checked(action, body)
+    if checker.wrong_types:
+        raise SerializationException(checker.wrong_types[0])
+    refuse(checker.problems)
 
 
 def name_problem(value: str, path: str) -> str | None:

@@ -64,7 +64,8 @@ def start(
         workflowType=t.to_aws(),
         continuedExecutionRunId=request.continued_execution_run_id,
         parentWorkflowExecution=request.parent.to_aws() if request.parent is not None else None,
-        parentInitiatedEventId=request.parent_initiated_event_id,
+        # AWS sends 0 for an execution without a parent (a top-level start, or its next run).
+        parentInitiatedEventId=request.parent_initiated_event_id or 0,
         **config_attributes(config, tuple(request.tag_list)),
     )
     return b.finish()
