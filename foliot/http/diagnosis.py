@@ -75,13 +75,16 @@ async def observe(eng: Services, run: Run) -> Observation:
 
 async def _slot_seen(eng: Services, run: Run) -> SlotSeen | None:
     definition = await eng.directory.maybe_definition(run.app, run.workflow, run.version)
-    if definition is None or definition.concurrency is None or run.concurrency_key is None:
+    if definition is None or run.concurrency_key is None:
+        return None
+    concurrency = definition.concurrency_for(run.concurrency_key)
+    if concurrency is None:
         return None
     ahead, held = await eng.store.queue_ahead(run)
     value = run.concurrency_key.partition("/")[2]
-    path = definition.concurrency.key
+    path = concurrency.key
     key = f"{path[-1]}={value}" if path is not None else ""
-    return SlotSeen(key, ahead, held, definition.concurrency.limit)
+    return SlotSeen(key, ahead, held, concurrency.limit)
 
 
 async def run_diagnosis(eng: Services, run: Run) -> Diagnosis:

@@ -262,9 +262,10 @@ def _queued_for_slot(obs: Observation) -> tuple[str, bool]:
     age = human(now - run.created_at)
     if slot is None:
         return f"waiting for a concurrency slot for {age}", False
-    where = f" on {slot.key}" if slot.key else " of its workflow"
+    where = f" on {slot.key}" if slot.key else (" of its step" if run.current_step else " of its workflow")
+    at = f"at `{run.current_step}` " if run.current_step else ""
     text = (
-        f"waiting for a concurrency slot{where} ({slot.ahead} ahead of it; {slot.held} of {slot.limit}"
+        f"waiting {at}for a concurrency slot{where} ({slot.ahead} ahead of it; {slot.held} of {slot.limit}"
         f" slots held) for {age}"
     )
     if slot.held < slot.limit and slot.ahead == 0:

@@ -76,3 +76,50 @@ async def test_concurrency_is_validated_and_nothing_is_stored(api: Api) -> None:
         assert r.status_code == 400, (concurrency, r.text)
         assert r.json()["error"]["message"].startswith(field), (concurrency, r.text)
     assert (await api.call("GET", "/apps/orders/workflows")).json()["workflows"] == []
+
+
+STEP_LIMITED = {
+    "name": "charges",
+    "steps": [
+        {"name": "prepare", "type": "task"},
+        {
+            "name": "charge",
+            "type": "task",
+            "queue": "payments",
+            "concurrency": {"limit": 1, "key": "input.tenant"},
+        },
+        {"name": "after", "type": "wait", "signal": "done"},
+    ],
+}
+
+
+async def test_a_task_step_with_concurrency_runs_one_attempt_per_key_at_a_time(api: Api) -> None:
+    await api.register(STEP_LIMITED)
+    ids = [(await api.start("charges", {"tenant": "acme"}))["runId"] for _ in range(3)]
+    other = (await api.start("charges", {"tenant": "globex"}))["runId"]
+    for run_id in [*ids, other]:
+        await api.engine.runs.wait_for(run_id, lambda r: r.current_step == "charge")
+    assert await statuses(api, [*ids, other]) == ["running", "queued", "queued", "running"]
+    why = (await api.call("GET", f"/apps/orders/runs/{ids[2]}/diagnosis")).json()
+    assert why["summary"].startswith(
+        "waiting at `charge` for a concurrency slot on tenant=acme (1 ahead of it"
+    ), why
+    polled = await api.call(
+        "POST", "/apps/orders/tasks/poll", {"queue": "payments", "maxTasks": 10, "waitSeconds": 1}
+    )
+    tasks = polled.json()["tasks"]
+    assert sorted(t["runId"] for t in tasks) == sorted([ids[0], other])  # one per tenant
+    first = next(t for t in tasks if t["runId"] == ids[0])
+    r = await api.call("POST", f"/apps/orders/tasks/{first['taskToken']}/complete", {"output": 1})
+    assert r.status_code == 200, r.text
+    await api.until(ids[0], "waiting")  # it left the step: its slot went to the next run
+    await api.engine.runs.wait_for(ids[1], lambda r: r.status == "running" and r.task is not None)
+    assert (await api.run(ids[2]))["status"] == "queued"
+    types = [e["type"] for e in await api.events(ids[1])]
+    assert "step_queued" in types and "step_admitted" in types
+
+
+async def test_both_workflow_and_step_concurrency_is_refused(api: Api) -> None:
+    both = {**STEP_LIMITED, "concurrency": {"limit": 2}}
+    r = await api.call("POST", "/apps/orders/workflows", both)
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("steps[1].concurrency"), r.text

@@ -93,3 +93,28 @@ def test_slot_changes_follow_the_run() -> None:
     again = kit.send(machine.Unpause()).run
     assert slot_of(paused, again, kit.definition) == SlotChange("queue", "wf/")
     assert slot_of(None, Kit(STEPS).start().run, kit.definition) is None
+
+
+def test_a_task_step_with_concurrency_queues_the_run_at_the_step() -> None:
+    steps: list[dict[str, Any]] = [
+        {"name": "a", "type": "task", "concurrency": {"limit": 1, "key": "input.t"}},
+        {"name": "b", "type": "task"},
+    ]
+    kit = Kit(steps)
+    tr = kit.start({"t": "acme"})
+    run = kit.run
+    assert run.status == "queued" and run.current_step == "a" and run.task is None
+    assert run.concurrency_key == "wf#a/acme" and run.waits_for_slot
+    assert [e.key for e in tr.effects if isinstance(e, WakeQueued)] == ["wf#a/acme"]
+    assert slot_of(None, run, kit.definition) == SlotChange("queue", "wf#a/acme")
+    admitted = kit.send(Admit()).run
+    assert admitted.status == "running" and admitted.task is not None and admitted.holds_slot
+    assert slot_of(run, admitted, kit.definition) == SlotChange("admit", "wf#a/acme", 1)
+    kit.fail("busy", retryable=True)  # a retry keeps its slot
+    assert kit.run.holds_slot
+    kit.fire()
+    done = kit.ok({"x": 1}).run
+    assert done.current_step == "b" and done.concurrency_key is None and not done.holds_slot
+    assert slot_of(admitted, done, kit.definition) == SlotChange("leave", "wf#a/acme")
+    assert wakes(kit)[-1] == "wf#a/acme"  # its slot went back
+    assert kit.definition.concurrency_for("wf#a/acme") == kit.definition.step("a").concurrency

@@ -108,6 +108,7 @@ class StepSpec:
     branches: tuple[BranchSpec, ...] | None = None
     priority: Any = None  # a task step: 1 (highest)..5, else the run's (issue 23)
     rate_limit: dict[str, Any] | None = None  # a task step: {limit, period, key} (issue 23)
+    concurrency: ConcurrencySpec | None = None  # a task step: {limit, key}
 
 
 @attrs.frozen
@@ -138,6 +139,7 @@ _ALLOWED: Final = {
         "handler",
         "priority",
         "rateLimit",
+        "concurrency",
     },
     "sleep": {"next", "duration", "until", "untilPath"},
     "wait": {"next", "signal", "signals", "onSignal", "timeout", "onTimeout"},
@@ -223,6 +225,7 @@ class Step:
     tolerated_failure_percentage: float | None = None
     priority: int | None = None  # a task step's own priority; None: the run's
     rate_limit: RateLimit | None = None  # a task step's sends spaced to this
+    concurrency: Concurrency | None = None  # a task step: at most `limit` runs at it per key value
 
     def tolerance(self, total: int) -> int:
         """How many of a map's `total` children may fail and the step still complete."""
@@ -271,6 +274,15 @@ class Definition:
 
     def step(self, name: str) -> Step:
         return self.index[name]
+
+    def concurrency_for(self, key: str) -> Concurrency | None:
+        """The `concurrency` a run's slot key was made from: the workflow's (`<workflow>/<value>`)
+        or a task step's (`<workflow>#<step>/<value>`)."""
+        head = key.partition("/")[0]
+        if "#" not in head:
+            return self.concurrency
+        step = self.index.get(head.partition("#")[2])
+        return step.concurrency if step is not None else None
 
     def has_target(self, name: str) -> bool:
         return name in SENTINELS or name in self.index
@@ -484,6 +496,7 @@ def parse_definition(raw: Any) -> Definition:
                     rate_limit=parse_rate_limit(s.rate_limit, f"{at}.rateLimit")
                     if s.rate_limit is not None
                     else None,
+                    concurrency=_step_concurrency(spec, s, at),
                 )
             )
         elif s.type == "sleep":
@@ -555,6 +568,14 @@ def parse_definition(raw: Any) -> Definition:
         output=_path(spec.output, "output") if spec.output is not None else None,
         concurrency=_concurrency(spec.concurrency, "concurrency"),
     )
+
+
+def _step_concurrency(spec: DefinitionSpec, s: StepSpec, at: str) -> Concurrency | None:
+    if s.concurrency is not None and spec.concurrency is not None:
+        raise ValidationError(
+            f"{at}.concurrency", "a workflow takes concurrency on itself or on its task steps, not both"
+        )
+    return _concurrency(s.concurrency, f"{at}.concurrency")
 
 
 def _concurrency(spec: ConcurrencySpec | None, at: str) -> Concurrency | None:

@@ -633,6 +633,8 @@ class _Tx:
         self.stuck(name, "loop_detected", f"more than {MAX_IMMEDIATE_STEPS} steps without parking")
 
     def _enter_once(self, name: str) -> str | None:
+        if name in (END, FAIL, STUCK):
+            self.leave_step_slot()
         if name == END:
             self.finish("completed", "run_completed")
             return None
@@ -643,11 +645,15 @@ class _Tx:
             self.stuck(self.run.current_step, "stuck_by_definition", "the workflow reached $stuck")
             return None
         step = self.definition.step(name)
+        self.leave_step_slot()
         carried = self.run.carried_error if step.kind == "task" else None
         self.set(current_step=name, step_since=self.ctx.now, attempt=None, error=None, carried_error=carried)
         self.emit("step_started", name, kind=step.kind)
         if step.kind == "task":
-            self.start_attempt(step, 1)
+            if step.concurrency is not None:
+                self.queue_at_step(step)
+            else:
+                self.start_attempt(step, 1)
             return None
         if step.kind == "sleep":
             return self.enter_sleep(step)
@@ -656,6 +662,23 @@ class _Tx:
         if step.kind in CHILD_KINDS:
             return self.enter_children(step, 1)
         return self.evaluate_choice(step)
+
+    def leave_step_slot(self) -> None:
+        """Leaving a task step with `concurrency`: its slot (or its place in the queue) is given
+        up, and the key's queue may move."""
+        key = self.run.concurrency_key
+        if key is not None and "#" in key.partition("/")[0]:
+            self.set(concurrency_key=None)
+            self.effects.append(WakeQueued(key))
+
+    def queue_at_step(self, step: Step) -> None:
+        """A task step with `concurrency`: wait for a slot of its key (`Admit` sends the first
+        attempt)."""
+        assert step.concurrency is not None
+        key = step_concurrency_key(self.definition, step, self.scope())
+        self.park("queued", concurrency_key=key, attempt=None)
+        self.emit("step_queued", step.name, key=key.partition("/")[2], limit=step.concurrency.limit)
+        self.effects.append(WakeQueued(key))  # a slot may be free: the key's oldest run tries
 
     def start_attempt(self, step: Step, attempt: int) -> None:
         """Record the attempt (durable before effect) with no deadline yet: a push's deadline
@@ -935,6 +958,23 @@ def _begin(tx: _Tx) -> None:
     tx.enter(definition.first.name)
 
 
+def step_concurrency_key(definition: Definition, step: Step, scope: dict[str, Any]) -> str:
+    """`<workflow>#<step>/<value>`: the slot group of a run at a task step with `concurrency`
+    (`#` is in no name, so it never meets a workflow's own key)."""
+    assert step.concurrency is not None
+    path = step.concurrency.key
+    value = lookup(path, scope)[1] if path is not None else None
+    return f"{definition.name}#{step.name}/{_key_text(value)}"
+
+
+def _key_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
 def concurrency_key(definition: Definition, input: Any) -> str:
     """`<workflow>/<value>`: the slot group of a run (the value at the key's path as text:
     strings as they are, other JSON compact; a missing path and no key at all are `""`)."""
@@ -943,13 +983,7 @@ def concurrency_key(definition: Definition, input: Any) -> str:
     value: Any = None
     if path is not None:
         value = lookup(path, {"input": input, "state": {}})[1]
-    if value is None:
-        text = ""
-    elif isinstance(value, str):
-        text = value
-    else:
-        text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
-    return f"{definition.name}/{text}"
+    return f"{definition.name}/{_key_text(value)}"
 
 
 def transition(run: Run, definition: Definition, message: Message, ctx: Context) -> Transition:
@@ -1444,11 +1478,15 @@ def _on_admit(tx: _Tx, msg: Admit) -> Reply | None:
     if run.status != "queued" or run.concurrency_key is None:
         return Ok("not_queued")
     tx.set(status="running")
-    tx.emit(
-        "run_admitted", None, key=run.concurrency_key.partition("/")[2], waitedMs=tx.ctx.now - run.created_at
-    )
+    key = run.concurrency_key.partition("/")[2]
     tx.effects.append(WakeQueued(run.concurrency_key))  # the next one may fit too
-    tx.enter(tx.definition.first.name)
+    if run.current_step is not None and run.current_step in tx.definition.index:
+        since = run.step_since if run.step_since is not None else run.created_at
+        tx.emit("step_admitted", run.current_step, key=key, waitedMs=tx.ctx.now - since)
+        tx.start_attempt(tx.definition.step(run.current_step), 1)
+    else:
+        tx.emit("run_admitted", None, key=key, waitedMs=tx.ctx.now - run.created_at)
+        tx.enter(tx.definition.first.name)
     tx.reply = Ok(tx.run)
     return None
 

@@ -47,13 +47,14 @@ _MAX_BATCHED_CLOSES = 256  # child closes applied in one commit
 
 def slot_of(before: Run | None, after: Run, definition: Definition) -> SlotChange | None:
     """The concurrency slot change a transition from `before` to `after` makes, if any."""
-    key = after.concurrency_key
+    key = after.concurrency_key or (before.concurrency_key if before is not None else None)
     if key is None:
         return None
     held_before = before is not None and before.holds_slot
     waited_before = before is not None and before.waits_for_slot
     if after.holds_slot and not held_before:
-        limit = definition.concurrency.limit if definition.concurrency is not None else 1
+        concurrency = definition.concurrency_for(key)
+        limit = concurrency.limit if concurrency is not None else 1
         return SlotChange("admit", key, limit)
     if after.waits_for_slot and not waited_before:
         return SlotChange("queue", key)
