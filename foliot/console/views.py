@@ -804,18 +804,24 @@ async def queues() -> Response:
 # ---------------------------------------------------------------------- workflows
 
 
-@blueprint.get("/workflows")
-@page()
-async def workflows() -> Response:
-    check_query({"app", "cursor"})
-    eng = engine()
-    apps = sorted({app for app, _ in await eng.store.run_counts()})
+async def _app_page() -> tuple[list[str], str, str | None]:
+    """(every app, the chosen one (the first by default), the name cursor) of a per-app list."""
+    apps = sorted({app for app, _ in await engine().store.run_counts()})
     app = request.args.get("app") or (apps[0] if apps else "")
     if app and not is_name(app):
         raise InvalidRequest("not an app name", field="app")
     after = request.args.get("cursor") or None
     if after is not None and not is_name(after):
         raise InvalidRequest("not a cursor this page made", field="cursor")
+    return apps, app, after
+
+
+@blueprint.get("/workflows")
+@page()
+async def workflows() -> Response:
+    check_query({"app", "cursor"})
+    eng = engine()
+    apps, app, after = await _app_page()
     records = await eng.store.list_workflows(app, PAGE + 1, after) if app else []
     shown = records[:PAGE]
     next_url = None
@@ -833,13 +839,7 @@ async def schedules() -> Response:
     """An app's schedules: definition, pause, next fire, counters and the last fires' runs."""
     check_query({"app", "cursor"})
     eng = engine()
-    apps = sorted({app for app, _ in await eng.store.run_counts()})
-    app = request.args.get("app") or (apps[0] if apps else "")
-    if app and not is_name(app):
-        raise InvalidRequest("not an app name", field="app")
-    after = request.args.get("cursor") or None
-    if after is not None and not is_name(after):
-        raise InvalidRequest("not a cursor this page made", field="cursor")
+    apps, app, after = await _app_page()
     found = await eng.store.list_schedules(app, PAGE + 1, after) if app else []
     shown = found[:PAGE]
     rows = [(s, await eng.store.last_schedule_fires(app, s.name, 3)) for s in shown]
