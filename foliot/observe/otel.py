@@ -54,7 +54,18 @@ _current: ContextVar[_Span | None] = ContextVar("foliot_span", default=None)
 
 
 class _Span:
-    __slots__ = ("_attrs", "_committed", "_id", "_parent", "_start", "_token", "_tracer", "name", "run")
+    __slots__ = (
+        "_attrs",
+        "_committed",
+        "_id",
+        "_parent",
+        "_start",
+        "_open",
+        "_token",
+        "_tracer",
+        "name",
+        "run",
+    )
 
     def __init__(self, tracer: OtelTracer, name: str, run: Run | None, span_id: str | None) -> None:
         self._tracer = tracer
@@ -66,6 +77,7 @@ class _Span:
         self._token: Token[_Span | None] | None = None
         self._attrs: dict[str, AttributeValue] = {}
         self._committed = name != "run.transition"
+        self._open = True
 
     @property
     def span_id(self) -> str:
@@ -89,6 +101,8 @@ class _Span:
             _current.reset(self._token)
         if self.run is not None and self._committed:
             self._tracer.emit(self, exc)
+        self._open = False  # a task spawned inside it (an actor's) must not hang under it
+        self._parent = None
 
     def of(self, run: Run) -> None:
         self.run = run
@@ -106,9 +120,13 @@ class _Span:
         run = self.run
         assert run is not None
         parent = self._parent
-        while parent is not None and (parent.run is None or parent.run.trace_id != run.trace_id):
+        while (
+            parent is not None
+            and parent._open
+            and (parent.run is None or parent.run.trace_id != run.trace_id)
+        ):
             parent = parent._parent
-        if parent is not None:
+        if parent is not None and parent._open:
             return parent.span_id
         if self.name != "run.start":
             return run_span_id(run.run_id)
