@@ -37,10 +37,12 @@ from .core.config import Settings
 from .core.credentials import Vault
 from .core.errors import StorageUnavailable, Unavailable
 from .core.leases import partition_of
+from .core.tracing import Tracer
 from .kinds.run.service import Runs
 from .kinds.schedule.service import Schedules
 from .kinds.swf.service import Swf
 from .observe.metrics import Metrics
+from .observe.tracing import make_tracer
 from .observe.trends import Sampler, Trends
 from .storage.base import Store
 from .storage.cluster import ClusterStore
@@ -64,8 +66,12 @@ class Node:
         clock: Clock | None = None,
         vault: Vault,
         http_client: httpx.AsyncClient | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.settings = settings
+        # Spans (FOLIOT_TRACING, observe/tracing.py): a no-op unless on; tests may pass their own.
+        self._own_tracer = tracer is None
+        self.tracer = tracer if tracer is not None else make_tracer(settings)
         self.store = store
         self.clock = clock or Clock()
         self.vault = vault
@@ -103,9 +109,10 @@ class Node:
             current=self._live_document,
             limiter=RateLimiter(store, self.clock.now),
             rate_delay=self.metrics.rate_delayed,
+            tracer=self.tracer,
         )
         self.admission = Admission(settings, self.dispatcher, store)
-        self.runs = Runs(self)
+        self.runs = Runs(self, self.tracer)
         self.swf = Swf(self, self.metrics)
         self.schedules = Schedules(self, self.runs, self.metrics)
         # Every kind of actor, by name: the timer wheel's rows name their actor's kind.
@@ -167,6 +174,9 @@ class Node:
             if self._own_client:
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
                     await self.http.aclose()
+            if self._own_tracer and self.tracer.on:  # flush the spans still batched
+                with trio.CancelScope(shield=True), trio.move_on_after(2):
+                    await trio.to_thread.run_sync(self.tracer.close, abandon_on_cancel=True)
 
     def join_cluster(
         self, store: ClusterStore, node_id: str, address: str, *, ttl_ms: int = DEFAULT_TTL_MS

@@ -23,7 +23,6 @@ of its app's queue when its slot comes; its deadline counts from when it is then
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import itertools
 import logging
@@ -39,6 +38,7 @@ from trio.lowlevel import ParkingLot
 from .. import signing
 from ..core.errors import StorageError
 from ..core.logs import log_push
+from ..core.tracing import NO_TRACER, Tracer, push_span_id
 from ..core.workflow.definition import HandlerPathError, push_url
 from ..core.workflow.duration import format_timestamp
 from ..core.workflow.flow import AGING_SECONDS, DEFAULT_PRIORITY, Bucket, rank
@@ -90,8 +90,8 @@ def task_body(run: Run, task: TaskRef, deadline: int | None = None) -> dict[str,
 
 
 def traceparent(run: Run, task: TaskRef) -> str:
-    span = hashlib.sha256(task.idempotency_key(run.run_id).encode()).hexdigest()[:16]
-    return f"00-{run.trace_id}-{span}-01"
+    """The run's trace, and the push attempt's span (`task.push`) as the handler's parent."""
+    return f"00-{run.trace_id}-{push_span_id(run, task)}-01"
 
 
 @attrs.define(eq=False)
@@ -217,8 +217,10 @@ class Dispatcher:
         limiter: RateLimiter | None = None,
         aging: float = AGING_SECONDS,
         rate_delay: Callable[[float], None] = lambda seconds: None,
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         self._client = client
+        self._tracer = tracer  # a `task.push` span per push sent
         self._limiter = limiter
         self.aging = aging
         self._rate_delay = rate_delay  # observes each reservation's wait (seconds)
@@ -592,7 +594,12 @@ class Dispatcher:
         }
         budget_ms = min(item.timeout_ms, self._sync_cap_ms)
         self.metrics.pushed()
-        outcome = await self._post(url, body, headers, budget_ms, task.step)
+        with self._tracer.span("task.push", run, push_span_id(run, task)) as span:
+            outcome = await self._post(url, body, headers, budget_ms, task.step)
+            span.set("foliot.attempt", task.attempt)
+            span.set("foliot.outcome", "timeout" if outcome is None else type(outcome).__name__.lower())
+            if isinstance(outcome, Failed):
+                span.set("foliot.error", outcome.cls)
         if outcome is None:
             if budget_ms < item.timeout_ms:
                 return timeout_failure("the synchronous attempt passed FOLIOT_SYNC_TASK_MAX_MS")

@@ -163,6 +163,11 @@ class Settings:
     # Metrics labelled by name (app, workflow, step): distinct values kept per label before
     # further ones are counted as `_other` (foliot/observe/metrics.py LabelCap).
     metrics_max_label_values: int = 100
+    # Tracing (foliot/observe/tracing.py): `otlp` exports spans to an OTLP/HTTP collector at
+    # `otel_endpoint` as `otel_service_name`; `off` (the default) imports no OpenTelemetry.
+    tracing: str = "off"
+    otel_endpoint: str = "http://localhost:4318/v1/traces"
+    otel_service_name: str = "foliot"
 
     @property
     def advertised(self) -> str:
@@ -239,6 +244,9 @@ class Settings:
             console_idle_ms=_console(e, "FOLIOT_CONSOLE_IDLE", 30 * 60_000),
             console_session_ms=_console(e, "FOLIOT_CONSOLE_SESSION_MAX", 12 * 3_600_000),
             metrics_max_label_values=min(100_000, max(0, _int(e, "FOLIOT_METRICS_MAX_LABEL_VALUES", 100))),
+            tracing=_tracing(e.get("FOLIOT_TRACING")),
+            otel_endpoint=_otel_endpoint(e.get("FOLIOT_OTEL_ENDPOINT")),
+            otel_service_name=e.get("FOLIOT_OTEL_SERVICE_NAME") or "foliot",
         )
 
 
@@ -295,3 +303,24 @@ def _public_url(raw: str | None) -> str | None:
 def _trend_interval(ms: int) -> int:
     """0 turns the console's trend sampling off; otherwise at least one second."""
     return 0 if ms <= 0 else max(1_000, ms)
+
+
+def _tracing(raw: str | None) -> str:
+    """FOLIOT_TRACING: `off` (the default) or `otlp` (needs the `otel` extra)."""
+    value = (raw or "off").strip().lower()
+    if value not in ("off", "otlp"):
+        raise SystemExit(f"FOLIOT_TRACING must be 'off' or 'otlp', got {raw!r}")
+    return value
+
+
+def _otel_endpoint(raw: str | None) -> str:
+    """FOLIOT_OTEL_ENDPOINT: the collector's OTLP/HTTP traces URL; a bare base URL
+    (`http://collector:4318`) gets the standard `/v1/traces` path."""
+    if not raw:
+        return "http://localhost:4318/v1/traces"
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SystemExit(f"FOLIOT_OTEL_ENDPOINT must be an http(s) URL (http://collector:4318), got {raw!r}")
+    if parts.path in ("", "/"):
+        return urlunsplit(parts._replace(path="/v1/traces"))
+    return raw

@@ -142,7 +142,10 @@ class RunKind:
         if type(msg) is ChildRunClosed and slot is None and actor.mailbox:
             tr, taken = self._more_closes(actor, tr, definition)
         try:
-            stale = await self._commit(actor, envelope, run, definition, tr)
+            with runs.tracer.span("run.transition", run) as span:
+                stale = await self._commit(actor, envelope, run, definition, tr)
+                if actor.state is not run:  # committed (else the span is dropped)
+                    span.transition(msg, tr.events)
         except BaseException:
             _give_back(actor, taken)  # not committed: they are handled again
             raise

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
-from functools import partial
-from typing import Any
+from collections.abc import Callable, Coroutine
+from functools import partial, wraps
+from typing import Any, Concatenate, ParamSpec
 
 import attrs
 import trio
@@ -20,6 +20,7 @@ from ...actors.messages import ActorMessage, Envelope, ReplySlot
 from ...actors.placement import check_local
 from ...actors.queues import Reservation
 from ...core.errors import Conflict, Fenced, NotFound, StorageError, Unavailable, UniqueViolation
+from ...core.tracing import NO_TRACER, Tracer
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.flow import DEFAULT_PRIORITY, Bucket
@@ -43,11 +44,34 @@ from .ids import new_run_id
 _PUMP_S = 2.0  # how often waiting concurrency keys are re-tried (a lost wake-up's bound)
 
 
+P = ParamSpec("P")
+_Started = tuple[dict[str, Any], bool]
+
+
+def _run_start_span(
+    start: Callable[Concatenate[Runs, P], Coroutine[Any, Any, _Started]],
+) -> Callable[Concatenate[Runs, P], Coroutine[Any, Any, _Started]]:
+    """`Runs.start` as the span `run.start` of the run it creates (none for a replay)."""
+
+    @wraps(start)
+    async def traced(self: Runs, /, *args: P.args, **kwargs: P.kwargs) -> _Started:
+        with self.tracer.span("run.start") as span:
+            body, created = await start(self, *args, **kwargs)
+            # The new run's actor holds it: adopted with no checkpoint since the commit.
+            run = self.live(body["runId"]) if created and self.tracer.on else None
+            if run is not None:
+                span.of(run)
+            return body, created
+
+    return traced
+
+
 class Runs:
     """Foliot runs on one node: the kind the runtime drives, and what callers ask of it."""
 
-    def __init__(self, host: KindHost) -> None:
+    def __init__(self, host: KindHost, tracer: Tracer = NO_TRACER) -> None:
         self.host = host
+        self.tracer = tracer  # spans: run.start, run.signal, run.transition, store.commit
         self.kind = RunKind(self)
         self._watchers: dict[str, trio.Event] = {}
 
@@ -73,7 +97,9 @@ class Runs:
         fences = self.host.fences(unit.run.run_id, *(child.run.run_id for child in unit.children))
         if fences is not None:
             unit = attrs.evolve(unit, fences=fences)
-        await self.host.shielded(partial(self.host.store.commit, unit))
+        with self.tracer.span("store.commit", unit.run) as span:
+            span.set("foliot.event_count", len(unit.events))
+            await self.host.shielded(partial(self.host.store.commit, unit))
 
     def idempotency_cutoff(self) -> int | None:
         """Idempotency records created before this have expired (None: they never do)."""
@@ -174,7 +200,8 @@ class Runs:
     def adopt_children(self, started: list[machine.Transition]) -> None:
         """Child runs committed with their parent's transition: now they run."""
         for child in started:
-            self.adopt(child)
+            with self.tracer.span("run.start", child.run):  # under the parent's transition
+                self.adopt(child)
 
     # ------------------------------------------------------------------ messages without a caller
 
@@ -211,6 +238,13 @@ class Runs:
         self._check_ready()
         check_local(self.host.placement, run_id)  # owned elsewhere: the request is forwarded
         slot = ReplySlot()
+        if type(message) is machine.SignalIn and known is not None:
+            with self.tracer.span("run.signal", known) as span:
+                span.set("foliot.signal", message.name)
+                await self.host.supervisor.ask(self.kind, run_id, Envelope(message, slot), known)
+                reply = await slot.wait()
+                span.set("foliot.reply", str(reply.value) if isinstance(reply, machine.Ok) else reply.code)
+            return reply, slot.value
         await self.host.supervisor.ask(self.kind, run_id, Envelope(message, slot), known)
         reply = await slot.wait()
         return reply, slot.value
@@ -252,6 +286,7 @@ class Runs:
                 raise errors[0]
             # Every offer had closed meanwhile (a cancelled run): wait for the next ones.
 
+    @_run_start_span
     async def start(
         self,
         *,
