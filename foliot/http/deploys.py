@@ -10,7 +10,8 @@ candidate's pure machine (`core/workflow/deploy.py`).
 
 `POST /apps/{app}/workflows/{name}/migrate` follows the bulk interventions (`bulk.py`): one
 keyset page of the workflow's runs (newest first), each open run that matches the filter sent
-`Migrate` through its actor, a `cursor` to resume with. A run already on `toVersion` is skipped,
+`Migrate` through its actor (through its owner's `/internal/migrate` when another node of the
+cluster owns it), a `cursor` to resume with. A run already on `toVersion` is skipped,
 so a page retried is safe; each move is one `run_migrated` event carrying the reason.
 """
 
@@ -26,7 +27,7 @@ import trio
 from quart import Blueprint, Response
 
 from ..actors.placement import Elsewhere
-from ..core.errors import InvalidRequest
+from ..core.errors import InvalidRequest, Refused
 from ..core.workflow import deploy, machine
 from ..core.workflow.definition import Definition, parse_definition
 from ..core.workflow.jsonconv import ValidationError
@@ -325,12 +326,40 @@ async def apply_migrate(app: str, name: str, spec: MigrateBody) -> dict[str, Any
         async with limiter:
             try:
                 reply, _ = await eng.runs.ask(run.run_id, message, run)
-            except Elsewhere as elsewhere:
-                refuse(run, "elsewhere", f"owned by node {elsewhere.owner.node_id}: migrate it there")
+            except Elsewhere as elsewhere:  # owned by another node: it migrates there
+                await there(run, elsewhere)
                 return
         if isinstance(reply, machine.Rejected):
             refuse(run, reply.code, reply.message)
         elif reply.value == "already":
+            counts["skipped"] += 1
+        else:
+            counts["migrated"] += 1
+
+    async def there(run: Run, elsewhere: Elsewhere) -> None:
+        owner = elsewhere.owner.node_id
+        if eng.forwarder is None:
+            refuse(run, "elsewhere", f"owned by node {owner}, which this node cannot reach: retry")
+            return
+        request = {
+            "app": app,
+            "workflow": name,
+            "runId": run.run_id,
+            "toVersion": chosen.to_version,
+            "stepMap": dict(chosen.step_map),
+            "reason": chosen.reason,
+        }
+        try:
+            answer = await eng.forwarder.internal(elsewhere.owner.address, "/internal/migrate", request)
+        except Refused as exc:  # the owner did not answer, or moved on: the page may be retried
+            refuse(
+                run, "elsewhere", f"owned by node {owner}, which did not migrate it ({exc.message}): retry"
+            )
+            return
+        refused_there = answer.get("refused")
+        if isinstance(refused_there, dict):
+            refuse(run, str(refused_there.get("code")), str(refused_there.get("message")))
+        elif answer.get("outcome") == "already":
             counts["skipped"] += 1
         else:
             counts["migrated"] += 1

@@ -207,7 +207,9 @@ class SqlRunStore:
         """The workflow's open runs on versions 1..max_version counted by (version, current
         step, status), in no particular order."""
         sql = deploy_sql.open_groups_sql(self.dialect.postgres)
-        return [deploy_sql.open_group(r) for r in await self._all(sql, (app, workflow, max_version), scan=True)]
+        return [
+            deploy_sql.open_group(r) for r in await self._all(sql, (app, workflow, max_version), scan=True)
+        ]
 
     async def open_group_page(
         self,
@@ -220,7 +222,9 @@ class SqlRunStore:
         with_state: bool,
     ) -> list[deploy_sql.OpenRunRow]:
         """A keyset page of one group's open runs, newest first (created_at, run_id)."""
-        sql = deploy_sql.open_group_sql(self.dialect.postgres, with_state, group.step is not None, after is not None)
+        sql = deploy_sql.open_group_sql(
+            self.dialect.postgres, with_state, group.step is not None, after is not None
+        )
         step = () if group.step is None else (group.step,)
         args: list[Any] = [app, workflow, group.version, *step, group.status, *(after or ()), limit]
         return [deploy_sql.open_row(r) for r in await self._all(sql, args, scan=True)]
