@@ -805,8 +805,9 @@ def seed_bulk(
 ) -> tuple[list[str], float]:
     """Write `count` started runs straight into the store the server uses (it must be stopped).
 
-    The rows are those `Node.start_run` commits: SQLite goes through the store's own
-    `_apply_unit` inside large transactions; PostgreSQL gets the same row tuples by COPY.
+    The rows are those `Node.start_run` commits: SQLite goes through the store's own batch
+    writer (`_apply_units`) inside large transactions; PostgreSQL gets the same row tuples by
+    COPY (every column the store writes: the step, version and parent columns too).
     The app and the workflow must exist (create them through the API first). Returns the run
     ids and the seconds it took."""
     from foliot.storage.base import UnitOfWork
@@ -831,9 +832,13 @@ def seed_bulk(
         )
         conn.execute("PRAGMA synchronous=OFF")
         conn.execute("BEGIN")
+        units: list[UnitOfWork] = []
         for done, tr in enumerate(_transitions(app, document, version, count, input_fn), 1):
-            sq._apply_unit(conn, UnitOfWork(tr.run, None, tr.events, tr.tasks))
+            units.append(UnitOfWork(tr.run, None, tr.events, tr.tasks))
             run_ids.append(tr.run.run_id)
+            if len(units) == 500 or done == count:
+                sq._apply_units(conn, units)
+                units.clear()
             if done % batch == 0:
                 conn.execute("COMMIT")
                 conn.execute("BEGIN")
@@ -860,7 +865,16 @@ async def _seed_postgres(
 ) -> list[str]:
     import asyncpg
 
-    from foliot.storage.base import UnitOfWork, event_rows, run_row, task_rows, timer_rows
+    from foliot.storage.base import (
+        UnitOfWork,
+        event_rows,
+        parent_of,
+        run_row,
+        search_columns,
+        step_columns,
+        task_rows,
+        timer_rows,
+    )
 
     conn = await asyncpg.connect(url)
     try:
@@ -886,6 +900,11 @@ async def _seed_postgres(
                     "seq",
                     "doc",
                     "closed_at",
+                    "current_step",
+                    "step_since",
+                    "workflow_version",
+                    "error_class",
+                    "parent_run_id",
                 )
                 await conn.copy_records_to_table("runs", records=runs, columns=cols)
                 await conn.copy_records_to_table(
@@ -919,7 +938,7 @@ async def _seed_postgres(
         for tr in _transitions(app, document, row["version"], count, input_fn):
             run = tr.run
             unit = UnitOfWork(run, None, tr.events, tr.tasks)
-            runs.append(run_row(run))
+            runs.append((*run_row(run), *step_columns(run), *search_columns(run), parent_of(run)))
             events.extend(event_rows(unit))
             tasks.extend(task_rows(unit))
             timers.extend(timer_rows(run))

@@ -2,13 +2,16 @@
 then migrate open runs to a registered version, a page at a time.
 
 `POST /apps/{app}/workflows/{name}/dry-run` stores nothing: it validates the candidate as
-registration would, reads the workflow's open runs in keyset pages (aggregating groups as it
-goes, so memory is bounded by the number of groups, not of runs), and replays the last
-`replay` closed runs through the candidate's pure machine (`core/workflow/deploy.py`).
+registration would, counts the workflow's open runs by (version, step, status) in the database
+with each group's 20 newest runIds, reads the input and state only of the runs whose step has
+reads that matter for the missing-state-keys check (in keyset pages, so memory is bounded by
+the number of groups, not of runs), and replays the last `replay` closed runs through the
+candidate's pure machine (`core/workflow/deploy.py`).
 
 `POST /apps/{app}/workflows/{name}/migrate` follows the bulk interventions (`bulk.py`): one
 keyset page of the workflow's runs (newest first), each open run that matches the filter sent
-`Migrate` through its actor, a `cursor` to resume with. A run already on `toVersion` is skipped,
+`Migrate` through its actor (through its owner's `/internal/migrate` when another node of the
+cluster owns it), a `cursor` to resume with. A run already on `toVersion` is skipped,
 so a page retried is safe; each move is one `run_migrated` event carrying the reason.
 """
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
 import attrs
@@ -24,12 +27,13 @@ import trio
 from quart import Blueprint, Response
 
 from ..actors.placement import Elsewhere
-from ..core.errors import InvalidRequest
+from ..core.errors import InvalidRequest, Refused
 from ..core.workflow import deploy, machine
 from ..core.workflow.definition import Definition, parse_definition
 from ..core.workflow.jsonconv import ValidationError
 from ..core.workflow.model import OPEN_STATUSES, Run
 from ..storage.base import RunFilter, Store, encode_cursor
+from ..storage.deploy_sql import OpenGroup, OpenRunRow
 from .app import body, check_name, check_query, engine, json_response, query_int, raw_json, require_app
 from .bulk import _first
 from .runs import MAX_BUSINESS_KEY, _check_reason, _runs_cursor
@@ -39,7 +43,8 @@ log = logging.getLogger("foliot.http")
 
 DEFAULT_REPLAY: Final = 100
 MAX_REPLAY: Final = 1000
-OPEN_PAGE: Final = 2000  # open runs read per query of a dry-run
+OPEN_PAGE: Final = 2000  # open runs (with their states) held at once by a dry-run
+MIN_GROUP_PAGE: Final = 100  # open runs of one group read per query, at least
 REPLAY_BATCH: Final = 100  # recorded runs whose events are read in one query
 MAX_REPLAY_EVENTS: Final = 10_000  # events of one recorded run replayed (then: truncated)
 DEFAULT_LIMIT: Final = 100
@@ -108,8 +113,9 @@ async def build_report(
     candidate: Definition,
     replay: int,
 ) -> dict[str, Any]:
-    """The report of a valid candidate: open runs read in pages and aggregated, the last
-    `replay` closed runs replayed in batches (bench/dry_run.py times this on both stores)."""
+    """The report of a valid candidate: open runs counted by group in the database (runs read
+    only where the candidate's reads matter), the last `replay` closed runs replayed in batches
+    (bench/dry_run.py times this on both stores)."""
     definitions: dict[int, Definition | None] = {}
 
     async def version(number: int) -> Definition | None:
@@ -119,18 +125,19 @@ async def build_report(
 
     agg = deploy.OpenRuns(candidate)
     latest = await store.get_workflow(app, name, None)
-    for number in range(latest.version if latest is not None else 0, 0, -1):
-        old = await version(number)
-        after: tuple[int, str] | None = None
-        while True:
-            rows = await store.open_runs_page(app, name, number, OPEN_PAGE, after, with_state=agg.reads_state)
-            for row in rows:
-                state = json.loads(row.state) if row.state is not None else None
-                given = json.loads(row.input) if row.input is not None else None
-                agg.add(row.run_id, row.version, row.step, row.status, old, given, state)
-            if len(rows) < OPEN_PAGE:
-                break
-            after = (rows[-1].created_at, rows[-1].run_id)
+    top = latest.version if latest is not None else 0
+    groups = await store.open_run_groups(app, name, top) if top else []
+    groups.sort(key=lambda g: (-g.version, g.step or "", g.step is not None, g.status))
+    for group in groups:
+        old = await version(group.version)
+        first = await store.open_group_page(app, name, group, deploy.MAX_EXAMPLES, None, with_state=False)
+        agg.add_group(group.version, group.step, group.status, old, group.count, (r.run_id for r in first))
+    for number in sorted({g.version for g in groups}, reverse=True):
+        reading = [g for g in groups if g.version == number and agg.relevant(g.step)]
+        async for row in _newest_first(store, app, name, reading):
+            state = json.loads(row.state) if row.state is not None else None
+            given = json.loads(row.input) if row.input is not None else None
+            agg.add_state(row.run_id, row.step, given, state)
     sampled, same = 0, 0
     diverged: list[dict[str, Any]] = []
     closed = await store.recent_closed_runs(app, name, replay) if replay else []
@@ -155,6 +162,46 @@ async def build_report(
         "recorded": {"sampled": sampled, "same": same, "diverged": diverged},
         "missingStateKeys": agg.missing(),
     }
+
+
+async def _newest_first(
+    store: Store, app: str, name: str, groups: Sequence[OpenGroup]
+) -> AsyncIterator[OpenRunRow]:
+    """The open runs of `groups` (one version) with their input and state, newest first across
+    the groups (the order a walk of the version's runs would give, so the missing-state-keys
+    examples are the same): each group read in keyset pages, the pages merged; at most
+    OPEN_PAGE rows held whatever the number of runs."""
+    if not groups:
+        return
+    page = max(MIN_GROUP_PAGE, OPEN_PAGE // len(groups))
+    buffers: list[list[OpenRunRow]] = []
+    done: list[bool] = []
+    for group in groups:
+        rows = await store.open_group_page(app, name, group, page, None, with_state=True)
+        rows.reverse()  # oldest first: the next one is popped from the end
+        buffers.append(rows)
+        done.append(len(rows) < page)
+    while True:
+        best = -1
+        for i, rows in enumerate(buffers):
+            if rows and (best < 0 or _newer(rows[-1], buffers[best][-1])):
+                best = i
+        if best < 0:
+            return
+        row = buffers[best].pop()
+        yield row
+        if not buffers[best] and not done[best]:
+            rows = await store.open_group_page(
+                app, name, groups[best], page, (row.created_at, row.run_id), with_state=True
+            )
+            rows.reverse()
+            buffers[best] = rows
+            done[best] = len(rows) < page
+            await trio.lowlevel.checkpoint()
+
+
+def _newer(a: OpenRunRow, b: OpenRunRow) -> bool:
+    return (a.created_at, a.run_id) > (b.created_at, b.run_id)
 
 
 # --------------------------------------------------------------------------- migrate
@@ -279,12 +326,40 @@ async def apply_migrate(app: str, name: str, spec: MigrateBody) -> dict[str, Any
         async with limiter:
             try:
                 reply, _ = await eng.runs.ask(run.run_id, message, run)
-            except Elsewhere as elsewhere:
-                refuse(run, "elsewhere", f"owned by node {elsewhere.owner.node_id}: migrate it there")
+            except Elsewhere as elsewhere:  # owned by another node: it migrates there
+                await there(run, elsewhere)
                 return
         if isinstance(reply, machine.Rejected):
             refuse(run, reply.code, reply.message)
         elif reply.value == "already":
+            counts["skipped"] += 1
+        else:
+            counts["migrated"] += 1
+
+    async def there(run: Run, elsewhere: Elsewhere) -> None:
+        owner = elsewhere.owner.node_id
+        if eng.forwarder is None:
+            refuse(run, "elsewhere", f"owned by node {owner}, which this node cannot reach: retry")
+            return
+        request = {
+            "app": app,
+            "workflow": name,
+            "runId": run.run_id,
+            "toVersion": chosen.to_version,
+            "stepMap": dict(chosen.step_map),
+            "reason": chosen.reason,
+        }
+        try:
+            answer = await eng.forwarder.internal(elsewhere.owner.address, "/internal/migrate", request)
+        except Refused as exc:  # the owner did not answer, or moved on: the page may be retried
+            refuse(
+                run, "elsewhere", f"owned by node {owner}, which did not migrate it ({exc.message}): retry"
+            )
+            return
+        refused_there = answer.get("refused")
+        if isinstance(refused_there, dict):
+            refuse(run, str(refused_there.get("code")), str(refused_there.get("message")))
+        elif answer.get("outcome") == "already":
             counts["skipped"] += 1
         else:
             counts["migrated"] += 1

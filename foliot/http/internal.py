@@ -4,6 +4,10 @@ hop header (`foliot.cluster.hop`), i.e. sent by another node of the cluster; any
 `POST /internal/intervene`: one run of a bulk intervention (pause, unpause, cancel, redrive)
 made on another node, whose page held a run owned here.
 
+`POST /internal/migrate`: one run of a migrate page (`POST …/workflows/{name}/migrate`) made on
+another node, whose page held a run owned here: `{"outcome": "migrated" | "already"}` or
+`{"refused": {"code", "message"}}`, what the page reports for it.
+
 `POST /internal/tell`: a message from an actor on another node to one that lives here
 (`foliot.cluster.tell`).
 
@@ -89,6 +93,47 @@ async def intervene() -> Response:
             f"this node does not own run {spec.run_id} (node {elsewhere.owner.node_id} does)"
         ) from None
     return json_response({"done": isinstance(reply, machine.Ok)})
+
+
+@attrs.frozen
+class MigrateOneBody:
+    app: str
+    workflow: str
+    run_id: str
+    to_version: int
+    step_map: dict[str, str] | None = None
+    reason: str | None = None
+
+
+@blueprint.post("/internal/migrate")
+async def migrate_one() -> Response:
+    """One run of a migrate page made on another node (that node checked the request; the
+    target version is read here from the same database)."""
+    spec = parse(decode_json(await from_a_node()), MigrateOneBody)
+    check_name(spec.app, "app")
+    check_name(spec.workflow, "workflow")
+    if len(spec.run_id) > 64:
+        raise InvalidRequest("is longer than 64 characters", field="runId")
+    eng = engine()
+    target = await eng.directory.maybe_definition(spec.app, spec.workflow, spec.to_version)
+    if target is None:
+        raise InvalidRequest(
+            f"workflow {spec.workflow!r} has no version {spec.to_version}", field="toVersion"
+        )
+    run = await eng.runs.document(spec.run_id)
+    if run is None or run.app != spec.app or run.workflow != spec.workflow:
+        raise NotFound(f"run {spec.run_id!r} not found")
+    pairs = tuple(sorted((spec.step_map or {}).items()))
+    message = machine.Migrate(target, spec.to_version, pairs, spec.reason)
+    try:
+        reply, _ = await eng.runs.ask(spec.run_id, message, run)
+    except Elsewhere as elsewhere:
+        raise NotOwner(
+            f"this node does not own run {spec.run_id} (node {elsewhere.owner.node_id} does)"
+        ) from None
+    if isinstance(reply, machine.Rejected):
+        return json_response({"refused": {"code": reply.code, "message": reply.message}})
+    return json_response({"outcome": "already" if reply.value == "already" else "migrated"})
 
 
 @attrs.frozen

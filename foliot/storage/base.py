@@ -18,7 +18,7 @@ import attrs
 
 from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
-from .deploy_sql import OpenRunRow
+from .deploy_sql import OpenGroup, OpenRunRow
 from .fence import Fence
 from .flow import FlowStore
 from .health import ProbeStore
@@ -324,18 +324,28 @@ class RunStore(Protocol):
 
     async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]: ...
 
-    async def open_runs_page(
+    async def open_run_groups(self, app: str, workflow: str, max_version: int) -> list[OpenGroup]:
+        """The workflow's open runs on versions 1..max_version counted by (version, current
+        step, status), in no particular order (read from an index alone)."""
+        ...
+
+    async def open_group_page(
         self,
         app: str,
         workflow: str,
-        version: int,
+        group: OpenGroup,
         limit: int,
         after: tuple[int, str] | None,
         *,
         with_state: bool,
-    ) -> list[OpenRunRow]: ...
+    ) -> list[OpenRunRow]:
+        """A keyset page of one group's open runs, newest first by (created_at, run_id), after
+        `after`; their input and state as JSON text when `with_state`."""
+        ...
 
-    async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]: ...
+    async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]:
+        """The workflow's last `limit` closed runs, newest first (created_at, run_id)."""
+        ...
 
     async def events_of(self, run_ids: Sequence[str], max_seq: int) -> dict[str, list[Event]]: ...
 

@@ -203,19 +203,30 @@ class SqlRunStore:
 
     # ------------------------------------------------------------------ dry-runs (deploy_sql)
 
-    async def open_runs_page(
+    async def open_run_groups(self, app: str, workflow: str, max_version: int) -> list[deploy_sql.OpenGroup]:
+        """The workflow's open runs on versions 1..max_version counted by (version, current
+        step, status), in no particular order."""
+        sql = deploy_sql.open_groups_sql(self.dialect.postgres)
+        return [
+            deploy_sql.open_group(r) for r in await self._all(sql, (app, workflow, max_version), scan=True)
+        ]
+
+    async def open_group_page(
         self,
         app: str,
         workflow: str,
-        version: int,
+        group: deploy_sql.OpenGroup,
         limit: int,
         after: tuple[int, str] | None,
         *,
         with_state: bool,
     ) -> list[deploy_sql.OpenRunRow]:
-        """A keyset page of the open runs on one version of a workflow, newest first."""
-        sql = deploy_sql.open_runs_sql(self.dialect.postgres, with_state, after)
-        args: list[Any] = [app, workflow, version, *(after or ()), limit]
+        """A keyset page of one group's open runs, newest first (created_at, run_id)."""
+        sql = deploy_sql.open_group_sql(
+            self.dialect.postgres, with_state, group.step is not None, after is not None
+        )
+        step = () if group.step is None else (group.step,)
+        args: list[Any] = [app, workflow, group.version, *step, group.status, *(after or ()), limit]
         return [deploy_sql.open_row(r) for r in await self._all(sql, args, scan=True)]
 
     async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]:

@@ -439,6 +439,9 @@ BAD_BODIES = [
     ("/internal/claim", b'{"kind": "swf", "region": "us-east-1", "task": "decision", "body": {}}', "body"),
     ("/internal/intervene", b'{"app": "orders", "runId": "r", "verb": "explode"}', "verb"),
     ("/internal/intervene", b'{"app": "orders", "verb": "pause"}', "runId"),
+    ("/internal/migrate", b'{"app": "orders", "workflow": "q", "runId": "r"}', "toVersion"),
+    ("/internal/migrate", b'{"app": "orders", "workflow": "q", "runId": "r", "toVersion": 9}', "toVersion"),
+    ("/internal/migrate", b'{"app": "orders", "workflow": "q q", "runId": "r", "toVersion": 1}', "workflow"),
     ("/internal/tell", b'{"kind": "nope", "actorId": "x", "message": {}}', "kind"),
 ]
 
@@ -574,3 +577,36 @@ async def test_a_schedule_owned_by_another_node_is_reached_through_it(cluster: C
     c.own("sched:orders:nightly", None)
     unowned = await c.call("b", "POST", f"{base}/unpause", {})
     assert unowned.status_code == 503 and unowned.headers["retry-after"] == "1"
+
+
+async def test_a_migrate_page_moves_each_run_where_it_lives(cluster: Cluster) -> None:
+    c = cluster
+    on_a = sorted([await start(c, "a", "w") for _ in range(2)])
+    on_b = await start(c, "b", "w")
+    renamed = {
+        "name": "w",
+        "steps": [{"name": "w2", "type": "wait", "signal": "go"}, {"name": "t", "type": "task"}],
+    }
+    r = await c.call("a", "POST", f"/apps/{c.app}/workflows", renamed)
+    assert r.status_code in (200, 201), r.text
+    path = f"/apps/{c.app}/workflows/w/migrate"
+    # Stranded without a stepMap entry: refused, by the owner for the runs on a.
+    r = await c.call("b", "POST", path, {"toVersion": 2})
+    assert r.status_code == 200, r.text
+    assert r.json()["migrated"] == 0
+    assert sorted((x["runId"], x["code"]) for x in r.json()["refused"]) == sorted(
+        (run_id, "stranded") for run_id in [*on_a, on_b]
+    )
+    r = await c.call("b", "POST", path, {"toVersion": 2, "stepMap": {"w": "w2"}, "reason": "rename"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"matched": 3, "migrated": 3, "skipped": 0, "refused": [], "cursor": None}
+    for run_id in on_a:
+        state = c.nodes["a"].engine.supervisor.actors[run_id].state
+        assert (state.version, state.current_step) == (2, "w2")
+        assert run_id not in c.nodes["b"].engine.supervisor.actors
+    assert c.nodes["b"].engine.supervisor.actors[on_b].state.version == 2
+    again = await c.call("a", "POST", path, {"toVersion": 2, "stepMap": {"w": "w2"}})
+    assert again.json() == {"matched": 3, "migrated": 0, "skipped": 3, "refused": [], "cursor": None}
+    # The node-to-node call refuses anyone without a node's hop header.
+    body = {"app": c.app, "workflow": "w", "runId": on_b, "toVersion": 1}
+    assert (await c.call("b", "POST", "/internal/migrate", body)).status_code == 401

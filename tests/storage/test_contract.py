@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -461,3 +462,45 @@ async def test_pruning_queries_walk_indexes(store: Store) -> None:
     for table in ("events", "tasks", "timers", "signal_ids"):
         plan = await query_plan(store, f"SELECT * FROM {table} WHERE run_id = $1", "r1")
         assert "Seq Scan" not in plan and not plan.startswith("SCAN"), (table, plan)
+
+
+async def test_dry_run_reads_open_groups_and_recent_closed_runs(store: Store) -> None:
+    """What a dry-run reads (issue 24): open runs counted by (version, step, status), each
+    group paged newest first (with input and state when asked), the last closed runs, events."""
+    for i, created in enumerate((T0, T0 + 1, T0 + 2, T0 + 2, T0 + 3)):  # a2 and a3 together
+        run = make_run(f"a{i}", current_step="a", created=created)
+        await store.commit(UnitOfWork(attrs.evolve(run, state={"x": {"ok": True}} if i == 0 else {}), None))
+    await store.commit(UnitOfWork(make_run("b0", status="running", current_step="b"), None))
+    await store.commit(UnitOfWork(make_run("n0", status="queued"), None))  # no step yet
+    await store.commit(UnitOfWork(attrs.evolve(make_run("v2", current_step="a"), version=2), None))
+    await store.commit(UnitOfWork(attrs.evolve(make_run("o0", current_step="a"), workflow="other"), None))
+    for i in range(4):
+        closed = make_run(f"c{i}", status="completed", created=T0 + 10 + i, current_step="a")
+        await store.commit(UnitOfWork(closed, None, (Event(1, T0, 1, "run_started"), Event(2, T0, 1, "x"))))
+
+    groups = await store.open_run_groups("app", "wf", 1)
+    counted = {(g.version, g.step, g.status): g.count for g in groups}
+    assert counted == {(1, "a", "waiting"): 5, (1, "b", "running"): 1, (1, None, "queued"): 1}
+    assert {(g.version, g.step) for g in await store.open_run_groups("app", "wf", 2)} >= {(2, "a")}
+    assert await store.open_run_groups("app", "nope", 9) == []
+
+    (at, pending) = sorted((g for g in groups if g.step != "b"), key=lambda g: g.step is None)
+    pages, after = [], None
+    while True:
+        page = await store.open_group_page("app", "wf", at, 2, after, with_state=False)
+        pages.append([r.run_id for r in page])
+        assert all(r.state is None and r.input is None and r.step == "a" for r in page)
+        if len(page) < 2:
+            break
+        after = (page[-1].created_at, page[-1].run_id)
+    assert [r for p in pages for r in p] == ["a4", "a3", "a2", "a1", "a0"]
+    (oldest,) = await store.open_group_page("app", "wf", at, 1, (T0 + 1, "a1"), with_state=True)
+    assert oldest.run_id == "a0" and json.loads(oldest.state or "") == {"x": {"ok": True}}
+    assert json.loads(oldest.input or "") == {"i": 1}
+    (none,) = await store.open_group_page("app", "wf", pending, 20, None, with_state=True)
+    assert none.run_id == "n0" and none.step is None and none.status == "queued"
+
+    recent = await store.recent_closed_runs("app", "wf", 3)
+    assert [r.run_id for r in recent] == ["c3", "c2", "c1"]
+    histories = await store.events_of(["c3", "c0", "a0"], 1)
+    assert [[e.type for e in histories[r]] for r in ("c3", "c0", "a0")] == [["run_started"]] * 2 + [[]]

@@ -3,8 +3,9 @@ recorded (pure; the dry-run endpoint feeds it pages read from storage).
 
 - `compare(run, old, candidate)`: where an open run stands in the candidate (`compat`).
 - `OpenRuns`: open runs grouped by (version, step, status) with counts, up to 20 example
-  runIds and the verdict of the group, plus the state keys they lack; fed a page at a time so
-  memory stays bounded whatever the number of runs.
+  runIds and the verdict of the group, plus the state keys they lack; fed groups the store
+  counted (`add_group`) and the states of the runs whose step has reads that matter
+  (`add_state`), or a run at a time (`add`), so memory stays bounded whatever the number of runs.
 - `replay(events, recorded_run, candidate)`: a closed run's recorded history fed through the
   candidate's machine, with the recorded inputs; `same`, or the first divergence.
 - `state_keys_read(candidate)`: the `input.*`/`state.*` paths the candidate reads.
@@ -196,6 +197,14 @@ class OpenRuns:
             found = self._verdicts[key] = step_verdict(old, self.candidate, step)
         return found
 
+    def relevant(self, step: str | None) -> tuple[ReadPath, ...]:
+        """The candidate's reads that matter for a run at `step` (`relevant_reads`): a group
+        whose step has none needs no run's input or state."""
+        found = self._relevant.get(step)
+        if found is None:
+            found = self._relevant[step] = relevant_reads(self.reads, self.candidate, step)
+        return found
+
     def add(
         self,
         run_id: str,
@@ -206,20 +215,39 @@ class OpenRuns:
         input: Any = None,
         state: Any = None,
     ) -> None:
-        self.total += 1
+        """One run: `add_group` of one, then `add_state`."""
+        self.add_group(version, step, status, old, 1, (run_id,))
+        self.add_state(run_id, step, input, state)
+
+    def add_group(
+        self,
+        version: int,
+        step: str | None,
+        status: str,
+        old: Definition | None,
+        count: int,
+        examples: Iterable[str],
+    ) -> None:
+        """`count` runs of a group at once (counted by the store), `examples` their first
+        runIds in the order runs are fed (newest first); the group's example list keeps its
+        first MAX_EXAMPLES."""
+        self.total += count
         key = (version, step, status)
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group(version, step, status, self.verdict(version, step, old))
-        group.count += 1
-        if len(group.examples) < MAX_EXAMPLES:
+        group.count += count
+        for run_id in examples:
+            if len(group.examples) >= MAX_EXAMPLES:
+                break
             group.examples.append(run_id)
+
+    def add_state(self, run_id: str, step: str | None, input: Any, state: Any) -> None:
+        """The missing-state-keys check of one run at `step` (None `state`: not read, skipped).
+        Fed in the same order as the groups' runs, the report is the one `add` would give."""
         if not self.reads or state is None:
             return
-        relevant = self._relevant.get(step)
-        if relevant is None:
-            relevant = self._relevant[step] = relevant_reads(self.reads, self.candidate, step)
-        for read in missing_keys(relevant, input, state):
+        for read in missing_keys(self.relevant(step), input, state):
             mkey = (read.dotted, read.step, read.field)
             entry = self._missing.get(mkey)
             if entry is None:
