@@ -74,6 +74,10 @@ class Runs:
         self.tracer = tracer  # spans: run.start, run.signal, run.transition, store.commit
         self.kind = RunKind(self)
         self._watchers: dict[str, trio.Event] = {}
+        # Set when runs may wait for a concurrency slot (one queued, or a wake-up sent); the
+        # pump sleeps on it otherwise, so a node without concurrency keys never polls for them.
+        self._queueing = trio.Event()
+        self._queueing.set()  # at start: runs queued before a restart are looked for once
 
     # ------------------------------------------------------------------ for the run's actor
 
@@ -168,6 +172,7 @@ class Runs:
     def wake_queued(self, app: str, key: str, *, local_only: bool = False) -> None:
         """A slot of `key` may be free: the oldest run waiting for one tries to take it
         (`local_only`: only when this node owns it, as each node's pump wakes its own)."""
+        self._queueing.set()
 
         async def wake() -> None:
             try:
@@ -185,10 +190,14 @@ class Runs:
         take a slot: what a lost wake-up (a crash, a message between nodes) would leave waiting."""
         task_status.started()
         while True:
+            await self._queueing.wait()
             await trio.sleep(_PUMP_S)
             try:
                 keys = await self.host.store.queued_keys()
             except StorageError:
+                continue
+            if not keys:
+                self._queueing = trio.Event()  # nothing waits: sleep until something queues
                 continue
             for app, key in keys:
                 self.wake_queued(app, key, local_only=True)
@@ -431,6 +440,8 @@ class Runs:
             raise Conflict(str(exc)) from exc
         self.adopt(tr)
         self.adopt_children(started)
+        if tr.run.waits_for_slot:
+            self._queueing.set()  # this node's pump watches its queued runs
         return body, True
 
     async def replay(self, app: str, key: str, request_hash: str) -> dict[str, Any] | None:
