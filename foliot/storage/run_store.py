@@ -197,7 +197,11 @@ class SqlRunStore:
         return [(k[len(prefix) :], active.get(k, 0), waiting.get(k, 0)) for k in shown[:limit]]
 
     async def queued_by_workflow(self) -> dict[tuple[str, str], int]:
-        sql = run_sql.QUEUED_BY_WORKFLOW_POSTGRES if self.dialect.postgres else run_sql.QUEUED_BY_WORKFLOW_SQLITE
+        sql = (
+            run_sql.QUEUED_BY_WORKFLOW_POSTGRES
+            if self.dialect.postgres
+            else run_sql.QUEUED_BY_WORKFLOW_SQLITE
+        )
         return {(r["app"], r["workflow"]): int(r["n"]) for r in await self._all(sql, scan=True)}
 
     async def queued_keys(self) -> list[tuple[str, str]]:

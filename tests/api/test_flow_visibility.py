@@ -48,7 +48,10 @@ async def test_the_store_counts_each_keys_active_and_waiting_runs(api: Api) -> N
     assert await store.key_counts("orders", "per-customer-2", 50) == [("a", 2, 1)]
     assert await store.key_counts("orders", "per-customer", 1) == [("a", 2, 3)]
     assert await store.key_counts("orders", "nothing", 50) == []
-    assert await store.queued_by_workflow() == {("orders", "per-customer"): 4, ("orders", "per-customer-2"): 1}
+    assert await store.queued_by_workflow() == {
+        ("orders", "per-customer"): 4,
+        ("orders", "per-customer-2"): 1,
+    }
 
 
 async def test_the_console_shows_a_queued_runs_place_and_the_workflows_keys(api: Api) -> None:
