@@ -141,6 +141,11 @@ class RunCounters:
         # past the cap are not kept (a tenant making up names must not grow this either).
         self._children: dict[tuple[str, str, tuple[str, ...]], Any] = {}
 
+    @property
+    def cap(self) -> LabelCap:
+        """The label cap of these counters (shared by the queued-runs gauge)."""
+        return self._cap
+
     def _child(self, which: str, names: tuple[str, ...], status: str = "") -> Any:
         key = (which, status, names)
         child = self._children.get(key)
@@ -288,7 +293,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.runs = RunCounters(r, max_label_values)
-        self._queued_cap = LabelCap(max_label_values)
+        self._queued_cap = self.runs.cap  # the same names as the run counters
         self.pushes = Counter("foliot_tasks_pushed", "Push attempts sent to handlers.", registry=r)
         self.push_outcomes = Counter(
             "foliot_push_outcomes", "Push outcomes by class (a fixed vocabulary).", ["outcome"], registry=r
