@@ -66,6 +66,7 @@ PAGE: Final = 50
 EVENTS_PAGE: Final = 200
 FAR_FUTURE_MS: Final = 2**62  # "every timer": the bound of the earliest-timer read
 CHILDREN_SHOWN: Final = 50  # child runs listed on a run page (newest first; the API pages them all)
+KEYS_SHOWN: Final = 50  # concurrency keys listed on a workflow page (waiting ones first)
 TIMER_COUNT_CAP: Final = 100_000
 STATUS_ORDER: Final = (
     "queued",
@@ -886,8 +887,16 @@ async def workflow(app: str, name: str) -> Response:
         older = await _definition(app, name, against)
         diff = diff_lines(older or {}, document)
     first = max(1, latest.version - 99)
+    concurrency = document.get("concurrency") if isinstance(document.get("concurrency"), dict) else None
+    keys: list[dict[str, Any]] = []
+    if concurrency is not None:
+        found = await eng.store.key_counts(app, name, KEYS_SHOWN + 1)
+        keys = [{"value": v, "active": a, "waiting": w} for v, a, w in found]
     return await render(
         "workflow.html",
+        concurrency=concurrency,
+        keys=keys[:KEYS_SHOWN],
+        more_keys=len(keys) > KEYS_SHOWN,
         app=app,
         name=name,
         version=version,

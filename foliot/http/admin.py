@@ -179,7 +179,8 @@ async def metrics() -> Response:
     eng = engine()
     open_runs = await eng.store.count_open_runs()
     swf = await eng.store.swf_counts()
-    return Response(eng.metrics.exposition(open_runs, swf), content_type=CONTENT_TYPE)
+    queued = await eng.store.queued_by_workflow() if open_runs.get("queued") else {}
+    return Response(eng.metrics.exposition(open_runs, swf, queued), content_type=CONTENT_TYPE)
 
 
 @blueprint.get("/admin/runs/overdue")

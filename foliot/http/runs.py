@@ -174,7 +174,7 @@ async def start_run_call(call: Call, app_name: str) -> tuple[dict[str, Any], int
                     "a debounced start is folded into its burst and takes no Idempotency-Key",
                     field="Idempotency-Key",
                 )
-            request = _debounced(app_name, spec, run_timeout_ms)
+            request = _debounced(app_name, spec, run_timeout_ms, priority)
             return await eng.runs.debounced_start(request, run_view)
         # Only a start with a key is ever compared with an earlier one.
         request_hash = "" if key is None else hashlib.sha256(canonical_json(raw).encode()).hexdigest()
@@ -197,7 +197,7 @@ MAX_DEBOUNCE_KEY: Final = 256
 MAX_DEBOUNCE_PERIOD_MS: Final = 7 * 24 * 3600 * 1000
 
 
-def _debounced(app_name: str, spec: StartBody, run_timeout_ms: int | None) -> DebouncedStart:
+def _debounced(app_name: str, spec: StartBody, run_timeout_ms: int | None, priority: int) -> DebouncedStart:
     debounce = spec.debounce
     assert debounce is not None
     if not 1 <= len(debounce.key) <= MAX_DEBOUNCE_KEY:
@@ -220,6 +220,7 @@ def _debounced(app_name: str, spec: StartBody, run_timeout_ms: int | None) -> De
         debounce.key,
         period,
         debounce.mode,
+        priority,
     )
 
 

@@ -141,6 +141,11 @@ class RunCounters:
         # past the cap are not kept (a tenant making up names must not grow this either).
         self._children: dict[tuple[str, str, tuple[str, ...]], Any] = {}
 
+    @property
+    def cap(self) -> LabelCap:
+        """The label cap of these counters (shared by the queued-runs gauge)."""
+        return self._cap
+
     def _child(self, which: str, names: tuple[str, ...], status: str = "") -> Any:
         key = (which, status, names)
         child = self._children.get(key)
@@ -288,6 +293,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.runs = RunCounters(r, max_label_values)
+        self._queued_cap = self.runs.cap  # the same names as the run counters
         self.pushes = Counter("foliot_tasks_pushed", "Push attempts sent to handlers.", registry=r)
         self.push_outcomes = Counter(
             "foliot_push_outcomes", "Push outcomes by class (a fixed vocabulary).", ["outcome"], registry=r
@@ -424,6 +430,15 @@ class Metrics:
         self._collector = EngineCollector(engine)
         self.registry.register(self._collector)
 
+    def queued_labels(self, queued: Mapping[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+        """Queued runs per (app, workflow) with the label cap of the run counters applied (a
+        workflow past it is summed into `_other`)."""
+        out: dict[tuple[str, str], int] = {}
+        for names in sorted(queued):
+            app, workflow = self._queued_cap.labels(names)
+            out[(app, workflow)] = out.get((app, workflow), 0) + queued[names]
+        return out
+
     def rate_delayed(self, seconds: float) -> None:
         """A rate-limited send's wait for its token (0 when it could go at once)."""
         self.rate_delay.observe(seconds)
@@ -454,12 +469,18 @@ class Metrics:
         histogram = self.commit_seconds.labels(backend_label(store))
         store.observe_commits(CommitTimer(histogram, self.commits_in_progress, self.run_tally, self.runs))
 
-    def exposition(self, open_runs: Mapping[str, int], swf: Mapping[str, int] | None = None) -> bytes:
-        """The text exposition; `open_runs` (and `swf`: open and parked executions) were read
-        from the store just before (an async read)."""
+    def exposition(
+        self,
+        open_runs: Mapping[str, int],
+        swf: Mapping[str, int] | None = None,
+        queued: Mapping[tuple[str, str], int] | None = None,
+    ) -> bytes:
+        """The text exposition; `open_runs` (and `swf`: open and parked executions; `queued`:
+        queued runs per app and workflow) were read from the store just before (an async read)."""
         if self._collector is not None:
             self._collector.open_runs = dict(open_runs)
             self._collector.swf = dict(swf or {})
+            self._collector.queued = self.queued_labels(queued or {})
         return generate_latest(self.registry)
 
 
@@ -470,6 +491,7 @@ class EngineCollector:
         self.engine = engine
         self.open_runs: dict[str, int] = {}
         self.swf: dict[str, int] = {}
+        self.queued: dict[tuple[str, str], int] = {}
 
     def collect(self) -> Iterable[Metric]:
         eng = self.engine
@@ -492,6 +514,15 @@ class EngineCollector:
             if status in self.open_runs:
                 runs.add_metric([status], self.open_runs[status])
         yield runs
+        queued = GaugeMetricFamily(
+            "foliot_queued_runs",
+            "Runs waiting for a concurrency slot, by app and workflow (names past"
+            " FOLIOT_METRICS_MAX_LABEL_VALUES: _other).",
+            labels=["app", "workflow"],
+        )
+        for (app, workflow), n in sorted(self.queued.items()):
+            queued.add_metric([app, workflow], n)
+        yield queued
         yield _gauge(
             "foliot_timers_in_memory", "Durable timers held in the wheel's window.", timers["inMemory"]
         )

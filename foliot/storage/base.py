@@ -312,6 +312,15 @@ class RunStore(Protocol):
         """(runs queued before this one for its key, slots of the key held)."""
         ...
 
+    async def key_counts(self, app: str, workflow: str, limit: int) -> list[tuple[str, int, int]]:
+        """(key value, active runs, queued runs) of at most `limit` concurrency keys of a workflow:
+        those with queued runs first (most first), then keys holding slots only (key order)."""
+        ...
+
+    async def queued_by_workflow(self) -> dict[tuple[str, str], int]:
+        """Queued runs per (app, workflow), from the queue index (never a scan of all runs)."""
+        ...
+
     async def queued_keys(self) -> list[tuple[str, str]]:
         """(app, key) of every concurrency key runs wait for."""
         ...

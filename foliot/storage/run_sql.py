@@ -108,6 +108,26 @@ QUEUE_AHEAD: Final = (
 )
 QUEUED_KEYS: Final = "SELECT DISTINCT app, queue_key FROM runs WHERE queue_key IS NOT NULL"
 SET_SLOT: Final = "UPDATE runs SET slot_key = ?, queue_key = ? WHERE run_id = ?"
+# A workflow's keys (`<workflow>/<value>`), in key order, at most `limit` of them: the scan
+# walks the app's partial index in order and stops after that many groups.
+SLOT_COUNTS: Final = (
+    "SELECT slot_key AS k, COUNT(*) AS n FROM runs WHERE app = ? AND slot_key IS NOT NULL"
+    " AND substr(slot_key, 1, ?) = ? GROUP BY slot_key ORDER BY slot_key LIMIT ?"
+)
+QUEUE_COUNTS: Final = (
+    "SELECT queue_key AS k, COUNT(*) AS n FROM runs WHERE app = ? AND queue_key IS NOT NULL"
+    " AND substr(queue_key, 1, ?) = ? GROUP BY queue_key ORDER BY queue_key LIMIT ?"
+)
+# Queued runs per (app, workflow) for /metrics, from the queue's partial index alone (it holds
+# only queued runs; the workflow is the key's part before its first `/`).
+QUEUED_BY_WORKFLOW_SQLITE: Final = (
+    "SELECT app, substr(queue_key, 1, instr(queue_key, '/') - 1) AS workflow, COUNT(*) AS n"
+    " FROM runs WHERE queue_key IS NOT NULL GROUP BY 1, 2"
+)
+QUEUED_BY_WORKFLOW_POSTGRES: Final = (
+    "SELECT app, split_part(queue_key, '/', 1) AS workflow, COUNT(*) AS n"
+    " FROM runs WHERE queue_key IS NOT NULL GROUP BY 1, 2"
+)
 
 
 def slot_tx(run_id: str, app: str, slot: SlotChange, lock: str | None) -> Tx[None]:

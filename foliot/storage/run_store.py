@@ -182,6 +182,28 @@ class SqlRunStore:
         held = await self._one(run_sql.COUNT_SLOTS, (run.app, run.concurrency_key))
         return int(ahead["n"]), int(held["n"])
 
+    async def key_counts(self, app: str, workflow: str, limit: int) -> list[tuple[str, int, int]]:
+        """(key value, active, waiting) of up to `limit` concurrency keys of a workflow: the keys
+        runs wait for first (most waiting first), then the other keys holding slots."""
+        prefix = f"{workflow}/"
+        args = (app, len(prefix), prefix, limit)
+        waiting = {r["k"]: int(r["n"]) for r in await self._all(run_sql.QUEUE_COUNTS, args, scan=True)}
+        active = {r["k"]: int(r["n"]) for r in await self._all(run_sql.SLOT_COUNTS, args, scan=True)}
+        for key in waiting.keys() - active.keys():  # past the first `limit` keys holding slots
+            row = await self._one(run_sql.COUNT_SLOTS, (app, key))
+            active[key] = int(row["n"])
+        shown = sorted(waiting, key=lambda k: (-waiting[k], k))
+        shown += [k for k in active if k not in waiting]
+        return [(k[len(prefix) :], active.get(k, 0), waiting.get(k, 0)) for k in shown[:limit]]
+
+    async def queued_by_workflow(self) -> dict[tuple[str, str], int]:
+        sql = (
+            run_sql.QUEUED_BY_WORKFLOW_POSTGRES
+            if self.dialect.postgres
+            else run_sql.QUEUED_BY_WORKFLOW_SQLITE
+        )
+        return {(r["app"], r["workflow"]): int(r["n"]) for r in await self._all(sql, scan=True)}
+
     async def queued_keys(self) -> list[tuple[str, str]]:
         return [(r["app"], r["queue_key"]) for r in await self._all(run_sql.QUEUED_KEYS, scan=True)]
 

@@ -358,3 +358,29 @@ async def test_signal_with_start_and_waits_for_several_signals(api: Api) -> None
         with pytest.raises(errors.IdempotencyKeyReused):  # the same key for another signal
             await c.signal_with_start("add", **again)
         assert len((await c.list_runs(workflow="cart")).items) == 2
+
+
+async def test_debounced_starts_sync_and_async(api: Api) -> None:
+    from foliot_client import DebouncedStart
+
+    await api.register({"name": "sync", "steps": [{"name": "t", "type": "task"}]})
+    async with client(api) as c:
+        first = await c.start_debounced("sync", {"n": 1}, key="order-7", period="1h")
+        assert isinstance(first, DebouncedStart)
+        assert first.pending and not first.dropped and first.run is None
+        assert first.starts_at is not None and first.starts_at.tzinfo is not None
+        again = await c.start_debounced("sync", {"n": 2}, key="order-7", period="1h")
+        assert again.run_id == first.run_id and again.raw["debounced"] is True
+        run = await c.get_run(first.run_id)
+        assert run.status == "sleeping" and run.input == {"n": 2}
+        lead = await c.start_debounced("sync", key="k", period="1h", mode="leading", priority=1)
+        assert lead.run is not None and lead.run.status == "running" and lead.run.priority == 1
+        assert not lead.pending and not lead.dropped and lead.run_id == lead.run.run_id
+        with pytest.raises(errors.InvalidRequest) as bad:
+            await c.start_debounced("sync", key="k2", period="soon")
+        assert bad.value.field == "debounce.period"
+    with Client(api.running.url, api.key, app=api.app, retry=FAST) as sync_client:
+        dropped = await in_thread(
+            lambda: sync_client.start_debounced("sync", key="k", period="1h", mode="leading")
+        )
+    assert dropped.dropped and dropped.run_id == lead.run_id and dropped.run is None

@@ -20,6 +20,7 @@ from .models import (
     App,
     AppCreated,
     CompleteResult,
+    DebouncedStart,
     Event,
     Heartbeat,
     NewApiKey,
@@ -410,6 +411,32 @@ class BaseClient:
         return Call(
             "POST", f"{self._app(app)}/runs", _run, json=body, headers={"Idempotency-Key": key}, safe=True
         )
+
+    def b_start_debounced(
+        self,
+        workflow: str,
+        input: Any,
+        key: str,
+        period: str,
+        mode: str,
+        version: int | None,
+        business_key: str | None,
+        run_timeout: str | None,
+        app: str | None,
+        priority: int | None = None,
+    ) -> Call[DebouncedStart]:
+        body: dict[str, Any] = {
+            "workflow": workflow,
+            "debounce": {"key": key, "period": period, "mode": mode},
+        }
+        if input is not UNSET:
+            body["input"] = input
+        body.update(_clean({"version": version, "businessKey": business_key, "runTimeout": run_timeout}))
+        if priority is not None:
+            body["priority"] = priority
+        # No Idempotency-Key (the server refuses one): a start is folded into its burst, so a
+        # retry joins the same burst and is as harmless as a second start within the period.
+        return Call("POST", f"{self._app(app)}/runs", DebouncedStart.from_json, json=body, safe=True)
 
     def b_get_run(self, run_id: str, app: str | None) -> Call[Run]:
         return Call("GET", f"{self._app(app)}/runs/{_q(run_id)}", _run, safe=True)

@@ -38,6 +38,7 @@ from .models import (
     App,
     AppCreated,
     CompleteResult,
+    DebouncedStart,
     Event,
     Heartbeat,
     NewApiKey,
@@ -178,6 +179,29 @@ class Client(BaseClient):
         `priority`: 1 (highest)..5, the server's default 3 when not given."""
         call = self.b_start_run(
             workflow, input, version, business_key, run_timeout, idempotency_key, app, priority
+        )
+        return self.send(call)
+
+    def start_debounced(
+        self,
+        workflow: str,
+        input: Any = UNSET,
+        *,
+        key: str,
+        period: str,
+        mode: str = "trailing",
+        version: int | None = None,
+        business_key: str | None = None,
+        run_timeout: str | None = None,
+        app: str | None = None,
+        priority: int | None = None,
+    ) -> DebouncedStart:
+        """A debounced start: starts with the same `key` less than `period` (e.g. "10s") apart
+        make one run, begun `period` after the last with its input (`mode` "trailing"), or at
+        once by the first, the rest dropped ("leading"). Takes no idempotency key: a retry is
+        folded into the same burst."""
+        call = self.b_start_debounced(
+            workflow, input, key, period, mode, version, business_key, run_timeout, app, priority
         )
         return self.send(call)
 
@@ -613,6 +637,26 @@ class AsyncClient(BaseClient):
     ) -> Run:
         call = self.b_start_run(
             workflow, input, version, business_key, run_timeout, idempotency_key, app, priority
+        )
+        return await self.send(call)
+
+    async def start_debounced(
+        self,
+        workflow: str,
+        input: Any = UNSET,
+        *,
+        key: str,
+        period: str,
+        mode: str = "trailing",
+        version: int | None = None,
+        business_key: str | None = None,
+        run_timeout: str | None = None,
+        app: str | None = None,
+        priority: int | None = None,
+    ) -> DebouncedStart:
+        """See `Client.start_debounced`."""
+        call = self.b_start_debounced(
+            workflow, input, key, period, mode, version, business_key, run_timeout, app, priority
         )
         return await self.send(call)
 

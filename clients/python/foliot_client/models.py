@@ -108,6 +108,34 @@ class Run:
 
 
 @dataclass(frozen=True)
+class DebouncedStart:
+    """The answer to a debounced start (`debounce` in `POST /apps/{app}/runs`): 202
+    `{runId, debounced, status: "pending", startsAt}` for a trailing burst, 202 `{runId,
+    debounced, dropped: true}` for a leading burst's later starts, or, for a leading burst's
+    first start, 201 with the run document (`run`)."""
+
+    run_id: str
+    pending: bool  # a trailing burst's run, begun at `starts_at`
+    dropped: bool  # a leading burst's later start: folded into the run that began it
+    starts_at: datetime | None
+    run: Run | None  # the run document when this start began it (201)
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, status: int, d: dict[str, Any]) -> DebouncedStart:
+        if status == 201 or not d.get("debounced"):
+            return cls(_str(d, "runId"), False, False, None, Run.from_json(d), d)
+        return cls(
+            run_id=_str(d, "runId"),
+            pending=d.get("status") == "pending",
+            dropped=bool(d.get("dropped")),
+            starts_at=parse_time(d.get("startsAt")),
+            run=None,
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
 class Event:
     seq: int
     at: datetime | None

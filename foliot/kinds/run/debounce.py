@@ -18,6 +18,7 @@ import attrs
 from ...core.errors import Conflict, RejectedMessage
 from ...core.workflow import machine
 from ...core.workflow.duration import format_timestamp
+from ...core.workflow.flow import DEFAULT_PRIORITY
 from ...storage.base import DebounceChange
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ class DebouncedStart:
     key: str
     period_ms: int
     mode: str  # trailing | leading
+    priority: int = DEFAULT_PRIORITY  # the burst's first start's, as its business key
 
 
 async def debounced_start(runs: Runs, req: DebouncedStart, render: Any) -> tuple[dict[str, Any], int]:
@@ -65,6 +67,7 @@ async def debounced_start(runs: Runs, req: DebouncedStart, render: Any) -> tuple
                     request_hash="",
                     render=render,
                     debounce=claim,
+                    priority=req.priority,
                 )
             except Conflict as exc:
                 if exc.code == "debounce_taken":

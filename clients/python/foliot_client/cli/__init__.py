@@ -44,6 +44,7 @@ RUN_FIELDS = (
     "generation", "waitSignal", "wakeAt", "deadline", "createdAt", "updatedAt", "closedAt",
     "error", "parent", "children", "input", "state", "output",
 )  # fmt: skip
+DEBOUNCED_FIELDS = ("runId", "debounced", "status", "startsAt", "dropped")
 
 
 class Session:
@@ -308,6 +309,11 @@ def runs_events(s: Session, run_id: str, after: int | None, limit: int) -> None:
 @click.option("--run-timeout", help="e.g. 14d")
 @click.option("--idempotency-key", help="default: a fresh one (safe retries)")
 @click.option("--priority", type=click.IntRange(1, 5), help="1 (highest)..5; default 3")
+@click.option("--debounce-key", help="debounce: starts with this key within the period make one run")
+@click.option("--debounce-period", help="with --debounce-key: the burst's quiet period, e.g. 10s")
+@click.option(
+    "--leading", is_flag=True, help="with --debounce-key: start at once, drop the rest of the burst"
+)
 @pass_session
 def runs_start(
     s: Session,
@@ -318,13 +324,42 @@ def runs_start(
     run_timeout: str | None,
     idempotency_key: str | None,
     priority: int | None,
+    debounce_key: str | None,
+    debounce_period: str | None,
+    leading: bool,
 ) -> None:
-    """Start a run of WORKFLOW."""
+    """Start a run of WORKFLOW (debounced with --debounce-key and --debounce-period)."""
     value = parse_json(input_, "--input")
-    call = s.client.b_start_run(
-        workflow, value, version, business_key, run_timeout, idempotency_key, s.need_app(), priority
+    if debounce_key is None:
+        if debounce_period is not None or leading:
+            raise click.UsageError("--debounce-period and --leading need --debounce-key")
+        call = s.client.b_start_run(
+            workflow, value, version, business_key, run_timeout, idempotency_key, s.need_app(), priority
+        )
+        s.out.record(s.raw(call), RUN_FIELDS)
+        return
+    if debounce_period is None:
+        raise click.UsageError("--debounce-key needs --debounce-period")
+    if idempotency_key is not None:
+        raise click.UsageError("a debounced start takes no --idempotency-key (it is folded into its burst)")
+    mode = "leading" if leading else "trailing"
+    debounced = s.client.b_start_debounced(
+        workflow,
+        value,
+        debounce_key,
+        debounce_period,
+        mode,
+        version,
+        business_key,
+        run_timeout,
+        s.need_app(),
+        priority,
     )
-    s.out.record(s.raw(call), RUN_FIELDS)
+    body = s.raw(debounced)
+    if body.get("debounced"):
+        s.out.record(body, DEBOUNCED_FIELDS)
+    else:
+        s.out.record(body, RUN_FIELDS)
 
 
 @runs.command("signal")
