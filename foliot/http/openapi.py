@@ -360,7 +360,9 @@ ANSWERS: Final[dict[str, dict[str, Any]]] = {
     "Timers": _answer(
         {
             "count": INT,
+            "truncated": BOOL,
             "nextDue": TS_OR_NULL,
+            "window": _answer({"count": INT, "nextDue": TS_OR_NULL, "end": TS_OR_NULL}),
             "lagMs": {"type": ["number", "null"]},
             "maxLagMs": {"type": ["number", "null"]},
             "fired": INT,

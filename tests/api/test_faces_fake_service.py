@@ -171,6 +171,7 @@ async def test_a_start_hands_the_parsed_request_to_the_service_and_answers_201(
         "idempotency_key": "k-1",
         "request_hash": hashlib.sha256(canonical_json(body).encode()).hexdigest(),
         "render": run_view,
+        "priority": 3,  # the default, as the face parsed it (issue 23)
     }
     assert face.node.admission.admitted == 1 and face.node.admission.inflight == 0
 

@@ -61,6 +61,7 @@ async def test_migration_fills_the_columns_of_runs_stored_before(store: Store) -
     del legacy["step_since"]
     await raw(
         store,
+        "DROP INDEX runs_open_by_step",  # migration 0077 indexes these columns too
         "DROP INDEX runs_step_since",
         "ALTER TABLE runs DROP COLUMN step_since",
         "ALTER TABLE runs DROP COLUMN current_step",
