@@ -196,7 +196,9 @@ async def test_an_apps_rate_limit_spaces_all_its_pushes_and_a_held_push_can_be_a
     await advance(2)
     sent = {t: ms - T0 for ms, t in rig.sent}
     assert sent["tok-b-0"] < 50 and sent["tok-a-0"] < 50
-    assert 500 <= sent["tok-a-1"] <= 510 and "tok-a-2" not in sent and 1500 <= sent["tok-a-3"] <= 1510
+    # Never before its slot; late by at most one handler call (a sender finishing the push it had
+    # when the slot came: Trio's scheduling order decides), the precision docs/api.md gives.
+    assert 500 <= sent["tok-a-1"] <= 525 and "tok-a-2" not in sent and 1500 <= sent["tok-a-3"] <= 1525
     assert rig.dispatcher.delayed == 0
 
 

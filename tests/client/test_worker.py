@@ -319,9 +319,10 @@ async def test_tasks_are_routed_by_step_and_compensation_runs_its_own_function(
     assert "reserve, saga/charge, */release, other/ship" in messages[0]
     assert any(m.startswith(f"claimed {bad}:1:charge:1: step 'charge' of saga v1") for m in messages)
     assert any("no handler for saga/ship on queue q" in m for m in messages)
-    # The last answer may still be on its way back when stop() is called: it is finished, not cut.
+    # The last answers (one per run, two workers) may still be on their way back when stop() is
+    # called: they are finished, not cut.
     assert re.fullmatch(
-        rf"worker {worker.worker_id}: stopping; [01] task\(s\) under way get 30s to finish", messages[-2]
+        rf"worker {worker.worker_id}: stopping; [0-2] task\(s\) under way get 30s to finish", messages[-2]
     )
     assert messages[-1].endswith("stopped after 6 task(s): 4 completed, 2 failed, 0 released, 0 dropped")
 
