@@ -8,6 +8,8 @@ import trio.testing
 
 from foliot.actors.queues import Queues
 
+from ..helpers import advance
+
 
 async def take(q: Queues, count: int) -> list[str]:
     async with q.reserve("a", "q", count, 0) as held:
@@ -62,9 +64,9 @@ async def test_aging_a_waiting_low_priority_offer_gains_one_level_per_aging_peri
     never by one arriving later (the bound), and equal ranks go in arrival order."""
     q = Queues(aging=10.0)
     q.offer("a", "q", "old-low", "run", 5)
-    await trio.sleep(39)
+    await advance(39)
     q.offer("a", "q", "urgent-39s", "run", 1)  # rank 39 < 40: ahead of it
-    await trio.sleep(2)
+    await advance(2)
     q.offer("a", "q", "urgent-41s", "run", 1)  # rank 41 > 40: behind it
     q.offer("a", "q", "normal-41s", "run", 3)
     assert await take(q, 10) == ["urgent-39s", "old-low", "urgent-41s", "normal-41s"]
@@ -79,7 +81,7 @@ async def test_a_stream_of_urgent_offers_never_starves_a_low_one(
     for i in range(100):  # one urgent offer a second, one taken a second
         q.offer("a", "q", f"u{i}", "run", 1)
         served += await take(q, 1)
-        await trio.sleep(1)
+        await advance(1)
         if "low" in served:
             break
     assert "low" in served and len(served) <= 6  # after at most 4 aging periods (+ the one in hand)
