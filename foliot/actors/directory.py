@@ -96,6 +96,17 @@ class Directory:
     async def latest_workflow(self, app: str, name: str) -> WorkflowRecord | None:
         return await self._latest.get((app, name), lambda: self.store.get_workflow(app, name, None))
 
+    async def resolve(self, app: str, name: str, version: int | None) -> tuple[Definition, int] | None:
+        """A workflow's definition at `version` (None: its latest), with that version number;
+        None when there is no such workflow or version."""
+        if version is None:
+            latest = await self.latest_workflow(app, name)
+            if latest is None:
+                return None
+            version = latest.version
+        definition = await self.maybe_definition(app, name, version)
+        return None if definition is None else (definition, version)
+
     def forget_api_key(self, key_id: str) -> None:
         self._keys.invalidate(key_id)
 

@@ -95,10 +95,13 @@ STEP_LIMITED = {
 
 async def test_a_task_step_with_concurrency_runs_one_attempt_per_key_at_a_time(api: Api) -> None:
     await api.register(STEP_LIMITED)
-    ids = [(await api.start("charges", {"tenant": "acme"}))["runId"] for _ in range(3)]
+    ids: list[str] = []
+    for _ in range(3):  # one after the other: each reaches `charge` before the next starts
+        ids.append((await api.start("charges", {"tenant": "acme"}))["runId"])
+        await api.engine.runs.wait_for(ids[-1], lambda r: r.current_step == "charge")
     other = (await api.start("charges", {"tenant": "globex"}))["runId"]
-    for run_id in [*ids, other]:
-        await api.engine.runs.wait_for(run_id, lambda r: r.current_step == "charge")
+    for run_id in (ids[0], other):  # admitted: their first attempt is out
+        await api.engine.runs.wait_for(run_id, lambda r: r.current_step == "charge" and r.task is not None)
     assert await statuses(api, [*ids, other]) == ["running", "queued", "queued", "running"]
     why = (await api.call("GET", f"/apps/orders/runs/{ids[2]}/diagnosis")).json()
     assert why["summary"].startswith(

@@ -50,7 +50,7 @@ async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Tr
         for request in tr.children:
             key = (request.workflow, request.version)
             if key not in resolved:
-                resolved[key] = await _resolve(runs, app, *key)
+                resolved[key] = await runs.host.directory.resolve(app, *key)
             if resolved[key] is None:
                 missing = request
                 break
@@ -83,17 +83,6 @@ async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Tr
         started.append(child)
         started.extend(grandchildren)
     return tr, started
-
-
-async def _resolve(runs: Runs, app: str, workflow: str, version: int | None) -> tuple[Definition, int] | None:
-    directory = runs.host.directory
-    if version is None:
-        latest = await directory.latest_workflow(app, workflow)
-        if latest is None:
-            return None
-        version = latest.version
-    definition = await directory.maybe_definition(app, workflow, version)
-    return None if definition is None else (definition, version)
 
 
 async def _outputs(runs: Runs, run: Run, gather: machine.Gather) -> tuple[Any, ...]:

@@ -324,15 +324,7 @@ class Runs:
             replay = await self.replay(app, idempotency_key, request_hash)
             if replay is not None:
                 return replay, False
-        directory = self.host.directory
-        if version is None:
-            latest = await directory.latest_workflow(app, workflow)
-            version = latest.version if latest is not None else None
-        definition = await directory.maybe_definition(app, workflow, version) if version is not None else None
-        if definition is None:
-            which = f"version {version} of " if version is not None else ""
-            raise NotFound(f"{which}workflow {workflow!r} not found")
-        assert version is not None
+        definition, version = await self.definition_of(app, workflow, version)
         # No pre-check of the business key: the unique index on open runs decides, atomically.
         run_id = self.host.new_id(new_run_id)
         tr = machine.start(
@@ -443,6 +435,14 @@ class Runs:
         if tr.run.waits_for_slot:
             self._queueing.set()  # this node's pump watches its queued runs
         return body, True
+
+    async def definition_of(self, app: str, workflow: str, version: int | None) -> tuple[Definition, int]:
+        """The definition a start runs (`version`, else the latest); 404 when there is none."""
+        found = await self.host.directory.resolve(app, workflow, version)
+        if found is None:
+            which = f"version {version} of " if version is not None else ""
+            raise NotFound(f"{which}workflow {workflow!r} not found")
+        return found
 
     async def replay(self, app: str, key: str, request_hash: str) -> dict[str, Any] | None:
         """The answer stored for an Idempotency-Key, or None when unknown or expired;

@@ -20,7 +20,6 @@ from ...actors.messages import Envelope, ReplySlot
 from ...actors.placement import check_local
 from ...core.errors import (
     Conflict,
-    NotFound,
     Refused,
     RejectedMessage,
     Unavailable,
@@ -123,18 +122,7 @@ async def _deliver(runs: Runs, req: SignalStart, run: Run) -> dict[str, Any] | N
 
 async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
     """Start the run with the signal in it; None when another caller's run took the key first."""
-    directory = runs.host.directory
-    version = req.version
-    if version is None:
-        latest = await directory.latest_workflow(req.app, req.workflow)
-        version = latest.version if latest is not None else None
-    definition = (
-        await directory.maybe_definition(req.app, req.workflow, version) if version is not None else None
-    )
-    if definition is None:
-        which = f"version {version} of " if version is not None else ""
-        raise NotFound(f"{which}workflow {req.workflow!r} not found")
-    assert version is not None
+    definition, version = await runs.definition_of(req.app, req.workflow, req.version)
     ctx = runs.context()
     run_id = runs.host.new_id(new_run_id)
     started = machine.start(
