@@ -164,14 +164,16 @@ async def test_every_timeout_in_bounded_real_time(swf: Swf) -> None:
         c,
         d("ScheduleActivityTask", activityType=charge, activityId="s2s"),
         d("ScheduleActivityTask", activityType=charge, activityId="beat", taskList={"name": "busy"},
-          heartbeatTimeout="1", startToCloseTimeout="30"),
+          heartbeatTimeout="1", startToCloseTimeout="30", scheduleToStartTimeout="30"),
         d("ScheduleActivityTask", activityType=charge, activityId="slow", taskList={"name": "busy2"},
-          heartbeatTimeout="NONE", startToCloseTimeout="1"),
+          heartbeatTimeout="NONE", startToCloseTimeout="1", scheduleToStartTimeout="30"),
         d("ScheduleActivityTask", activityType=charge, activityId="s2c", taskList={"name": "nobody"},
           scheduleToStartTimeout="30", scheduleToCloseTimeout="1"),
         d("StartTimer", timerId="t", startToFireTimeout="1"),
         task_list="acts",
     )  # fmt: skip
+    # "beat" and "slow" carry a 30 s schedule-to-start: under the type's 1 s default a loaded
+    # machine's polls can arrive after they timed out, and wait for a task that is gone.
     await call(c.poll_for_activity_task, domain="d", taskList={"name": "busy"})  # never answered
     await call(c.poll_for_activity_task, domain="d", taskList={"name": "busy2"})  # never answered
     # Each timeout schedules a decision task (the workflow's closes the execution instead).
