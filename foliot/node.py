@@ -24,7 +24,7 @@ from .actors.directory import Directory
 from .actors.dispatcher import Dispatcher
 from .actors.messages import Envelope, Redeliver
 from .actors.placement import Placement
-from .actors.pushclient import PushClient
+from .actors.pushclient import Poster, PushClient
 from .actors.queues import Queues
 from .actors.ratelimit import RateLimiter
 from .actors.retention import Pruner
@@ -65,7 +65,7 @@ class Node:
         *,
         clock: Clock | None = None,
         vault: Vault,
-        http_client: httpx.AsyncClient | None = None,
+        http_client: httpx.AsyncClient | Poster | None = None,
         tracer: Tracer | None = None,
     ) -> None:
         self.settings = settings
@@ -90,12 +90,15 @@ class Node:
             max_inflight=settings.timer_max_inflight,
         )
         self.pruner = Pruner.from_settings(store, self.clock, settings)
-        self._own_client = http_client is None
         # Pushes go through Foliot's own lean client (one connection per sender at most, so
-        # nothing waits for a connection); tests may pass an httpx client with a mock transport.
-        self.http: httpx.AsyncClient | PushClient = http_client or PushClient(
-            max_idle_per_origin=settings.push_concurrency
-        )
+        # nothing waits for a connection); tests may pass an httpx client with a mock transport,
+        # or any `Poster` (the simulation's network, tests/sim).
+        self._own_client: PushClient | None = None
+        self.http: httpx.AsyncClient | Poster
+        if http_client is None:
+            self.http = self._own_client = PushClient(max_idle_per_origin=settings.push_concurrency)
+        else:
+            self.http = http_client
         self.dispatcher = Dispatcher(
             self.http,
             now=self.clock.now,
@@ -171,9 +174,9 @@ class Node:
         finally:
             self.ready = False
             await self._leave_cluster()
-            if self._own_client:
+            if self._own_client is not None:
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
-                    await self.http.aclose()
+                    await self._own_client.aclose()
             if self._own_tracer and self.tracer.on:  # flush the spans still batched
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
                     await trio.to_thread.run_sync(self.tracer.close, abandon_on_cancel=True)

@@ -53,7 +53,7 @@ from ..core.workflow.machine import (
 )
 from ..core.workflow.model import Run, TaskRef
 from ..core.workflow.payload import compact_json
-from .pushclient import PushClient, PushError, post
+from .pushclient import Poster, PushError, post
 from .ratelimit import RateLimiter
 
 log = logging.getLogger("foliot.dispatcher")
@@ -203,7 +203,7 @@ class PushMeter(Protocol):
 class Dispatcher:
     def __init__(
         self,
-        client: httpx.AsyncClient | PushClient,
+        client: httpx.AsyncClient | Poster,
         *,
         now: Callable[[], int],
         target: Callable[[str], Awaitable[Target]],

@@ -19,7 +19,13 @@ class Redeliver:
     token: str
 
 
-ActorMessage = Message | Redeliver
+@attrs.frozen
+class Resolve:
+    """A commit of the run is in doubt (its reply was lost and the run could not be read back):
+    read the run again and perform that commit's effects if it was applied."""
+
+
+ActorMessage = Message | Redeliver | Resolve
 
 
 @attrs.define

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ssl
 from collections import deque
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import attrs
@@ -68,6 +69,13 @@ def split_url(url: str) -> tuple[Origin, str]:
         raise PushError(f"bad port in {url[:200]!r}") from exc
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     return (scheme, parts.hostname, port), target
+
+
+class Poster(Protocol):
+    """What sends one push: `PushClient`, or a simulated network (tests/sim) standing in for
+    the handlers. `post` answers as `PushClient.post` does (`PushError` when nothing came back)."""
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str], max_body: int) -> Answer: ...
 
 
 class PushClient:
@@ -227,11 +235,12 @@ class PushClient:
 
 
 async def post(
-    client: PushClient | httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str], max_body: int
+    client: Poster | httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str], max_body: int
 ) -> Answer:
-    """One POST through Foliot's client (or an httpx client, as tests pass): the answer, its body
-    read up to `max_body` (None past it). `PushError` when it could not be sent or read."""
-    if isinstance(client, PushClient):
+    """One POST through Foliot's client (or an httpx client, as tests pass, or any `Poster`): the
+    answer, its body read up to `max_body` (None past it). `PushError` when it could not be sent
+    or read."""
+    if not isinstance(client, httpx.AsyncClient):
         return await client.post(url, body, headers, max_body)
     try:
         async with client.stream("POST", url, content=body, headers=headers, timeout=None) as response:

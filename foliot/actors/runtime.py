@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ..core.errors import Fenced, StaleWrite, StorageError, Unavailable
+from ..core.errors import Fenced, StaleWrite, StorageError, Unavailable, storage_refusal
 from .messages import Envelope
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ class Actor(Generic[S]):
     def _storage_failed(self, envelope: Envelope, exc: StorageError) -> None:
         log.warning("%s %s: storage failed (%s)", self.kind.name, self.id, exc)
         if envelope.reply is not None:
-            envelope.reply.fail(Unavailable("storage is unavailable; nothing was changed, retry"))
+            envelope.reply.fail(storage_refusal(exc))
             return
         fired = self.kind.fired(envelope.message)
         if fired is not None:

@@ -129,6 +129,29 @@ class StorageUnavailable(StorageError):
     """The database cannot be reached right now."""
 
 
+class CommitInDoubt(StorageUnavailable):
+    """A commit failed without saying whether it was applied (the connection was lost during
+    it: its reply lost), and reading the document back could not tell either: the caller is
+    told the change may have been made (`DOUBT`)."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or DOUBT)
+
+
+# What a caller is told of a commit in doubt (503 `unavailable`).
+DOUBT = (
+    "storage failed during the commit: the change may have been made; retry with the same"
+    " Idempotency-Key or signalId, or read the run"
+)
+
+
+def storage_refusal(error: StorageError) -> Unavailable:
+    """What a caller is told when storage failed under its request (503 `unavailable`)."""
+    if isinstance(error, CommitInDoubt):
+        return Unavailable(DOUBT)
+    return Unavailable("storage is unavailable; nothing was changed, retry")
+
+
 class UniqueViolation(StorageError):
     """A uniqueness constraint refused the write."""
 

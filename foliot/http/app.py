@@ -37,7 +37,7 @@ from ..core.errors import (
     Refused,
     StorageUnavailable,
     Unauthorized,
-    Unavailable,
+    storage_refusal,
 )
 from ..core.swf import errors as swf_errors
 from ..core.workflow.jsonconv import ValidationError, is_name, structure
@@ -458,7 +458,7 @@ def create_app(
     @app.errorhandler(StorageUnavailable)
     async def _storage_down(error: StorageUnavailable) -> Response:
         log.warning("storage unavailable: %s", error)
-        return error_response(Unavailable("storage is unavailable; nothing was changed, retry"))
+        return error_response(storage_refusal(error))
 
     @app.errorhandler(RequestEntityTooLarge)
     async def _too_large(error: RequestEntityTooLarge) -> Response:

@@ -31,7 +31,7 @@ from hypercorn.typing import ASGIFramework, ASGIReceiveCallable, ASGISendCallabl
 from werkzeug.exceptions import RequestTimeout
 
 from ..actors.placement import Elsewhere
-from ..core.errors import Internal, PayloadTooLarge, Refused, StorageUnavailable, Unavailable
+from ..core.errors import Internal, PayloadTooLarge, Refused, StorageUnavailable, storage_refusal
 from .app import BODY_TIMEOUT_S, Call, is_json_media_type
 from .errors import Answer, UnsupportedMediaType, headers_of, status_of
 from .forward import Incoming, relay
@@ -124,9 +124,7 @@ class Hot:
             status, answer, extra = error_answer(error)
         except StorageUnavailable as error:
             log.warning("storage unavailable: %s", error)
-            status, answer, extra = error_answer(
-                Unavailable("storage is unavailable; nothing was changed, retry")
-            )
+            status, answer, extra = error_answer(storage_refusal(error))
         except Exception:
             log.exception("unhandled error on POST %s", path)
             status, answer, extra = error_answer(Internal("internal error; see the server log"))

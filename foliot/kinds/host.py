@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..actors.messages import Envelope
     from ..actors.placement import Placement
     from ..actors.pull import Pull
-    from ..actors.pushclient import PushClient
+    from ..actors.pushclient import Poster
     from ..actors.queues import Queues
     from ..actors.runtime import Kind
     from ..core.credentials import Vault
@@ -45,7 +45,7 @@ class KindHost(Host, Protocol):
     def directory(self) -> Directory: ...
 
     @property
-    def http(self) -> httpx.AsyncClient | PushClient: ...
+    def http(self) -> httpx.AsyncClient | Poster: ...
 
     @property
     def vault(self) -> Vault: ...

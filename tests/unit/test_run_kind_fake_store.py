@@ -30,30 +30,27 @@ from foliot.actors.placement import LOCAL, Where
 from foliot.actors.queues import Queues
 from foliot.actors.runtime import Kind
 from foliot.actors.supervisor import Supervisor
-from foliot.actors.timer_wheel import Position, TimerWheel
+from foliot.actors.timer_wheel import TimerWheel
 from foliot.core.config import Settings
 from foliot.core.credentials import Vault
 from foliot.core.errors import (
+    DOUBT,
+    CommitInDoubt,
     Conflict,
     NotFound,
-    StaleWrite,
     StorageUnavailable,
     Unavailable,
-    UniqueViolation,
 )
 from foliot.core.views import run_view
 from foliot.core.workflow import machine
-from foliot.core.workflow.definition import canonical_json
-from foliot.core.workflow.model import Run, TaskRef, TaskRow
+from foliot.core.workflow.model import Run, TaskRef
 from foliot.http.errors import status_of
 from foliot.kinds.run.service import Runs
-from foliot.storage.base import SIGNAL_ID_UNIQUE, IdempotencyRecord, TimerRecord, UnitOfWork, WorkflowRecord
 
 from ..helpers import advance
+from ..sim.store import APP, T0, FakeStore
 
 T = TypeVar("T")
-T0 = 1_800_000_000_000
-APP = "shop"
 
 ORDER = {
     "name": "order",
@@ -64,124 +61,6 @@ PICK = {"name": "pick", "steps": [{"name": "pick", "type": "task", "queue": "war
 NAP = {"name": "nap", "steps": [{"name": "nap", "type": "sleep", "duration": "1h"}]}
 BLINK = {"name": "blink", "steps": [{"name": "blink", "type": "sleep", "duration": "10s"}]}
 ASK_S = 600  # no answer within this (virtual) time is a hang: fail rather than wait forever
-
-
-# ---------------------------------------------------------------------- the fake store
-
-
-class FakeStore:
-    """What the run kind reads and writes, in memory, with the real stores' constraints."""
-
-    def __init__(self) -> None:
-        self.runs: dict[str, Run] = {}
-        self.tasks: dict[str, TaskRow] = {}
-        self.workflows: dict[tuple[str, str], list[WorkflowRecord]] = {}
-        self.idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
-        self.signal_ids: set[tuple[str, str]] = set()
-        self.commits: list[UnitOfWork] = []  # committed, in order
-        self.refused: list[UnitOfWork] = []
-        self.fail_commits = 0
-        self.get_run_calls = 0
-
-    def add_workflow(self, definition: dict[str, Any]) -> None:
-        versions = self.workflows.setdefault((APP, definition["name"]), [])
-        versions.append(
-            WorkflowRecord(APP, definition["name"], len(versions) + 1, canonical_json(definition), T0)
-        )
-
-    async def commit(self, unit: UnitOfWork) -> None:
-        await trio.sleep(0.005)  # a commit takes time: anything racing it would show
-        try:
-            self._check(unit)
-        except Exception:
-            self.refused.append(unit)
-            raise
-        run = unit.run
-        self.runs[run.run_id] = run
-        self.tasks.update((row.token, row) for row in unit.tasks)
-        self.signal_ids.update((run.run_id, s) for s in unit.signal_ids)
-        if unit.idempotency is not None:
-            record = unit.idempotency
-            self.idempotency[(record.app, record.key)] = record
-        self.commits.append(unit)
-
-    def _check(self, unit: UnitOfWork) -> None:
-        if self.fail_commits:
-            self.fail_commits -= 1
-            raise StorageUnavailable("the database is down")
-        run = unit.run
-        stored = self.runs.get(run.run_id)
-        if unit.expected_seq is None:
-            assert stored is None, "a new run's id was taken"
-        elif stored is None or stored.seq != unit.expected_seq:
-            raise StaleWrite(f"run {run.run_id} changed underneath seq {unit.expected_seq}")
-        if run.business_key is not None and run.is_open:
-            for other in self.runs.values():
-                if (
-                    other.run_id != run.run_id
-                    and other.is_open
-                    and (other.app, other.workflow, other.business_key)
-                    == (run.app, run.workflow, run.business_key)
-                ):
-                    raise UniqueViolation("business_key")
-        if any((run.run_id, s) in self.signal_ids for s in unit.signal_ids):
-            raise UniqueViolation(SIGNAL_ID_UNIQUE)
-        record = unit.idempotency
-        if record is not None:
-            held = self.idempotency.get((record.app, record.key))
-            expired = unit.idempotency_expired_before
-            if held is not None and (expired is None or held.created_at >= expired):
-                raise UniqueViolation("idempotency")
-
-    async def get_run(self, run_id: str) -> Run | None:
-        await trio.lowlevel.checkpoint()
-        self.get_run_calls += 1
-        return self.runs.get(run_id)
-
-    async def get_workflow(self, app: str, name: str, version: int | None) -> WorkflowRecord | None:
-        await trio.lowlevel.checkpoint()
-        versions = self.workflows.get((app, name), [])
-        if version is None:
-            return versions[-1] if versions else None
-        return versions[version - 1] if 0 < version <= len(versions) else None
-
-    async def get_idempotency(self, app: str, key: str) -> IdempotencyRecord | None:
-        await trio.lowlevel.checkpoint()
-        return self.idempotency.get((app, key))
-
-    async def find_open_run(self, app: str, workflow: str, business_key: str) -> Run | None:
-        await trio.lowlevel.checkpoint()
-        return next(
-            (
-                r
-                for r in self.runs.values()
-                if r.is_open and (r.app, r.workflow, r.business_key) == (app, workflow, business_key)
-            ),
-            None,
-        )
-
-    async def signal_taken(self, run_id: str, signal_id: str) -> bool:
-        await trio.lowlevel.checkpoint()
-        return (run_id, signal_id) in self.signal_ids
-
-    async def timers_due_before(
-        self, before: int, limit: int, after: Position | None = None
-    ) -> list[TimerRecord]:
-        """The timer rows, derived from the stored runs as the real stores derive them."""
-        await trio.lowlevel.checkpoint()
-        rows = sorted(
-            (t.due, run_id, slot, t.kind, t.key)
-            for run_id, run in self.runs.items()
-            for slot, t in run.timers()
-            if t.due < before
-        )
-        picked = [r for r in rows if after is None or r[:3] > after][:limit]
-        return [TimerRecord(run_id, slot, kind, key, due) for due, run_id, slot, kind, key in picked]
-
-    def holds(self, run_id: str, token: str) -> bool:
-        """The store has the run with this task open: what an effect may rely on."""
-        run = self.runs.get(run_id)
-        return run is not None and run.task is not None and run.task.token == token and token in self.tasks
 
 
 # ---------------------------------------------------------------------- effects, noting the store
@@ -526,3 +405,72 @@ async def test_a_sleep_fires_through_the_wheel_from_the_stored_run(
     assert rig.store.runs[run_id].status == "sleeping"
     await advance(2)
     assert rig.store.runs[run_id].status == "completed" and len(rig.store.commits) == 2
+
+
+# ---------------------------------------------------------------------- commits whose reply was lost
+# Found by the simulation (tests/sim, seeds 1 and 3): a commit can be written and still fail (the
+# connection lost during it). The run was then left without its effects (a start's first push, a
+# signal's next task, a timer) until the next restart, its caller told "nothing was changed".
+
+
+async def test_a_start_written_with_its_reply_lost_goes_on_as_committed(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
+    rig.store.lose_replies = 1
+    body, created = await rig.start("charge")
+    [unit] = rig.store.commits
+    assert created and body["runId"] == unit.run.run_id and rig.runs.live(unit.run.run_id) == unit.run
+    assert rig.host.dispatcher.pushes == [
+        (unit.run.run_id, unit.tasks[0].token, "/foliot/charge/charge", True)
+    ]
+
+
+async def test_a_signal_written_with_its_reply_lost_is_delivered_with_its_effects(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
+    body, _ = await rig.start("order")
+    run_id = body["runId"]
+    rig.store.lose_replies = 1
+    assert await rig.signal(run_id, "paid", signal_id="s-1") == machine.Ok("delivered")
+    signal = rig.store.commits[-1]
+    assert rig.host.dispatcher.pushes == [(run_id, signal.tasks[0].token, "/foliot/order/ship", True)]
+    assert rig.runs.live(run_id) == rig.store.runs[run_id] and rig.host.retried == []
+
+
+async def test_a_failed_commit_read_back_unchanged_changed_nothing(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
+    body, _ = await rig.start("order")
+    rig.store.fail_commits = 1
+    with pytest.raises(Unavailable, match="nothing was changed"):
+        await rig.signal(body["runId"], "paid", signal_id="s-1")
+    assert rig.store.get_run_calls == 1 and rig.host.retried == []  # read back: not written
+
+
+async def test_a_signal_in_doubt_says_so_and_its_effects_follow_once_the_run_is_read(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
+    body, _ = await rig.start("order")
+    run_id = body["runId"]
+    rig.store.lose_replies, rig.store.fail_reads = 1, 1  # written, and the read back fails too
+    with pytest.raises(Unavailable) as doubt:
+        await rig.signal(run_id, "paid", signal_id="s-1")
+    assert doubt.value.args[0] == DOUBT and rig.host.dispatcher.pushes == []
+    await advance(2)  # the run is read again (a `Resolve`): the commit was written
+    signal = rig.store.commits[-1]
+    assert rig.host.dispatcher.pushes == [(run_id, signal.tasks[0].token, "/foliot/order/ship", True)]
+    assert rig.runs.live(run_id) == rig.store.runs[run_id]
+    assert await rig.signal(run_id, "paid", signal_id="s-1") == machine.Ok("duplicate")  # the retry
+
+
+async def test_a_start_in_doubt_is_adopted_once_its_run_is_read(rig: Rig, autojump_clock: MockClock) -> None:
+    rig.store.lose_replies, rig.store.fail_reads = 1, 1
+    with pytest.raises(CommitInDoubt):  # the HTTP layer answers it 503 with `DOUBT`
+        await rig.start("charge")
+    [unit] = rig.store.commits
+    assert rig.host.dispatcher.pushes == [] and rig.runs.live(unit.run.run_id) is None
+    await advance(2)
+    assert rig.host.dispatcher.pushes == [
+        (unit.run.run_id, unit.tasks[0].token, "/foliot/charge/charge", True)
+    ]
+    assert rig.runs.live(unit.run.run_id) == rig.store.runs[unit.run.run_id]

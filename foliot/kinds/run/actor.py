@@ -14,10 +14,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import trio
 
-from ...actors.messages import Envelope, Redeliver
+from ...actors.messages import Envelope, Redeliver, Resolve
 from ...actors.runtime import Actor
-from ...core.errors import Fenced, StaleWrite, UniqueViolation
+from ...core.errors import CommitInDoubt, Fenced, StaleWrite, StorageError, UniqueViolation
 from ...core.logs import log_transition
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
@@ -32,7 +33,7 @@ from ...core.workflow.machine import (
     Transition,
 )
 from ...core.workflow.model import Run, Timer
-from ...storage.base import SIGNAL_ID_UNIQUE, SLOT_TAKEN, DebounceChange, SlotChange, UnitOfWork
+from ...storage.base import SIGNAL_ID_UNIQUE, SLOT_TAKEN, DebounceChange, SlotChange, UnitOfWork, run_json
 
 if TYPE_CHECKING:
     from .service import Runs
@@ -43,6 +44,22 @@ _SIGNAL_REFUSALS = frozenset({"run_closed", "signal_buffer_full", "signal_buffer
 
 RunActor = Actor[Run]
 _MAX_BATCHED_CLOSES = 256  # child closes applied in one commit
+_RESOLVE_AFTER_S = 1.0  # a commit in doubt: its run is read again this soon (then with backoff)
+_READ_BACK_S = 5.0  # how long reading a run back after a failed commit may take
+
+
+@attrs.frozen
+class _Doubt:
+    """A transition whose commit may or may not have been applied (`RunKind.applied`)."""
+
+    before: Run | None  # None: a new run
+    tr: Transition
+    started: tuple[Transition, ...]  # child runs it started
+
+
+def _written(stored: Run | None, committed: Run) -> bool:
+    """The store holds this very document (as storage gives it back: through its JSON text)."""
+    return stored is not None and stored.seq == committed.seq and run_json(stored) == run_json(committed)
 
 
 def slot_of(before: Run | None, after: Run, definition: Definition) -> SlotChange | None:
@@ -90,9 +107,41 @@ class RunKind:
     def __init__(self, runs: Runs) -> None:
         self.runs = runs
         self.host = runs.host
+        self._doubts: dict[str, _Doubt] = {}  # run id -> its commit in doubt
 
     async def load(self, actor_id: str) -> Run | None:
-        return await self.host.store.get_run(actor_id)
+        run = await self.host.store.get_run(actor_id)
+        doubt = self._doubts.pop(actor_id, None)
+        if doubt is not None and _written(run, doubt.tr.run):
+            # The commit in doubt was applied: its effects are owed, before anything else.
+            self.perform(doubt.before, doubt.tr)
+            self.runs.adopt_children(list(doubt.started))
+            if doubt.before is None and doubt.tr.run.waits_for_slot:
+                self.runs.queueing()
+        return run
+
+    async def applied(
+        self, run_id: str, before: Run | None, tr: Transition, started: list[Transition]
+    ) -> bool:
+        """After the commit of `tr` failed with a storage error that does not say whether it was
+        applied (the connection lost during the commit, its reply with it): the run read back.
+        True: it was applied (go on as committed, effects and answer); False: it was not (the
+        error stands, nothing changed). Unreadable too: `CommitInDoubt`, and the run's actor
+        reads it again before it does anything else (`load`, through a `Resolve` if no other
+        message comes), performing `tr`'s effects then if it was applied."""
+        # Shielded: a caller going away must not leave the answer unknown and nothing noted.
+        with trio.CancelScope(shield=True), trio.move_on_after(_READ_BACK_S):
+            try:
+                stored = await self.host.store.get_run(run_id)
+            except StorageError:
+                pass
+            else:
+                # Anything but this very document: not applied (a run has one writer, its actor,
+                # so nothing else could have moved it on after this commit landed).
+                return _written(stored, tr.run)
+        self._doubts[run_id] = _Doubt(before, tr, tuple(started))
+        self.host.later(_RESOLVE_AFTER_S, self, run_id, Envelope(Resolve()))
+        raise CommitInDoubt()
 
     def timers(self, state: Run) -> Sequence[tuple[str, Timer]]:
         return state.timers()
@@ -114,8 +163,9 @@ class RunKind:
 
     def persistent(self, message: Any) -> bool:
         # A push answer is never given up: an unsent-deadline push attempt has no timer behind
-        # it; nor is a child's close (its parent would wait for it until the next restart).
-        return isinstance(message, machine.TaskAnswer | ChildRunClosed)
+        # it; nor is a child's close (its parent would wait for it until the next restart), nor
+        # the resolution of a commit in doubt (its effects would wait for the next restart).
+        return isinstance(message, machine.TaskAnswer | ChildRunClosed | Resolve)
 
     async def handle(self, actor: RunActor, envelope: Envelope) -> bool:
         """One try; True when the commit met a StaleWrite and the run must be reloaded."""
@@ -123,6 +173,10 @@ class RunKind:
         slot = envelope.reply
         run = actor.state
         assert run is not None
+        if actor.id in self._doubts:
+            return True  # a commit in doubt: the run is read again first (`load` resolves it)
+        if type(msg) is Resolve:
+            return False  # read again already
         runs, host = self.runs, self.host
         definition = await host.directory.definition(run.app, run.workflow, run.version)
         if isinstance(msg, Redeliver):
@@ -212,6 +266,9 @@ class RunKind:
                 raise  # another node owns the run now: the runtime drops the actor
             except StaleWrite:
                 return True
+            except StorageError:
+                if not await self.applied(actor.id, run, tr, started):
+                    raise  # not applied: nothing changed
             actor.state = tr.run
             self.perform(run, tr)
             runs.adopt_children(started)

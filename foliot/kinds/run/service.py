@@ -39,7 +39,7 @@ from ..host import KindHost
 from . import children, debounce
 from .actor import RunKind, slot_of
 from .debounce import DebouncedStart
-from .ids import new_run_id
+from .ids import new_run_id, new_task_token
 
 _PUMP_S = 2.0  # how often waiting concurrency keys are re-tried (a lost wake-up's bound)
 
@@ -78,6 +78,10 @@ class Runs:
         # pump sleeps on it otherwise, so a node without concurrency keys never polls for them.
         self._queueing = trio.Event()
         self._queueing.set()  # at start: runs queued before a restart are looked for once
+        # Where new run ids and task tokens come from (random); a simulation draws them from its
+        # seed instead, so a run of it is reproduced exactly (tests/sim).
+        self.new_run_id: Callable[[], str] = new_run_id
+        self.new_token: Callable[[], str] = new_task_token
 
     # ------------------------------------------------------------------ for the run's actor
 
@@ -85,7 +89,7 @@ class Runs:
         settings = self.host.settings
         return Context(
             now=self.host.clock.now(),
-            new_token=lambda: "tt_" + secrets.token_urlsafe(24),
+            new_token=self.new_token,
             payload_max=settings.payload_max_bytes,
             signal_buffer_max=settings.signal_buffer_max,
             signal_buffer_max_bytes=settings.signal_buffer_max_bytes,
@@ -93,7 +97,7 @@ class Runs:
         )
 
     def _new_child_id(self) -> str:
-        return self.host.new_id(new_run_id)
+        return self.host.new_id(self.new_run_id)
 
     async def commit(self, unit: UnitOfWork) -> None:
         """Commit one unit of work, fenced by the run's lease and shielded (`KindHost.shielded`):
@@ -205,6 +209,10 @@ class Runs:
     async def reconcile(self, only: Callable[[str], bool]) -> tuple[int, int]:
         """After a restart: what parents and children may not have been told (`children`)."""
         return await children.reconcile(self, only)
+
+    def queueing(self) -> None:
+        """A run of this node waits for a concurrency slot: the pump watches the queues."""
+        self._queueing.set()
 
     def adopt_children(self, started: list[machine.Transition]) -> None:
         """Child runs committed with their parent's transition: now they run."""
@@ -326,7 +334,7 @@ class Runs:
                 return replay, False
         definition, version = await self.definition_of(app, workflow, version)
         # No pre-check of the business key: the unique index on open runs decides, atomically.
-        run_id = self.host.new_id(new_run_id)
+        run_id = self.host.new_id(self.new_run_id)
         tr = machine.start(
             run_id=run_id,
             app=app,
@@ -430,10 +438,13 @@ class Runs:
             if exc.constraint == "business_key" and business_key is not None:
                 await self._refuse_business_key(app, workflow, business_key)
             raise Conflict(str(exc)) from exc
+        except StorageError:
+            if not await self.kind.applied(run_id, None, tr, started):
+                raise  # not applied: nothing changed
         self.adopt(tr)
         self.adopt_children(started)
         if tr.run.waits_for_slot:
-            self._queueing.set()  # this node's pump watches its queued runs
+            self.queueing()
         return body, True
 
     async def definition_of(self, app: str, workflow: str, version: int | None) -> tuple[Definition, int]:

@@ -22,13 +22,14 @@ from ...core.errors import (
     Conflict,
     Refused,
     RejectedMessage,
+    StaleWrite,
+    StorageError,
     Unavailable,
     UniqueViolation,
 )
 from ...core.workflow import machine
 from ...core.workflow.model import Run
 from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
-from .ids import new_run_id
 
 if TYPE_CHECKING:
     from ...actors.admission import Ticket
@@ -124,7 +125,7 @@ async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
     """Start the run with the signal in it; None when another caller's run took the key first."""
     definition, version = await runs.definition_of(req.app, req.workflow, req.version)
     ctx = runs.context()
-    run_id = runs.host.new_id(new_run_id)
+    run_id = runs.host.new_id(runs.new_run_id)
     started = machine.start(
         run_id=run_id,
         app=req.app,
@@ -154,7 +155,13 @@ async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
     )
 
     async def commit_and_perform() -> None:
-        await runs.commit(unit)
+        try:
+            await runs.commit(unit)
+        except (UniqueViolation, StaleWrite):
+            raise
+        except StorageError:
+            if not await runs.kind.applied(run_id, None, both, children):
+                raise  # not applied: nothing changed
         runs.adopt(both)
         runs.adopt_children(children)
 

@@ -1,0 +1,434 @@
+"""The checker: the store's final durable state and the logs of a world, against what Foliot
+promises.
+
+- **starts**: every acknowledged start exists; one Idempotency-Key never made two runs, and
+  every answer to it named the same run; no two runs of a workflow held one business key open
+  at once;
+- **signals**: every acknowledged signal (delivered, buffered or a duplicate of one taken) was
+  received exactly once and consumed at most once; one received and not consumed is still in
+  the run's buffer;
+- **attempts**: every task attempt has one idempotency key (its run, generation, step and
+  attempt) and one token, every delivery of it (push or claim) carries that key, and none was
+  delivered before the store held it open;
+- **timers**: an arming fired (was applied) at most once, never before it was due, and none
+  of an open run is overdue once the world has been calm for a while;
+- **histories**: events numbered 1..seq without gaps, `run_started` first, a closed run's last
+  event its closing one, an open run's task the last one dispatched and not answered, one
+  outcome per attempt, the generation one more than the redrives;
+- **acknowledged interventions**: a cancelled run stays cancelled, a redriven run has the
+  redrive in its history, an answer accepted through `complete` is the attempt's outcome;
+- **liveness** (after the calm period): no open run is left running an attempt nobody answers,
+  sleeping past its wake-up, waiting for children that closed, or stuck for an internal error.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+import attrs
+
+from foliot.core.workflow.model import Event, Run
+
+from .store import T0
+from .world import World
+
+TERMINAL = {
+    "completed": "run_completed",
+    "failed": "run_failed",
+    "cancelled": "run_cancelled",
+    "timed_out": "run_timed_out",
+}
+OUTCOMES = ("task_completed", "task_failed", "task_timed_out")
+# The first event of a unit that a due timer of this kind made (`machine._on_timer`).
+FIRED_BY = {
+    "sleep_finished": ("sleep",),
+    "wait_timed_out": ("wait_timeout",),
+    "task_timed_out": ("task_deadline", "queue_timeout"),
+    "child_timed_out": ("child_timeout",),
+}
+OVERDUE_MS = 300_000  # a timer this late once the world is calm was lost
+
+
+@attrs.frozen
+class Violation:
+    check: str
+    message: str
+    runs: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"[{self.check}] {self.message}"
+
+
+def check(world: World, *, calm_since: int | None) -> list[Violation]:
+    out: list[Violation] = []
+    store = world.store
+    for run_id, run in store.runs.items():
+        out += _history(run, store.events.get(run_id, []), store)
+    out += _starts(world)
+    out += _signals(world)
+    out += _attempts(world)
+    out += _timers(world)
+    out += _interventions(world)
+    if calm_since is not None:
+        out += _liveness(world, calm_since)
+    out += [Violation("engine", failure) for failure in world.failures]
+    return out
+
+
+# ---------------------------------------------------------------------- histories
+
+
+def _history(run: Run, events: list[Event], store: Any) -> list[Violation]:
+    rid = run.run_id
+    out = []
+
+    def bad(message: str) -> None:
+        out.append(Violation("history", f"run {rid}: {message}", (rid,)))
+
+    seqs = [e.seq for e in events]
+    if seqs != list(range(1, run.seq + 1)):
+        bad(f"events numbered {seqs[:3]}..{seqs[-3:]} for seq {run.seq} (gaps or repeats)")
+        return out
+    if events[0].type != "run_started":
+        bad(f"first event is {events[0].type}")
+    redrives = sum(1 for e in events if e.type == "run_redriven")
+    if run.generation != 1 + redrives:
+        bad(f"generation {run.generation} after {redrives} redrives")
+    terminal = [i for i, e in enumerate(events) if e.type in TERMINAL.values()]
+    redriven = [i for i, e in enumerate(events) if e.type == "run_redriven"]
+    if not run.is_open:
+        if events[-1].type != TERMINAL[run.status]:
+            bad(f"{run.status} but its last event is {events[-1].type}")
+    elif terminal and (not redriven or redriven[-1] < terminal[-1]):
+        bad(f"open ({run.status}) after {events[terminal[-1]].type} with no redrive since")
+    dispatched: dict[tuple[int, str, int], Event] = {}
+    answered: Counter[tuple[int, str, int]] = Counter()
+    for e in events:
+        if e.step is None or e.attempt is None:
+            continue
+        attempt = (e.generation, e.step, e.attempt)
+        if e.type == "task_dispatched":
+            if attempt in dispatched:
+                bad(f"attempt {attempt} dispatched twice")
+            dispatched[attempt] = e
+            key = f"{rid}:{e.generation}:{e.step}:{e.attempt}"
+            if e.data.get("idempotencyKey") != key:
+                bad(f"attempt {attempt} dispatched with key {e.data.get('idempotencyKey')}")
+        elif e.type in OUTCOMES:
+            if attempt not in dispatched:
+                bad(f"{e.type} for attempt {attempt} never dispatched")
+            answered[attempt] += 1
+    for attempt, n in answered.items():
+        if n > 1:
+            bad(f"attempt {attempt} has {n} outcomes")
+    open_rows = {t.token for t in store.tasks.values() if t.run_id == rid and t.status == "open"}
+    task = run.task if run.is_open else None
+    if open_rows != ({task.token} if task is not None else set()):
+        bad(f"open task rows {sorted(open_rows)} but the run holds {task.token if task else None}")
+    if task is not None:
+        attempt = (task.generation, task.step, task.attempt)
+        if attempt not in dispatched or answered[attempt]:
+            bad(f"holds attempt {attempt}, which its history does not show open")
+    return out
+
+
+# ---------------------------------------------------------------------- starts
+
+
+def _starts(world: World) -> list[Violation]:
+    out = []
+    runs = world.store.runs
+    by_key: dict[str, set[str]] = defaultdict(set)  # idempotency key -> runs answered
+    for call in world.calls:
+        if call.kind != "start" or call.outcome != "ok":
+            continue
+        run_id = call.value["runId"]
+        if run_id not in runs:
+            out.append(
+                Violation("starts", f"start {call.args} answered {run_id}, which is not stored", (run_id,))
+            )
+        if call.args.get("key") is not None:
+            by_key[call.args["key"]].add(run_id)
+    made: dict[str, list[str]] = defaultdict(list)  # idempotency key -> runs stored for it
+    keys = {call.args.get("key") for call in world.calls if call.kind == "start"}
+    for run in runs.values():
+        if run.parent is None and isinstance(run.input, dict) and "op" in run.input:
+            key = f"idem-{run.input['op']}"
+            if key in keys:
+                made[key].append(run.run_id)
+    for key, answered in by_key.items():
+        if len(answered) > 1:
+            out.append(
+                Violation(
+                    "starts", f"Idempotency-Key {key} answered runs {sorted(answered)}", tuple(answered)
+                )
+            )
+    for key, stored in made.items():
+        if len(stored) > 1:
+            out.append(
+                Violation("starts", f"Idempotency-Key {key} made {len(stored)} runs: {stored}", tuple(stored))
+            )
+    # One open run per (workflow, business key) at any moment: replayed from the commits.
+    open_by_key: dict[tuple[str, str], str] = {}
+    for _, unit in world.units:
+        for one in (unit, *unit.children):
+            run = one.run
+            if run.business_key is None:
+                continue
+            slot = (run.workflow, run.business_key)
+            holder = open_by_key.get(slot)
+            if run.is_open:
+                if holder is not None and holder != run.run_id:
+                    out.append(
+                        Violation(
+                            "starts",
+                            f"runs {holder} and {run.run_id} both open on {slot}",
+                            (holder, run.run_id),
+                        )
+                    )
+                open_by_key[slot] = run.run_id
+            elif holder == run.run_id:
+                del open_by_key[slot]
+    return out
+
+
+# ---------------------------------------------------------------------- signals
+
+
+def _signals(world: World) -> list[Violation]:
+    out = []
+    store = world.store
+    for run_id, run in store.runs.items():
+        received: Counter[str] = Counter()
+        consumed: Counter[str] = Counter()
+        for e in store.events.get(run_id, []):
+            sid = e.data.get("signalId")
+            if sid is None:
+                continue
+            if e.type == "signal_received":
+                received[sid] += 1
+            elif e.type == "signal_consumed":
+                consumed[sid] += 1
+        buffered = {b.signal_id for b in run.buffer if b.signal_id is not None}
+        for sid, n in received.items():
+            if n > 1:
+                out.append(Violation("signals", f"run {run_id} received signalId {sid} {n} times", (run_id,)))
+            if consumed[sid] > 1:
+                out.append(
+                    Violation(
+                        "signals", f"run {run_id} consumed signalId {sid} {consumed[sid]} times", (run_id,)
+                    )
+                )
+            if not consumed[sid] and sid not in buffered:
+                out.append(
+                    Violation(
+                        "signals",
+                        f"run {run_id}: signalId {sid} received, neither consumed nor buffered",
+                        (run_id,),
+                    )
+                )
+        for sid in consumed:
+            if not received[sid]:
+                out.append(
+                    Violation("signals", f"run {run_id} consumed signalId {sid} it never received", (run_id,))
+                )
+    for call in world.calls:
+        if call.kind != "signal" or call.outcome != "ok":
+            continue
+        run_id, sid = call.value["runId"], call.args.get("id")
+        if sid is None:
+            continue
+        events = store.events.get(run_id, [])
+        got = [e for e in events if e.type == "signal_received" and e.data.get("signalId") == sid]
+        if len(got) != 1:
+            out.append(
+                Violation(
+                    "signals",
+                    f"signal {sid} to {run_id} answered {call.value['status']} but received {len(got)} times",
+                    (run_id,),
+                )
+            )
+    return out
+
+
+# ---------------------------------------------------------------------- attempts and deliveries
+
+
+def _attempts(world: World) -> list[Violation]:
+    out = []
+    tasks = world.store.tasks
+    key_of: dict[str, str] = {}
+    token_of: dict[str, str] = {}
+    for d in world.deliveries:
+        row = tasks.get(d.token)
+        if row is None:
+            out.append(
+                Violation(
+                    "attempts", f"{d.via} of token {d.token} ({d.key}) the store never held", (d.run_id,)
+                )
+            )
+            continue
+        expected = f"{row.run_id}:{row.generation}:{row.step}:{row.attempt}"
+        if d.key != expected or d.run_id != row.run_id:
+            out.append(
+                Violation(
+                    "attempts",
+                    f"{d.via} of {d.token} carried key {d.key}, its attempt is {expected}",
+                    (d.run_id,),
+                )
+            )
+        if not d.stored_first:
+            out.append(
+                Violation("attempts", f"{d.via} of {d.key} before the store held it open", (d.run_id,))
+            )
+        if key_of.setdefault(d.token, d.key) != d.key:
+            out.append(
+                Violation(
+                    "attempts",
+                    f"token {d.token} delivered with keys {key_of[d.token]} and {d.key}",
+                    (d.run_id,),
+                )
+            )
+        if token_of.setdefault(d.key, d.token) != d.token:
+            out.append(
+                Violation(
+                    "attempts",
+                    f"key {d.key} delivered with tokens {token_of[d.key]} and {d.token}",
+                    (d.run_id,),
+                )
+            )
+    seen: dict[str, str] = {}
+    for row in tasks.values():
+        key = f"{row.run_id}:{row.generation}:{row.step}:{row.attempt}"
+        if seen.setdefault(key, row.token) != row.token:
+            out.append(
+                Violation("attempts", f"attempt {key} has tokens {seen[key]} and {row.token}", (row.run_id,))
+            )
+    return out
+
+
+# ---------------------------------------------------------------------- timers
+
+
+def _timers(world: World) -> list[Violation]:
+    out = []
+    before: dict[str, Run] = {}
+    applied: set[tuple[str, str]] = set()
+    for _, unit in world.units:
+        for one in (unit, *unit.children):
+            run = one.run
+            prior = before.get(run.run_id)
+            before[run.run_id] = run
+            if prior is None or not one.events:
+                continue
+            first = one.events[0]
+            fired = None
+            if first.type == "run_timed_out" and prior.deadline is not None:
+                fired = (f"run:{prior.generation}", prior.deadline)
+            elif prior.timer is not None:
+                kinds = FIRED_BY.get(first.type, ())
+                retried = (
+                    first.type == "task_dispatched" and prior.timer.kind == "retry" and prior.task is None
+                )
+                if prior.timer.kind in kinds or retried:
+                    fired = (prior.timer.key, prior.timer.due)
+            if fired is None:
+                continue
+            key, due = fired
+            rid = run.run_id
+            if (rid, key) in applied:
+                out.append(Violation("timers", f"run {rid}: arming {key} fired twice", (rid,)))
+            applied.add((rid, key))
+            if first.at < due:
+                out.append(
+                    Violation(
+                        "timers", f"run {rid}: arming {key} fired at {first.at - T0}, due {due - T0}", (rid,)
+                    )
+                )
+    return out
+
+
+# ---------------------------------------------------------------------- interventions
+
+
+def _interventions(world: World) -> list[Violation]:
+    out = []
+    store = world.store
+    for call in world.calls:
+        if call.outcome != "ok":
+            continue
+        if call.kind == "cancel":
+            run_id = call.args["run"]
+            run = store.runs.get(run_id)
+            if run is None or run.status != "cancelled":
+                status = run.status if run else None
+                out.append(
+                    Violation("acknowledged", f"cancel of {run_id} answered, the run is {status}", (run_id,))
+                )
+        elif call.kind == "redrive":
+            run_id = call.args["run"]
+            events = store.events.get(run_id, [])
+            if not any(e.type == "run_redriven" for e in events):
+                out.append(
+                    Violation("acknowledged", f"redrive of {run_id} answered, not in its history", (run_id,))
+                )
+        elif call.kind in ("complete", "fail"):
+            row = store.tasks.get(call.args["token"])
+            if row is None:
+                out.append(
+                    Violation("acknowledged", f"{call.kind} of {call.args['token']} answered, no such task")
+                )
+                continue
+            wanted = "task_completed" if call.kind == "complete" else "task_failed"
+            events = store.events.get(row.run_id, [])
+            hit = [
+                e
+                for e in events
+                if e.type == wanted
+                and (e.generation, e.step, e.attempt) == (row.generation, row.step, row.attempt)
+            ]
+            if len(hit) != 1 or row.close_reason != "answered":
+                out.append(
+                    Violation(
+                        "acknowledged",
+                        f"{call.kind} of {row.token} ({row.step} #{row.attempt}) answered, history shows"
+                        f" {len(hit)} {wanted}, task {row.status}/{row.close_reason}",
+                        (row.run_id,),
+                    )
+                )
+    return out
+
+
+# ---------------------------------------------------------------------- liveness
+
+
+def _liveness(world: World, calm_since: int) -> list[Violation]:
+    out = []
+    runs = world.store.runs
+    end = world.ended
+
+    def bad(run: Run, message: str) -> None:
+        out.append(
+            Violation(
+                "liveness",
+                f"run {run.run_id} ({run.workflow}, {run.status} at {run.current_step}): {message}",
+                (run.run_id,),
+            )
+        )
+
+    for run in runs.values():
+        if not run.is_open:
+            continue
+        for slot, timer in run.timers():
+            if timer.due < end - OVERDUE_MS:
+                bad(run, f"{slot} timer {timer.kind} {timer.key} due {timer.due - T0} never fired")
+        if run.status == "running" and run.task is not None and run.timer is None:
+            bad(run, f"attempt {run.task.attempt} ({run.task.token}) never answered nor timed out")
+        if run.status == "stuck":
+            bad(run, f"stuck: {run.error}")
+        if run.fan is not None and run.fan.open:
+            closed = [s.run_id for s in run.fan.open if s.run_id in runs and not runs[s.run_id].is_open]
+            if closed:
+                bad(run, f"waits for children {closed}, which closed")
+    return out

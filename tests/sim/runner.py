@@ -1,0 +1,216 @@
+"""Run seeds of the simulation, check them, shrink a failing one, and print what it shows.
+
+`simulate(seed)` runs one world (tests/sim/world.py) under `MockClock(autojump_threshold=0)`:
+the workload's operations at their times, then a calm period (no faults, handlers and workers
+answering at once) of `CALM_S` virtual seconds, then the checker. Trio's own scheduling order
+is drawn from the seed too (its scheduler made deterministic and its random generator seeded,
+as Hypothesis does), so a seed replays exactly, in this process or another:
+`FOLIOT_SIM_SEED=<seed> pytest tests/sim`, or `python -m tests.sim --seed <seed>`. A failing
+seed is shrunk by running it again with fewer operations (halves, then one at a time) for as
+long as it still fails the same check; the operations kept are printed with the history, and
+`--ops 1,4,7` replays just those.
+
+`python -m tests.sim --seconds 60` runs consecutive seeds for a minute and prints seeds per
+minute and every failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Iterable
+
+import attrs
+import trio
+import trio._core._run as trio_run
+from trio.testing import MockClock
+
+from .checker import Violation, check
+from .store import T0
+from .workload import WORKFLOWS, Clients, Op, operations, worker
+from .world import World
+
+CALM_S = 15 * 60  # after the workload: no faults, everything answered; then the checks
+WORKLOAD_LIMIT_S = 3600  # the workload's calls end long before (a hang is a failure)
+WORKERS = 2
+
+
+@attrs.define
+class Result:
+    seed: int
+    ops: list[Op]
+    violations: list[Violation]
+    world: World
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+class _Errors(logging.Handler):
+    """Errors Foliot logs during a run (an actor that crashed, a task that raised)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+_EXPECTED_ERRORS = (
+    "timer page-in failed",  # storage failed under the wheel: it retries
+    "pruning failed",
+)
+
+
+async def _world(world: World, ops: list[Op]) -> int:
+    for definition in WORKFLOWS:
+        world.store.add_workflow(definition)
+    clients = Clients(world, world.seed)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(world.serve)
+        for number in range(WORKERS):
+            nursery.start_soon(worker, world, number)
+        with trio.move_on_after(WORKLOAD_LIMIT_S) as limit:
+            async with trio.open_nursery() as calls:
+                for op in ops:
+                    calls.start_soon(clients.run, op)
+        if limit.cancelled_caught:
+            world.failures.append(f"the workload's calls did not end within {WORKLOAD_LIMIT_S} s")
+        world.calm = True
+        calm_since = world.now()
+        await trio.sleep(CALM_S)
+        world.ended = world.now()
+        world.crash("the simulation ends")  # nothing more is written: the checks read a still store
+        nursery.cancel_scope.cancel()
+    return calm_since
+
+
+def simulate(seed: int, keep: Iterable[int] | None = None) -> Result:
+    started = time.perf_counter()
+    world = World(seed)
+    ops = operations(seed, world.span_ms)
+    if keep is not None:
+        kept = set(keep)
+        ops = [op for op in ops if op.index in kept]
+    # Trio's scheduler, made deterministic as pytest-trio and Hypothesis make it (each batch of
+    # runnable tasks sorted, then shuffled by its generator), its generator seeded by the seed.
+    trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
+    trio_run._r.seed(f"{seed}:scheduling")
+    errors = _Errors()
+    foliot = logging.getLogger("foliot")
+    level, foliot.level = foliot.level, logging.ERROR
+    propagate, foliot.propagate = foliot.propagate, False
+    foliot.addHandler(errors)
+    try:
+        calm_since = trio.run(_world, world, ops, clock=MockClock(autojump_threshold=0))
+    finally:
+        foliot.removeHandler(errors)
+        foliot.level, foliot.propagate = level, propagate
+    for record in errors.records:
+        message = record.getMessage()
+        if not any(message.startswith(expected) for expected in _EXPECTED_ERRORS):
+            cause = f": {record.exc_info[1]!r}" if record.exc_info and record.exc_info[1] else ""
+            world.failures.append(f"foliot logged an error: {message}{cause}")
+    violations = check(world, calm_since=calm_since)
+    return Result(seed, ops, violations, world, time.perf_counter() - started)
+
+
+def _checks(result: Result) -> set[str]:
+    return {v.check for v in result.violations}
+
+
+def shrink(result: Result, budget_s: float = 120.0) -> Result:
+    """Fewer operations, same seed, still failing a check it failed: halves, then one by one."""
+    deadline = time.perf_counter() + budget_s
+    wanted = _checks(result)
+    best = result
+    chunk = max(1, len(best.ops) // 2)
+    while chunk >= 1 and time.perf_counter() < deadline:
+        i = 0
+        shrunk = False
+        while i < len(best.ops) and time.perf_counter() < deadline:
+            keep = [op.index for j, op in enumerate(best.ops) if not i <= j < i + chunk]
+            if not keep:
+                i += chunk
+                continue
+            trial = simulate(result.seed, keep)
+            if not trial.ok and _checks(trial) & wanted:
+                best, shrunk = trial, True
+            else:
+                i += chunk
+        if not shrunk:
+            chunk //= 2
+    return best
+
+
+def report(result: Result) -> str:
+    """The seed, how to replay it, what failed, and the history of the runs it names."""
+    world = result.world
+    ops = ",".join(str(op.index) for op in result.ops)
+    lines = [
+        f"seed {result.seed}: {len(result.violations)} violation(s)",
+        f"  replay: FOLIOT_SIM_SEED={result.seed} FOLIOT_SIM_OPS={ops} pytest tests/sim"
+        f"  (or python -m tests.sim --seed {result.seed} --ops {ops})",
+        f"  profile: {world.profile}",
+        f"  faults injected: {dict(sorted(world.counts.items()))}",
+    ]
+    lines += [f"  {v}" for v in result.violations[:20]]
+    named = {run for v in result.violations for run in v.runs}
+    lines.append("  operations:")
+    lines += [f"    {op.line()}" for op in result.ops]
+    lines.append("  history (ms since the start):")
+    entries: list[tuple[int, str]] = [(at, f"{at - T0:>9} -- {what}") for at, what in world.events]
+    for call in world.calls:
+        args = " ".join(str(v) for v in call.args.values())
+        value = str(call.value)
+        if call.op >= 0 or not named or any(run in args or run in value for run in named):
+            entries.append((call.at, f"{call.line()}"))
+    for d in world.deliveries:
+        if not named or d.run_id in named:
+            entries.append((d.at, f"{d.at - T0:>9} {d.via:<9} {d.key} token={d.token} node={d.incarnation}"))
+    for run_id in sorted(named):
+        for e in world.store.events.get(run_id, []):
+            data = " ".join(f"{k}={v}" for k, v in e.data.items() if v is not None)
+            entries.append(
+                (e.at, f"{e.at - T0:>9} event     {run_id} #{e.seq} {e.type} {e.step or ''} {data}")
+            )
+    lines += ["    " + text for _, text in sorted(entries, key=lambda entry: entry[0])[:400]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="run consecutive seeds this long")
+    parser.add_argument("--first", type=int, default=0, help="the first seed")
+    parser.add_argument("--seed", type=int, help="run this seed only (and print its history)")
+    parser.add_argument("--ops", help="with --seed: only these operations (comma-separated)")
+    parser.add_argument("--no-shrink", action="store_true")
+    args = parser.parse_args(argv)
+    if args.seed is not None:
+        keep = [int(i) for i in args.ops.split(",")] if args.ops else None
+        result = simulate(args.seed, keep)
+        print(report(result) if not result.ok else f"seed {args.seed}: ok ({result.seconds:.2f} s)")
+        return 0 if result.ok else 1
+    started = time.perf_counter()
+    seed, failed = args.first, []
+    while time.perf_counter() - started < args.seconds:
+        result = simulate(seed)
+        if not result.ok:
+            failed.append(result)
+            print(f"seed {seed}: FAILED {sorted(_checks(result))}", flush=True)
+        seed += 1
+    elapsed = time.perf_counter() - started
+    ran = seed - args.first
+    print(f"{ran} seeds in {elapsed:.1f} s: {ran / elapsed * 60:.0f} seeds/minute, {len(failed)} failed")
+    for result in failed:
+        print(report(result if args.no_shrink else shrink(result)))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
