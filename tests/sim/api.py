@@ -14,6 +14,7 @@ from foliot.core.views import run_view
 from foliot.core.workflow import machine
 from foliot.core.workflow.model import Run, TaskRef
 from foliot.http.runs import rejected_error
+from foliot.kinds.run.signal_start import SignalStart, signal_with_start
 from foliot.node import Node
 
 from .store import APP
@@ -40,6 +41,22 @@ async def start(
         render=run_view,
     )
     return {**body, "created": created}
+
+
+async def signal_start(
+    node: Node,
+    workflow: str,
+    business_key: str,
+    signal: machine.SignalIn,
+    input: Any,
+    idempotency_key: str | None,
+) -> dict[str, Any]:
+    """`POST /apps/{app}/signals` with `startIfMissing`: `{runId, status, started}`."""
+    digest = request_hash(
+        {"workflow": workflow, "businessKey": business_key, "name": signal.name, "input": input}
+    )
+    request = SignalStart(APP, workflow, business_key, signal, input, None, idempotency_key, digest)
+    return await signal_with_start(node.runs, request)
 
 
 async def _owned(node: Node, run_id: str) -> Run:

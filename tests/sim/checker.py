@@ -14,11 +14,13 @@ promises.
   of an open run is overdue once the world has been calm for a while;
 - **histories**: events numbered 1..seq without gaps, `run_started` first, a closed run's last
   event its closing one, an open run's task the last one dispatched and not answered, one
-  outcome per attempt, the generation one more than the redrives;
-- **acknowledged interventions**: a cancelled run stays cancelled, a redriven run has the
-  redrive in its history, an answer accepted through `complete` is the attempt's outcome;
+  outcome per attempt, the generation one more than the redrives and rewinds;
+- **acknowledged interventions**: a cancelled run stays cancelled, a redrive, pause, unpause,
+  rewind or skip answered is in the run's history, an answer accepted through `complete` is the attempt's
+  outcome;
 - **liveness** (after the calm period): no open run is left running an attempt nobody answers,
-  sleeping past its wake-up, waiting for children that closed, or stuck for an internal error.
+  sleeping past its wake-up, waiting for children that closed, a child its parent no longer
+  waits for, or stuck for an internal error.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ FIRED_BY = {
     "child_timed_out": ("child_timeout",),
 }
 OVERDUE_MS = 300_000  # a timer this late once the world is calm was lost
+# The event an answered intervention leaves in the run's history.
+HISTORY_OF = {
+    "redrive": "run_redriven",
+    "pause": "run_paused",
+    "unpause": "run_unpaused",
+    "rewind": "run_rewound",
+    "skip": "step_skipped",
+}
+REOPEN = ("run_redriven", "run_rewound", "step_skipped")  # what may reopen a closed run
 
 
 @attrs.frozen
@@ -92,16 +103,16 @@ def _history(run: Run, events: list[Event], store: Any) -> list[Violation]:
         return out
     if events[0].type != "run_started":
         bad(f"first event is {events[0].type}")
-    redrives = sum(1 for e in events if e.type == "run_redriven")
-    if run.generation != 1 + redrives:
-        bad(f"generation {run.generation} after {redrives} redrives")
+    restarts = sum(1 for e in events if e.type in ("run_redriven", "run_rewound"))
+    if run.generation != 1 + restarts:
+        bad(f"generation {run.generation} after {restarts} redrives and rewinds")
     terminal = [i for i, e in enumerate(events) if e.type in TERMINAL.values()]
-    redriven = [i for i, e in enumerate(events) if e.type == "run_redriven"]
+    reopened = [i for i, e in enumerate(events) if e.type in REOPEN]
     if not run.is_open:
         if events[-1].type != TERMINAL[run.status]:
             bad(f"{run.status} but its last event is {events[-1].type}")
-    elif terminal and (not redriven or redriven[-1] < terminal[-1]):
-        bad(f"open ({run.status}) after {events[terminal[-1]].type} with no redrive since")
+    elif terminal and (not reopened or reopened[-1] < terminal[-1]):
+        bad(f"open ({run.status}) after {events[terminal[-1]].type}, not reopened since")
     dispatched: dict[tuple[int, str, int], Event] = {}
     answered: Counter[tuple[int, str, int]] = Counter()
     for e in events:
@@ -141,7 +152,7 @@ def _starts(world: World) -> list[Violation]:
     runs = world.store.runs
     by_key: dict[str, set[str]] = defaultdict(set)  # idempotency key -> runs answered
     for call in world.calls:
-        if call.kind != "start" or call.outcome != "ok":
+        if call.kind not in ("start", "signal_start") or call.outcome != "ok":
             continue
         run_id = call.value["runId"]
         if run_id not in runs:
@@ -151,7 +162,7 @@ def _starts(world: World) -> list[Violation]:
         if call.args.get("key") is not None:
             by_key[call.args["key"]].add(run_id)
     made: dict[str, list[str]] = defaultdict(list)  # idempotency key -> runs stored for it
-    keys = {call.args.get("key") for call in world.calls if call.kind == "start"}
+    keys = {call.args.get("key") for call in world.calls if call.kind in ("start", "signal_start")}
     for run in runs.values():
         if run.parent is None and isinstance(run.input, dict) and "op" in run.input:
             key = f"idem-{run.input['op']}"
@@ -234,7 +245,7 @@ def _signals(world: World) -> list[Violation]:
                     Violation("signals", f"run {run_id} consumed signalId {sid} it never received", (run_id,))
                 )
     for call in world.calls:
-        if call.kind != "signal" or call.outcome != "ok":
+        if call.kind not in ("signal", "signal_start") or call.outcome != "ok":
             continue
         run_id, sid = call.value["runId"], call.args.get("id")
         if sid is None:
@@ -355,6 +366,7 @@ def _timers(world: World) -> list[Violation]:
 def _interventions(world: World) -> list[Violation]:
     out = []
     store = world.store
+    acked: Counter[tuple[str, str]] = Counter()
     for call in world.calls:
         if call.outcome != "ok":
             continue
@@ -366,13 +378,8 @@ def _interventions(world: World) -> list[Violation]:
                 out.append(
                     Violation("acknowledged", f"cancel of {run_id} answered, the run is {status}", (run_id,))
                 )
-        elif call.kind == "redrive":
-            run_id = call.args["run"]
-            events = store.events.get(run_id, [])
-            if not any(e.type == "run_redriven" for e in events):
-                out.append(
-                    Violation("acknowledged", f"redrive of {run_id} answered, not in its history", (run_id,))
-                )
+        elif call.kind in HISTORY_OF:
+            acked[(call.args["run"], call.kind)] += 1
         elif call.kind in ("complete", "fail"):
             row = store.tasks.get(call.args["token"])
             if row is None:
@@ -397,6 +404,11 @@ def _interventions(world: World) -> list[Violation]:
                         (row.run_id,),
                     )
                 )
+    for (run_id, kind), n in acked.items():
+        shown = sum(1 for e in store.events.get(run_id, []) if e.type == HISTORY_OF[kind])
+        if shown < n:
+            message = f"{n} {kind} of {run_id} answered, {shown} in its history"
+            out.append(Violation("acknowledged", message, (run_id,)))
     return out
 
 
@@ -427,6 +439,11 @@ def _liveness(world: World, calm_since: int) -> list[Violation]:
             bad(run, f"attempt {run.task.attempt} ({run.task.token}) never answered nor timed out")
         if run.status == "stuck":
             bad(run, f"stuck: {run.error}")
+        parent = runs.get(run.parent.run_id) if run.parent is not None else None
+        if parent is not None and run.parent is not None and run.parent.on_close == "cancel":
+            fan = parent.fan
+            if not (parent.is_open and fan is not None and fan.slot(run.run_id) is not None):
+                bad(run, f"its parent {parent.run_id} ({parent.status}) no longer waits for it")
         if run.fan is not None and run.fan.open:
             closed = [s.run_id for s in run.fan.open if s.run_id in runs and not runs[s.run_id].is_open]
             if closed:

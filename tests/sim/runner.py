@@ -2,7 +2,8 @@
 
 `simulate(seed)` runs one world (tests/sim/world.py) under `MockClock(autojump_threshold=0)`:
 the workload's operations at their times, then a calm period (no faults, handlers and workers
-answering at once) of `CALM_S` virtual seconds, then the checker. Trio's own scheduling order
+answering at once) until every open run waits on a caller (a signal), at most `CALM_S` virtual
+seconds, then the checker. Trio's own scheduling order
 is drawn from the seed too (its scheduler made deterministic and its random generator seeded,
 as Hypothesis does), so a seed replays exactly, in this process or another:
 `FOLIOT_SIM_SEED=<seed> pytest tests/sim`, or `python -m tests.sim --seed <seed>`. A failing
@@ -10,13 +11,16 @@ seed is shrunk by running it again with fewer operations (halves, then one at a 
 long as it still fails the same check; the operations kept are printed with the history, and
 `--ops 1,4,7` replays just those.
 
-`python -m tests.sim --seconds 60` runs consecutive seeds for a minute and prints seeds per
-minute and every failure.
+`python -m tests.sim --seconds 60 [--jobs 2] [--floor]` runs consecutive seeds for a minute
+(in as many processes) and prints seeds per minute, CPU per seed and every failure, shrunk;
+`--floor` then runs the same seeds with no operations as long (a node, its faults and its calm
+period alone), the figure the first is to be read against on a shared machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import logging
 import sys
 import time
@@ -83,7 +87,11 @@ async def _world(world: World, ops: list[Op]) -> int:
             world.failures.append(f"the workload's calls did not end within {WORKLOAD_LIMIT_S} s")
         world.calm = True
         calm_since = world.now()
-        await trio.sleep(CALM_S)
+        with trio.move_on_after(CALM_S):
+            while True:  # until every open run waits on a caller (or the calm period ends)
+                await trio.sleep(30)
+                if world.quiet():
+                    break
         world.ended = world.now()
         world.crash("the simulation ends")  # nothing more is written: the checks read a still store
         nursery.cancel_scope.cancel()
@@ -183,10 +191,35 @@ def report(result: Result) -> str:
     return "\n".join(lines)
 
 
+def _sweep(first: int, step: int, seconds: float, bare: bool) -> tuple[int, list[int], float]:
+    """Seeds first, first + step, ... for `seconds`: (how many, the failing ones, CPU seconds).
+    `bare`: with no operations (the floor: a node, its faults and its calm period alone)."""
+    started, cpu = time.perf_counter(), time.process_time()
+    seed, failed = first, []
+    while time.perf_counter() - started < seconds:
+        if not simulate(seed, [] if bare else None).ok:
+            failed.append(seed)
+            print(f"seed {seed}: FAILED", flush=True)
+        seed += step
+    return (seed - first) // step, failed, time.process_time() - cpu
+
+
+def _sweeps(first: int, jobs: int, seconds: float, bare: bool) -> tuple[int, list[int], float]:
+    if jobs == 1:
+        return _sweep(first, 1, seconds, bare)
+    with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+        parts = list(
+            pool.map(_sweep, range(first, first + jobs), [jobs] * jobs, [seconds] * jobs, [bare] * jobs)
+        )
+    return sum(p[0] for p in parts), sorted(s for p in parts for s in p[1]), sum(p[2] for p in parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="run consecutive seeds this long")
     parser.add_argument("--first", type=int, default=0, help="the first seed")
+    parser.add_argument("--jobs", type=int, default=1, help="processes running seeds side by side")
+    parser.add_argument("--floor", action="store_true", help="also run seeds with no operations, as long")
     parser.add_argument("--seed", type=int, help="run this seed only (and print its history)")
     parser.add_argument("--ops", help="with --seed: only these operations (comma-separated)")
     parser.add_argument("--no-shrink", action="store_true")
@@ -196,18 +229,20 @@ def main(argv: list[str] | None = None) -> int:
         result = simulate(args.seed, keep)
         print(report(result) if not result.ok else f"seed {args.seed}: ok ({result.seconds:.2f} s)")
         return 0 if result.ok else 1
-    started = time.perf_counter()
-    seed, failed = args.first, []
-    while time.perf_counter() - started < args.seconds:
+    ran, failed, cpu = _sweeps(args.first, args.jobs, args.seconds, bare=False)
+    minutes = args.seconds / 60
+    print(
+        f"{ran} seeds in {args.seconds:.0f} s on {args.jobs} process(es): {ran / minutes:.0f} seeds/minute,"
+        f" {cpu * 1000 / max(ran, 1):.0f} ms of CPU per seed, {len(failed)} failed"
+    )
+    if args.floor:
+        bare, _, bare_cpu = _sweeps(args.first, args.jobs, args.seconds, bare=True)
+        print(
+            f"floor (the same seeds with no operations): {bare / minutes:.0f} seeds/minute,"
+            f" {bare_cpu * 1000 / max(bare, 1):.0f} ms of CPU per seed; ratio {ran / max(bare, 1):.2f}"
+        )
+    for seed in failed:
         result = simulate(seed)
-        if not result.ok:
-            failed.append(result)
-            print(f"seed {seed}: FAILED {sorted(_checks(result))}", flush=True)
-        seed += 1
-    elapsed = time.perf_counter() - started
-    ran = seed - args.first
-    print(f"{ran} seeds in {elapsed:.1f} s: {ran / elapsed * 60:.0f} seeds/minute, {len(failed)} failed")
-    for result in failed:
         print(report(result if args.no_shrink else shrink(result)))
     return 1 if failed else 0
 

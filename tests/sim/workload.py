@@ -1,6 +1,7 @@
 """The simulation's workflows and its seeded workload: clients starting runs (with
-Idempotency-Keys and business keys), signalling them (with signalIds, some before the wait,
-some by business key, some with a stale copy of the run), cancelling and redriving them; and
+Idempotency-Keys and business keys, some by signal-with-start), signalling them (with
+signalIds, some before the wait, some by business key, some with a stale copy of the run),
+cancelling, redriving, pausing, unpausing, rewinding them and skipping their steps; and
 workers long-polling a queue, answering, heartbeating, failing or forgetting their tasks.
 
 The operations are drawn up front from the seed (`operations`), so a failing seed can be
@@ -11,6 +12,7 @@ time (which run, how long to wait before retrying) from a generator of its own i
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -25,7 +27,7 @@ from .world import World
 ORDER = {
     "name": "order",
     "steps": [
-        {"name": "pay", "type": "wait", "signal": "paid", "timeout": "4m", "onTimeout": "expire"},
+        {"name": "pay", "type": "wait", "signal": "paid", "timeout": "2m", "onTimeout": "expire"},
         {
             "name": "charge",
             "type": "task",
@@ -49,14 +51,14 @@ PICK = {
             "queueTimeout": "1m",
             "retry": {"maxAttempts": 3, "initialInterval": "1s"},
         },
-        {"name": "rest", "type": "sleep", "duration": "2m"},
+        {"name": "rest", "type": "sleep", "duration": "70s"},
         {"name": "done", "type": "task", "timeout": "5s"},
     ],
 }
 NAP = {
     "name": "nap",
     "steps": [
-        {"name": "nap", "type": "sleep", "duration": "5m"},
+        {"name": "nap", "type": "sleep", "duration": "2m"},
         {"name": "wake", "type": "task", "timeout": "5s"},
     ],
 }
@@ -78,6 +80,24 @@ LEAF = {
 WORKFLOWS = (ORDER, PICK, NAP, FRAGILE, FANOUT, LEAF)
 STARTED = (("order", 4), ("pick", 2), ("nap", 1), ("fragile", 2), ("fanout", 1))
 SIGNALS = ("paid", "shipped")
+KINDS = {
+    "start": 40,
+    "signal": 40,
+    "cancel": 8,
+    "redrive": 12,
+    "pause": 5,
+    "unpause": 8,
+    "rewind": 4,
+    "skip": 4,
+}
+FIRST_STEP = {w["name"]: w["steps"][0]["name"] for w in WORKFLOWS}
+INTERVENTIONS: dict[str, Callable[[str], machine.Message]] = {
+    "cancel": machine.Cancel,
+    "redrive": machine.Redrive,
+    "pause": machine.Pause,
+    "unpause": machine.Unpause,
+    "skip": lambda reason: machine.Skip({"skipped": True}, reason),
+}
 QUEUE = "warehouse"
 
 
@@ -87,7 +107,7 @@ class Op:
 
     index: int
     at: int  # ms of virtual time it is made at
-    kind: str  # start | signal | cancel | redrive
+    kind: str  # start | signal | signal_start | cancel | redrive | pause | unpause | rewind | skip
     workflow: str | None = None
     idempotency_key: str | None = None
     business_key: str | None = None
@@ -111,7 +131,7 @@ def operations(seed: int, span_ms: int) -> list[Op]:
     names = [w for w, _ in STARTED]
     weights = [n for _, n in STARTED]
     for index, at in enumerate(times):
-        kind = rng.choices(("start", "signal", "cancel", "redrive"), (40, 40, 8, 12))[0]
+        kind = rng.choices(tuple(KINDS), tuple(KINDS.values()))[0]
         if kind == "start":
             workflow = rng.choices(names, weights)[0]
             ops.append(
@@ -135,6 +155,19 @@ def operations(seed: int, span_ms: int) -> list[Op]:
                     signal_id=f"sig-{index}" if rng.random() < 0.8 else None,
                     by_key=rng.random() < 0.15,
                     stale=rng.random() < 0.2,
+                )
+            )
+        elif kind == "signal_start":
+            ops.append(
+                Op(
+                    index,
+                    at,
+                    kind,
+                    workflow="order",
+                    idempotency_key=f"idem-{index}" if rng.random() < 0.7 else None,
+                    business_key=f"bk-{rng.randrange(4)}",
+                    signal=rng.choice(SIGNALS),
+                    signal_id=f"sig-{index}" if rng.random() < 0.8 else None,
                 )
             )
         else:
@@ -167,24 +200,24 @@ class Clients:
         if op.kind == "start":
             await self._start(op, rng)
             return
+        if op.kind == "signal_start":
+            await self._signal_start(op, rng)
+            return
         if not self.known:
             return  # nothing to name yet
         target = self.known[int(rng.random() * len(self.known))]
         if op.kind == "signal":
             await self._signal(op, target, rng)
-        elif op.kind == "cancel":
-            await self.world.call(
-                op.index,
-                "cancel",
-                {"run": target.run_id},
-                lambda node: api.intervene(node, target.run_id, machine.Cancel("sim")),
-            )
         else:
+            if op.kind == "rewind":
+                message: machine.Message = machine.Rewind(FIRST_STEP[target.workflow], reason="sim")
+            else:
+                message = INTERVENTIONS[op.kind]("sim")
             await self.world.call(
                 op.index,
-                "redrive",
+                op.kind,
                 {"run": target.run_id},
-                lambda node: api.intervene(node, target.run_id, machine.Redrive("sim")),
+                lambda node: api.intervene(node, target.run_id, message),
             )
 
     async def _retrying(
@@ -210,11 +243,29 @@ class Clients:
             return api.start(node, op.workflow, payload, op.business_key, op.idempotency_key)
 
         call = await self._retrying(op, rng, "start", args, fn, 4 if op.idempotency_key else 1)
+        self._learn(call, op)
+
+    def _learn(self, call: Any, op: Op) -> None:
         if call is not None and call.outcome == "ok":
             run_id = call.value["runId"]
             if all(k.run_id != run_id for k in self.known):
+                assert op.workflow is not None
                 seen = self.world.store.runs.get(run_id)
                 self.known.append(Known(run_id, op.workflow, op.business_key, seen))
+
+    async def _signal_start(self, op: Op, rng: random.Random) -> None:
+        assert op.signal is not None and op.business_key is not None and op.workflow is not None
+        args = {"workflow": op.workflow, "key": op.idempotency_key, "bk": op.business_key}
+        args.update(name=op.signal, id=op.signal_id)
+
+        def fn(node: Any) -> Any:
+            signal = machine.SignalIn(op.signal, {"from": op.signal_id}, op.signal_id)
+            return api.signal_start(
+                node, op.workflow, op.business_key, signal, {"op": op.index}, op.idempotency_key
+            )
+
+        retried = op.idempotency_key is not None or op.signal_id is not None
+        self._learn(await self._retrying(op, rng, "signal_start", args, fn, 4 if retried else 1), op)
 
     async def _signal(self, op: Op, target: Known, rng: random.Random) -> None:
         assert op.signal is not None

@@ -103,7 +103,7 @@ class Profile:
             passivate_after_ms=rng.choice((300, 5_000, 60_000)),
             mailbox_size=rng.choice((2, 8, 64)),
             mailbox_wait_ms=rng.choice((100, 1_000)),
-            timer_window_ms=rng.choice((5_000, 60_000)),
+            timer_window_ms=rng.choice((10_000, 60_000)),
             timer_max_inflight=rng.choice((1, 4, 256)),
             push_concurrency=rng.choice((1, 4, 16)),
             push_concurrency_per_app=rng.choice((1, 4, 16)),
@@ -206,6 +206,7 @@ class Connection:
         self.store = world.store
         self.incarnation = incarnation
         self.alive = True
+        self.in_flight: list[UnitOfWork] = []  # commits sent, not answered yet
         self._observer: CommitObserver | None = None
 
     def observe_commits(self, observer: CommitObserver | None) -> None:
@@ -245,11 +246,30 @@ class Connection:
             if observer is not None:
                 observer.commit_ended(unit, started, committed)
 
+    def sever(self) -> None:
+        """The node died: nothing more reaches the store. A commit it had in flight may have
+        reached the database already (its COMMIT sent): half of them are applied, now."""
+        self.alive = False
+        for unit in self.in_flight:
+            if self.world.faulty(0.5):
+                try:
+                    self.store.apply(unit)
+                except StorageError:
+                    continue
+                self.world.count("commit_orphaned")
+                self.world.committed(unit)
+        self.in_flight.clear()
+
     async def _commit(self, unit: UnitOfWork) -> None:
         world = self.world
         profile = world.profile
         slow = world.faulty(profile.commit_slow)
-        await trio.sleep(world.faults.uniform(0.5, 5.0) if slow else world.faults.uniform(0.0005, 0.005))
+        self.in_flight.append(unit)
+        try:
+            await trio.sleep(world.faults.uniform(0.5, 5.0) if slow else world.faults.uniform(0.0005, 0.005))
+        finally:
+            if unit in self.in_flight:
+                self.in_flight.remove(unit)
         await self._fault("commit", profile.commit_fail)
         if unit.expected_seq is not None and world.faulty(profile.commit_stale):
             world.count("commit_stale")
@@ -296,7 +316,7 @@ class Network:
         if behaviour in ("ok", "duplicate"):
             return Answer(200, json.dumps(output).encode(), None)
         if behaviour == "twice":  # the answer, and the same answer through `complete`
-            world.later(world.handlers.uniform(0.0, 2.0), world.complete(token, output))
+            world.later(world.handlers.uniform(0.0, 2.0), lambda: world.complete(token, output))
             return Answer(200, json.dumps(output).encode(), None)
         if behaviour == "5xx":
             return Answer(503, b"", None)
@@ -306,10 +326,10 @@ class Network:
         if behaviour == "lost":
             raise PushError("ReadError: the connection was reset before the answer")
         if behaviour == "accepted":
-            world.later(0.0, world.accepted(token, output))
+            world.later(0.0, lambda: world.accepted(token, output))
             return Answer(202, b"", None)
         assert behaviour == "late"
-        world.later(world.handlers.uniform(5.0, 40.0), world.complete(token, output))
+        world.later(world.handlers.uniform(5.0, 40.0), lambda: world.complete(token, output))
         await trio.sleep_forever()  # the push's own deadline ends it
         raise AssertionError  # pragma: no cover
 
@@ -338,7 +358,7 @@ class Incarnation:
         self.calls: set[trio.CancelScope] = set()
 
     def kill(self) -> None:
-        self.connection.alive = False
+        self.connection.sever()
         self.network.alive = False
         for scope in self.calls:
             scope.cancel()
@@ -412,6 +432,15 @@ class World:
         names = [name for name, _ in self.profile.push]
         weights = [weight for _, weight in self.profile.push]
         return self.handlers.choices(names, weights)[0]
+
+    def quiet(self) -> bool:
+        """Every open run waits on a caller (a signal, an unpause): nothing happens on its own."""
+        return all(
+            not run.is_open
+            or run.status == "paused"
+            or (run.status == "waiting" and not run.timers() and run.fan is None)
+            for run in self.store.runs.values()
+        )
 
     def new_run_id(self) -> str:
         return f"run_{next(self._run_ids):05d}"
@@ -502,13 +531,13 @@ class World:
             if not self.calm:
                 self.crash("at a seeded time")
 
-    def later(self, delay: float, work: Awaitable[None]) -> None:
+    def later(self, delay: float, work: Callable[[], Awaitable[None]]) -> None:
         """A handler's or a worker's own work, outside the node: it outlives a crash."""
         assert self._nursery is not None
 
         async def run() -> None:
             await trio.sleep(delay)
-            await work
+            await work()
 
         self._nursery.start_soon(run)
 
