@@ -439,10 +439,12 @@ class _Check:
             node = d.get("node")
             if not node:
                 continue
+            # Judged at the moment the node sent it (its deadline less the step's timeout), not
+            # when the handler read it: a push sent under the lease may arrive after its end.
+            sent_us = int(d.get("sentAt", d["at"]) * 1e6)
             partition = seen.partition_of(d["runId"])
-            lease = seen.leases.at(partition, int(d["at"] * 1e6))
-            late_us = d.get("slackUs", 0)
-            if lease is None or lease.node_id != node or lease.expires_at * 1000 + late_us <= d["at"] * 1e6:
+            lease = seen.leases.at(partition, sent_us)
+            if lease is None or lease.node_id != node or lease.expires_at * 1000 <= sent_us:
                 holder = None if lease is None else (lease.node_id, lease.epoch, lease.expires_at)
                 self.bad(
                     "push_unleased",

@@ -332,6 +332,8 @@ class FaultyHandler:
             return
         body = json.loads(raw)
         client = scope.get("client") or ("", 0)
+        # When the node sent it, on its clock: the push's deadline is its send + the timeout.
+        sent = datetime.fromisoformat(body["deadline"].replace("Z", "+00:00")).timestamp() - TASK_TIMEOUT_S
         delivery = {
             "key": body["idempotencyKey"],
             "runId": body["runId"],
@@ -340,6 +342,7 @@ class FaultyHandler:
             "attempt": body["attempt"],
             "at": now(),
             "node": self.sender(int(client[1])),
+            "sentAt": sent,
         }
         self.deliveries.append(delivery)
         out = json.dumps({"step": body["step"], "key": body["idempotencyKey"]}).encode()
@@ -453,6 +456,7 @@ class Result:
     logs: dict[str, str]
     stalled: list[str]
     notes: list[str] = attrs.Factory(list)
+    measures: list[dict[str, Any]] = attrs.Factory(list)
 
     def render(self) -> str:
         return self.report.render(self.config.seed)
@@ -486,6 +490,7 @@ class Env:
         self.claims: list[dict[str, Any]] = []
         self.t0 = now()
         self.injector_done = trio.Event()
+        self.measures: list[dict[str, Any]] = []
 
     def say(self, text: str) -> None:
         if self.config.verbose:
@@ -660,11 +665,9 @@ class Env:
         order = list(classes)
         self.rng.shuffle(order)
         turn = 0
-        while not stop.is_set():
-            with trio.move_on_after(self.rng.uniform(*cfg.fault_gap_s)):
-                await stop.wait()
-            if stop.is_set():
-                return
+        # Until told to stop, and at least one full round: every class is played once.
+        while not stop.is_set() or turn < len(order):
+            await trio.sleep(self.rng.uniform(*cfg.fault_gap_s))
             kind = order[turn % len(order)]  # every class in turn, in a seeded order
             turn += 1
             t0 = now()
@@ -729,16 +732,55 @@ class Env:
             length = lease_s * 1.5 if cfg.nodes > 1 else rng.uniform(1.5, 3.5)
             direction = rng.choice(("both", "up", "down"))
             proxy.block(direction)
-            await trio.sleep(length)
+            with trio.move_on_after(length):
+                if cfg.nodes > 1:  # how long until the node says it is not serving
+                    took = await self.until_unready(victim)
+                    self.measures.append({"what": "unready_after_cut_s", "node": node.name, "s": took})
+                await trio.sleep(length)
             proxy.heal()
             return f"{node.name} cut from PostgreSQL ({direction}) {length:.1f}s"
         if kind == "peer_partition":
             length = lease_s * 1.5
+            mine = await self.runs_held_by(node.name)
             self.cut_from_peers(victim)
-            await trio.sleep(length)
+            with trio.move_on_after(length):
+                await trio.sleep(lease_s / 2)
+                for run_id in mine[:3]:  # it keeps serving what it owns
+                    try:
+                        r = await self.clients[victim].get(
+                            node.url + f"/apps/{APP}/runs/{run_id}", headers=self.key, timeout=lease_s
+                        )
+                        answer: Any = r.status_code
+                    except httpx.TransportError as exc:
+                        answer = type(exc).__name__
+                    self.measures.append({"what": "own_run_while_cut", "node": node.name, "answer": answer})
+                await trio.sleep(length)
             self.heal_peers()
             return f"{node.name} cut from its peers {length:.1f}s"
         raise ValueError(kind)
+
+    async def until_unready(self, victim: int) -> float:
+        """Seconds until node `victim`'s /readyz stops answering 200."""
+        t0 = trio.current_time()
+        node = self.nodes[victim]
+        while True:
+            try:
+                r = await self.clients[victim].get(node.url + "/readyz", timeout=1)
+                if r.status_code != 200:
+                    return trio.current_time() - t0
+            except httpx.TransportError:
+                pass
+            await trio.sleep(0.05)
+
+    async def runs_held_by(self, node_id: str) -> list[str]:
+        """The acknowledged runs whose partition `node_id` holds now."""
+        now_ms, rows = await self.sql(
+            "SELECT json_build_array((extract(epoch FROM clock_timestamp()) * 1000)::bigint,"
+            " json_agg(json_build_array(partition, node_id, expires_at))) FROM cluster_leases"
+        )
+        held = {int(p) for p, n, x in rows if n == node_id and int(x) > now_ms}
+        runs = [op["result"]["runId"] for op in self.history.ops if op["f"] == "start" and op["type"] == "ok"]
+        return [r for r in dict.fromkeys(runs) if partition_of(r) in held]
 
     def cut_from_peers(self, victim: int) -> None:
         """Nothing flows between node `victim` and the others: not their forwards to it, not its
@@ -1107,6 +1149,7 @@ async def run_scenario(config: Scenario) -> Result:
                 {n.name: n.tail(20000) for n in env.nodes},
                 stalled,
                 env.notes,
+                env.measures,
             )
         except BaseException:
             for node in env.nodes:
