@@ -457,6 +457,7 @@ class Result:
     stalled: list[str]
     notes: list[str] = attrs.Factory(list)
     measures: list[dict[str, Any]] = attrs.Factory(list)
+    handler_faults: Counter[str] = attrs.Factory(Counter)  # misbehaving answers, by kind
 
     def render(self) -> str:
         return self.report.render(self.config.seed)
@@ -1150,6 +1151,7 @@ async def run_scenario(config: Scenario) -> Result:
                 stalled,
                 env.notes,
                 env.measures,
+                env.handler.faults,
             )
         except BaseException:
             for node in env.nodes:
