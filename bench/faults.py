@@ -34,7 +34,7 @@ from tests.faults.harness import (
     FAULTS_SQLITE,
     Result,
     Scenario,
-    SmallDisk,
+    playable,
     run_scenario,
 )
 from tests.pg import Cluster
@@ -87,7 +87,7 @@ async def main(args: argparse.Namespace) -> int:
     failed = 0
     pg: Cluster | None = None
     for store in stores:
-        classes = [c for c in CLASSES[store] if c != "disk_full" or SmallDisk.why_not() is None]
+        classes = list(playable(CLASSES[store]))
         if args.faults:
             classes = [c for c in classes if c in args.faults.split(",")]
         segment = args.minutes * 60 / len(classes)

@@ -61,7 +61,7 @@ FLOW = {
 # Outcomes a client may take as "nothing was changed" (docs/api.md): refused before any work.
 DEFINITE_503 = {"unavailable", "overloaded", "not_owner", "partition_unowned"}
 
-FAULTS_SQLITE = ("kill", "pause", "handler", "disk_full")
+FAULTS_SQLITE = ("kill", "pause", "handler", "disk_full", "clock")
 FAULTS_POSTGRES = (
     "kill",
     "pause",
@@ -71,8 +71,26 @@ FAULTS_POSTGRES = (
     "db_latency",
     "db_reset",
     "db_partition",
+    "clock",
 )
 FAULTS_CLUSTER = ("kill", "pause", "handler", "pg_restart", "db_reset", "db_partition", "peer_partition")
+
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # Debian's `faketime`
+
+
+def why_no_clock() -> str | None:
+    return None if Path(LIBFAKETIME).exists() else f"no {LIBFAKETIME} (apt-get install faketime)"
+
+
+def playable(faults: tuple[str, ...]) -> tuple[str, ...]:
+    """The fault classes this machine can play (a full disk needs a mount namespace, a stepped
+    clock libfaketime); the others are named, with why, in the scenario's notes."""
+    return tuple(
+        f
+        for f in faults
+        if (f != "disk_full" or SmallDisk.why_not() is None) and (f != "clock" or why_no_clock() is None)
+    )
 
 
 def now() -> float:
@@ -556,6 +574,17 @@ class Env:
                 env["FOLIOT_DATA_DIR"] = str(work / "data")
                 env["FOLIOT_DATABASE_URL"] = f"sqlite:///{self.sqlite_path}"
                 prefix = []
+            if "clock" in cfg.faults and why_no_clock() is None:
+                # The node's wall clock (never its monotonic one: Trio's) follows this file's
+                # offset, read again every second (libfaketime).
+                offset = work / f"{node_id}.faketime"
+                offset.write_text("+0\n")
+                env.update(
+                    LD_PRELOAD=LIBFAKETIME,
+                    FAKETIME_TIMESTAMP_FILE=str(offset),
+                    FAKETIME_CACHE_DURATION="1",
+                    FAKETIME_DONT_FAKE_MONOTONIC="1",
+                )
             self.nodes.append(Node(node_id, env, work / f"{node_id}.log", port, prefix))
             self.clients.append(
                 httpx.AsyncClient(
@@ -659,7 +688,11 @@ class Env:
 
     async def _inject_until(self, stop: trio.Event) -> None:
         cfg = self.config
-        classes = [f for f in cfg.faults if f != "disk_full" or self.disk is not None]
+        classes = [
+            f
+            for f in cfg.faults
+            if (f != "disk_full" or self.disk is not None) and (f != "clock" or why_no_clock() is None)
+        ]
         if not classes:
             await stop.wait()
             return
@@ -699,6 +732,21 @@ class Env:
             await trio.sleep(rng.uniform(3, 6))
             self.handler.misbehave = 0.0
             return "misbehaving"
+        if kind == "clock":
+            # The engine reads the wall clock once, at its first reading, and counts on with the
+            # monotonic clock (foliot/actors/clock.py): a step matters to a node started while
+            # it holds. So: stepped forward or back and killed, restarted on the stepped clock
+            # (the timers stored under the true one fire early or late), then set true again
+            # and restarted once more.
+            step = rng.choice((-1, 1)) * rng.uniform(5, 30)
+            self.step_clock(node, step)
+            await node.kill()
+            await node.start()
+            await trio.sleep(rng.uniform(3, 6))
+            self.step_clock(node, 0)
+            await node.kill()
+            await node.start()
+            return f"{node.name} restarted {step:+.0f}s off, then true again"
         if kind == "disk_full":
             assert self.disk is not None
             filled = await trio.to_thread.run_sync(self.disk.fill)
@@ -783,6 +831,12 @@ class Env:
         runs = [op["result"]["runId"] for op in self.history.ops if op["f"] == "start" and op["type"] == "ok"]
         return [r for r in dict.fromkeys(runs) if partition_of(r) in held]
 
+    def step_clock(self, node: Node, offset_s: float) -> None:
+        path = Path(node.env["FAKETIME_TIMESTAMP_FILE"])
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"{offset_s:+.3f}\n")
+        tmp.replace(path)
+
     def cut_from_peers(self, victim: int) -> None:
         """Nothing flows between node `victim` and the others: not their forwards to it, not its
         forwards to them (its connections are told apart by their hop header)."""
@@ -804,6 +858,8 @@ class Env:
             self.disk.free()
         for node in self.nodes:
             node.resume()
+            if "FAKETIME_TIMESTAMP_FILE" in node.env:
+                self.step_clock(node, 0)
         for node in self.nodes:
             if node.down:
                 await node.start()

@@ -22,7 +22,7 @@ from .harness import (
     TTL_MS,
     Result,
     Scenario,
-    SmallDisk,
+    playable,
     run_scenario,
 )
 
@@ -44,8 +44,10 @@ def verdict(result: Result, classes: tuple[str, ...]) -> None:
     assert {"start", "signal", "complete"} <= acked, acked
 
 
-async def test_sqlite_under_kill_pause_a_faulty_handler_and_a_full_disk(tmp_path: Path) -> None:
-    classes = FAULTS_SQLITE if SmallDisk.why_not() is None else FAULTS_SQLITE[:-1]
+async def test_sqlite_under_kill_pause_a_faulty_handler_a_full_disk_and_a_stepped_clock(
+    tmp_path: Path,
+) -> None:
+    classes = playable(FAULTS_SQLITE)
     result = await run_scenario(
         Scenario(store="sqlite", seed=11, faults=classes, duration_s=28, items=40, workdir=tmp_path)
     )
@@ -58,14 +60,14 @@ async def test_postgres_under_restarts_outages_and_a_faulty_network(tmp_path: Pa
         Scenario(
             store="postgres",
             seed=12,
-            faults=FAULTS_POSTGRES,
+            faults=playable(FAULTS_POSTGRES),
             duration_s=50,
             items=50,
             fault_gap_s=(0.5, 1.5),
             workdir=tmp_path,
         )
     )
-    verdict(result, FAULTS_POSTGRES)
+    verdict(result, playable(FAULTS_POSTGRES))
 
 
 @pytest.mark.postgres
