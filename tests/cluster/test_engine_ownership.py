@@ -325,3 +325,48 @@ async def test_a_paused_node_that_missed_its_lease_end_is_fenced_and_acts_on_not
     with pytest.raises(Unavailable):
         await cluster.start(a, "wait")
     assert [r.run_id for r in await cluster.store.list_runs(RunFilter("app"), 10, None)] == [run_id]
+
+
+async def test_a_start_whose_partition_leaves_during_its_commit_pushes_nothing_from_here(
+    cluster: Cluster, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the fault harness (tests/faults, cluster, seed 2: `push_unleased`): a start
+    committed under its lease, the keeper handed the partition over while the commit was under
+    way (PostgreSQL lets the release wait for the commit's lock on the lease row), and the node
+    then adopted the run and pushed its first task from a partition it no longer held; the new
+    owner pushed it too. The commit stands; its effects are the next owner's to perform."""
+    a = await cluster.boot("a")
+    await cluster.register(TASK)
+    ids = run_ids_in([7])
+    monkeypatch.setattr(runs_module, "new_run_id", lambda: next(ids))
+    p = 7
+    committing, release = trio.Event(), trio.Event()
+    commit = cluster.store.commit
+
+    async def slow_commit(unit: UnitOfWork) -> None:
+        committing.set()
+        await release.wait()
+        await commit(unit)
+
+    monkeypatch.setattr(cluster.store, "commit", slow_commit)
+    started: list[str] = []
+
+    async def start() -> None:
+        started.append(await cluster.start(a, "job"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(start)
+        await committing.wait()
+        await a.ownership.releasing(frozenset({p}))  # the keeper hands partition 7 over
+        release.set()
+    monkeypatch.setattr(cluster.store, "commit", commit)
+    (run_id,) = started
+    await advance(5)
+    assert cluster.pushes == []  # nothing left this node for a partition it gave up
+    assert run_id not in a.supervisor.actors
+    run = await cluster.store.get_run(run_id)
+    assert run is not None and run.status == "running" and run.task is not None  # stored, open
+    # Its next owner (here a again, gaining it back) recovers it and pushes the attempt once.
+    await a.ownership.gained({p: cluster.fake.leases[p].epoch})
+    await a.runs.wait_for(run_id, lambda r: r.status == "completed", 600)
+    assert [(x.node, x.key) for x in cluster.pushes] == [("a", f"{run_id}:1:t:1")]

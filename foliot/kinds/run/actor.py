@@ -320,12 +320,23 @@ class RunKind:
     # ------------------------------------------------------------------ effects
 
     def perform(self, before: Run | None, tr: Transition) -> None:
-        """After the commit: timers, pushes, offers, aborts, and anyone watching the run."""
+        """After the commit: timers, pushes, offers, aborts, and anyone watching the run.
+
+        A commit that was under way when the run's partition left this node (handed over or
+        lost; the commit itself was fenced in time) arms no timer here and sends no push nor
+        offer: the next owner recovers them from storage, and would send them too. What goes
+        to other runs (their owners, wherever they are) and the run's watchers still go."""
         log_transition(tr.run, tr.events)
         runs, host = self.runs, self.host
-        host.timers.sync(self.name, tr.run.run_id, () if before is None else before.timers(), tr.run.timers())
+        here = host.accepts(tr.run.run_id)
+        if here:
+            host.timers.sync(
+                self.name, tr.run.run_id, () if before is None else before.timers(), tr.run.timers()
+            )
         for effect in tr.effects:
             if isinstance(effect, machine.Dispatch):
+                if not here:
+                    continue
                 runs.dispatch(
                     tr.run, effect.task, effect.path, effect.timeout_ms, effect.priority, effect.buckets
                 )

@@ -156,7 +156,14 @@ class Runs:
             event.set()
 
     def adopt(self, tr: machine.Transition) -> None:
-        """A run just created and committed: its actor holds the document, its effects run."""
+        """A run just created and committed: its actor holds the document, its effects run.
+
+        Unless its partition left this node while the commit was under way (the commit was
+        fenced in time: PostgreSQL makes the hand-over wait for it): then the run is the next
+        owner's, which recovers it from storage, first push and timers included."""
+        if not self.host.accepts(tr.run.run_id):
+            self.kind.perform(None, tr)  # only what does not need the run here (`perform`)
+            return
         self.host.supervisor.adopt(self.kind, tr.run.run_id, tr.run)
         self.kind.perform(None, tr)
 

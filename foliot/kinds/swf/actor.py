@@ -242,12 +242,23 @@ class SwfKind:
         state = SwfState(region, tr.execution, 1)
         actor = actor_id(region, tr.execution.run_id)
         self.swf.meter.swf_committed(tr.events)
-        self.host.supervisor.adopt(self, actor, state)
+        if self.host.accepts(actor):  # else its partition left during the commit: see `perform`
+            self.host.supervisor.adopt(self, actor, state)
         self.perform(actor, None, state, tr)
 
     # ------------------------------------------------------------------ effects
 
     def perform(self, actor: str, before: SwfState | None, after: SwfState, tr: m.Transition) -> None:
+        """After the commit: deadlines and effects. A commit that was under way when the
+        execution's partition left this node (it was fenced in time) arms no deadline here and
+        offers or invokes nothing: the next owner recovers those from storage (as for runs,
+        `RunKind.perform`); what it owes other executions still goes out."""
+        if not self.host.accepts(actor):
+            lasting = (m.OfferDecisionTask, m.OfferActivityTask, m.InvokeLambda)
+            self._effects(
+                after.region, after.execution, [e for e in tr.effects if not isinstance(e, lasting)]
+            )
+            return
         self.host.timers.sync(
             self.name, actor, () if before is None else self.timers(before), self.timers(after)
         )
