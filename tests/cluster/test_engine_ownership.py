@@ -26,7 +26,6 @@ from foliot.core.leases import PARTITIONS, Lease, partition_of
 from foliot.core.views import run_view
 from foliot.core.workflow.definition import canonical_json
 from foliot.core.workflow.machine import SignalIn
-from foliot.kinds.run import service as runs_module
 from foliot.node import Node as Engine
 from foliot.storage.base import ApiKeyRecord, AppRecord, RunFilter, SecretRecord, UnitOfWork
 from foliot.storage.fence import Fence
@@ -127,15 +126,13 @@ def run_ids_in(partitions: list[int]) -> Iterator[str]:
         yield f"run_p{p}x{i}"
 
 
-async def spread(
-    cluster: Cluster, monkeypatch: pytest.MonkeyPatch, workflow: dict[str, Any], every: int
-) -> tuple[Engine, list[str]]:
+async def spread(cluster: Cluster, workflow: dict[str, Any], every: int) -> tuple[Engine, list[str]]:
     """Node a alone, with one run of `workflow` in every `every`-th partition: whichever
     contiguous half of the partitions a later hands over holds some of them."""
     a = await cluster.boot("a")
     await cluster.register(workflow)
     ids = run_ids_in(list(range(0, PARTITIONS, every)))
-    monkeypatch.setattr(runs_module, "new_run_id", lambda: next(ids))
+    a.runs.new_run_id = lambda: next(ids)
     return a, [await cluster.start(a, workflow["name"]) for _ in range(PARTITIONS // every)]
 
 
@@ -221,7 +218,7 @@ async def test_one_node_holds_every_partition_and_runs_as_alone(
 async def test_a_joining_node_takes_its_share_and_the_moved_timers_fire_once_there(
     cluster: Cluster, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a, runs = await spread(cluster, monkeypatch, NAP, every=8)
+    a, runs = await spread(cluster, NAP, every=8)
 
     b = await cluster.boot("b")
     await cluster.settle("a", "b")
@@ -251,7 +248,7 @@ async def test_a_push_in_flight_at_the_hand_over_is_sent_again_by_the_new_owner_
     cluster: Cluster, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cluster.hang.add("a")  # a's pushes never come back before the hand-over
-    a, runs = await spread(cluster, monkeypatch, TASK, every=16)
+    a, runs = await spread(cluster, TASK, every=16)
     with trio.fail_after(60):
         while len(cluster.pushes) < len(runs):
             await advance(0.1)
@@ -307,7 +304,7 @@ async def test_a_paused_node_that_missed_its_lease_end_is_fenced_and_acts_on_not
     a = await cluster.boot("a")
     await cluster.register(WAIT)
     ids = run_ids_in([5, 5])
-    monkeypatch.setattr(runs_module, "new_run_id", lambda: next(ids))
+    a.runs.new_run_id = lambda: next(ids)
     run_id = await cluster.start(a, "wait")
     events = await cluster.events(run_id)
     p = partition_of(run_id)
@@ -338,7 +335,7 @@ async def test_a_start_whose_partition_leaves_during_its_commit_pushes_nothing_f
     a = await cluster.boot("a")
     await cluster.register(TASK)
     ids = run_ids_in([7])
-    monkeypatch.setattr(runs_module, "new_run_id", lambda: next(ids))
+    a.runs.new_run_id = lambda: next(ids)
     p = 7
     committing, release = trio.Event(), trio.Event()
     commit = cluster.store.commit
