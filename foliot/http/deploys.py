@@ -32,6 +32,7 @@ from ..core.workflow import deploy, machine
 from ..core.workflow.definition import Definition, parse_definition
 from ..core.workflow.jsonconv import ValidationError
 from ..core.workflow.model import OPEN_STATUSES, Run
+from ..storage import deploy_sql
 from ..storage.base import RunFilter, Store, encode_cursor
 from ..storage.deploy_sql import OpenGroup, OpenRunRow
 from .app import body, check_name, check_query, engine, json_response, query_int, raw_json, require_app
@@ -132,9 +133,14 @@ async def build_report(
         old = await version(group.version)
         first = await store.open_group_page(app, name, group, deploy.MAX_EXAMPLES, None, with_state=False)
         agg.add_group(group.version, group.step, group.status, old, group.count, (r.run_id for r in first))
-    for number in sorted({g.version for g in groups}, reverse=True):
-        reading = [g for g in groups if g.version == number and agg.relevant(g.step)]
-        async for row in _newest_first(store, app, name, reading):
+    reading = [g for g in groups if agg.relevant(g.step)]
+    in_sql = all(deploy_sql.expressible(path) for g in reading for path in agg.paths(g.step))
+    for number in sorted({g.version for g in reading}, reverse=True):
+        of_version = [g for g in reading if g.version == number]
+        if in_sql:  # counted by the database: no run's input or state is read
+            agg.add_lacking([item async for item in _lacking(store, app, name, of_version, agg)])
+            continue
+        async for row in _newest_first(store, app, name, of_version):
             state = json.loads(row.state) if row.state is not None else None
             given = json.loads(row.input) if row.input is not None else None
             agg.add_state(row.run_id, row.step, given, state)
@@ -162,6 +168,21 @@ async def build_report(
         "recorded": {"sampled": sampled, "same": same, "diverged": diverged},
         "missingStateKeys": agg.missing(),
     }
+
+
+async def _lacking(
+    store: Store, app: str, name: str, groups: Sequence[OpenGroup], agg: deploy.OpenRuns
+) -> AsyncIterator[deploy.Lacking]:
+    """For each group and each path its step reads (`OpenRuns.paths`), the runs lacking it:
+    counted in one pass over the group, the newest MAX_EXAMPLES of them read when any."""
+    for group in groups:
+        paths = agg.paths(group.step)
+        counts = await store.open_group_lacking(app, name, group, paths)
+        for path, count in zip(paths, counts, strict=True):
+            newest: list[tuple[int, str]] = []
+            if count:
+                newest = await store.open_group_lacking_newest(app, name, group, path, deploy.MAX_EXAMPLES)
+            yield deploy.Lacking(group.step, path, count, tuple(newest))
 
 
 async def _newest_first(

@@ -3,7 +3,17 @@ replayed, missing state keys; nothing stored) and the paged, resumable, idempote
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import pytest
+
+from foliot.core.workflow.definition import Definition, parse_definition
+from foliot.core.workflow.model import Run
+from foliot.http.deploys import build_report
+from foliot.storage import deploy_sql
+from foliot.storage.base import UnitOfWork
+from foliot.storage.factory import open_store
 
 from ..conftest import Api
 
@@ -188,3 +198,72 @@ async def test_the_console_shows_the_dry_run_then_migrates(api: Api) -> None:
         assert done.status_code == 200, done.text
         assert "3 migrated to version 2" in done.text
     assert {(await api.run(rid))["version"] for rid in open_ids} == {2}
+
+
+async def test_missing_keys_counted_in_sql_are_those_read_run_by_run(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dry-run counts the runs lacking each key in the database where SQL can say it
+    exactly; the report is the one reading every run's input and state gives (both stores:
+    two versions, three steps, keys found by key, by index, null, or not at all)."""
+    v2_doc = {**V1, "steps": [*V1["steps"], {"name": "c", "type": "wait", "signal": "x"}]}
+    old = {1: parse_definition(V1), 2: parse_definition(v2_doc)}
+    candidate = parse_definition(
+        {
+            "name": "order",
+            "steps": [
+                {"name": "a", "type": "wait", "signal": "go"},
+                {
+                    "name": "check",
+                    "type": "choice",
+                    "choices": [
+                        {"when": {"path": "input.customer", "op": "eq", "value": "vip"}, "next": "b"},
+                        {"when": {"path": "state.x.ok", "op": "eq", "value": True}, "next": "b"},
+                        {"when": {"path": "input.items.0", "op": "eq", "value": 1}, "next": "b"},
+                    ],
+                    "default": "b",
+                },
+                {"name": "b", "type": "wait", "signal": "done"},
+            ],
+        }
+    )
+    inputs: list[Any] = [
+        {"customer": "vip"},
+        {},
+        {"items": [1]},
+        {"items": {"0": 2}},
+        None,
+        [1],
+        {"customer": None},
+    ]
+    states: list[Any] = [{}, {"x": {"ok": True}}, {"x": None}, {"x": {"ok": None}}]
+
+    async def lookup(number: int) -> Definition | None:
+        return old.get(number)
+
+    async with open_store(database_url) as store:
+        await store.migrate()
+        await store.add_workflow_version("orders", "order", json.dumps(V1), 1)
+        await store.add_workflow_version("orders", "order", json.dumps(v2_doc), 2)
+        for n in range(70):
+            run = Run(
+                run_id=f"r{n:02d}",
+                app="orders",
+                workflow="order",
+                version=1 + n % 2,
+                status="waiting",
+                input=inputs[n % len(inputs)],
+                state=states[n % len(states)],
+                generation=1,
+                created_at=1_800_000_000_000 + n // 3,  # ties: the run id orders them
+                updated_at=1_800_000_000_000,
+                trace_id="t",
+                current_step=("a", "b", "c")[n % 3],
+            )
+            await store.commit(UnitOfWork(run, None))
+        counted = await build_report(store, lookup, "orders", "order", candidate, 0)
+        monkeypatch.setattr(deploy_sql, "expressible", lambda path: False)
+        read = await build_report(store, lookup, "orders", "order", candidate, 0)
+    assert counted == read
+    paths = {m["path"]: m["runs"] for m in counted["missingStateKeys"]}
+    assert set(paths) == {"input.customer", "state.x.ok", "input.items.0"} and all(paths.values())
