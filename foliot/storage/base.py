@@ -366,8 +366,11 @@ class RunStore(Protocol):
         newest first."""
         ...
 
-    async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]:
-        """The workflow's last `limit` closed runs, newest first (created_at, run_id)."""
+    async def recent_closed_runs(
+        self, app: str, workflow: str, limit: int, after: tuple[int, str] | None = None
+    ) -> list[Run]:
+        """The workflow's last `limit` closed runs, newest first (created_at, run_id), older
+        than `after` when given (a keyset page)."""
         ...
 
     async def events_of(self, run_ids: Sequence[str], max_seq: int) -> dict[str, list[Event]]: ...

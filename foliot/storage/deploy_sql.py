@@ -170,12 +170,13 @@ def lacking_newest_sql(postgres: bool, step: bool, path: Sequence[str]) -> tuple
     )
 
 
-def recent_closed_sql(postgres: bool) -> str:
-    """Arguments: (app, workflow, limit): the workflow's last closed runs, newest first, along
-    `runs_closed_by_workflow` (not past the open runs)."""
+def recent_closed_sql(postgres: bool, after: bool = False) -> str:
+    """Arguments: (app, workflow[, created_at, run_id], limit): the workflow's last closed runs,
+    newest first (after a keyset), along `runs_closed_by_workflow` (not past the open runs)."""
     closed = "NOT is_open" if postgres else "is_open = 0"
+    keyset = " AND (created_at, run_id) < (?, ?)" if after else ""
     return (
-        f"SELECT doc FROM runs WHERE app = ? AND workflow = ? AND {closed}"
+        f"SELECT doc FROM runs WHERE app = ? AND workflow = ? AND {closed}{keyset}"
         " ORDER BY created_at DESC, run_id DESC LIMIT ?"
     )
 

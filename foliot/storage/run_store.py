@@ -280,9 +280,11 @@ class SqlRunStore:
         )
         return [(int(r["created_at"]), r["run_id"]) for r in found]
 
-    async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]:
-        sql = deploy_sql.recent_closed_sql(self.dialect.postgres)
-        found = await self._all(sql, (app, workflow, limit), scan=True)
+    async def recent_closed_runs(
+        self, app: str, workflow: str, limit: int, after: tuple[int, str] | None = None
+    ) -> list[Run]:
+        sql = deploy_sql.recent_closed_sql(self.dialect.postgres, after is not None)
+        found = await self._all(sql, (app, workflow, *(after or ()), limit), scan=True)
         return [run_from_dict(doc) for doc in _decode_all([r["doc"] for r in found])]
 
     async def events_of(self, run_ids: Sequence[str], max_seq: int) -> dict[str, list[Event]]:

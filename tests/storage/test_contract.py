@@ -502,6 +502,8 @@ async def test_dry_run_reads_open_groups_and_recent_closed_runs(store: Store) ->
 
     recent = await store.recent_closed_runs("app", "wf", 3)
     assert [r.run_id for r in recent] == ["c3", "c2", "c1"]
+    older = await store.recent_closed_runs("app", "wf", 3, (recent[1].created_at, recent[1].run_id))
+    assert [r.run_id for r in older] == ["c1", "c0"]
     histories = await store.events_of(["c3", "c0", "a0"], 1)
     assert [[e.type for e in histories[r]] for r in ("c3", "c0", "a0")] == [["run_started"]] * 2 + [[]]
 
