@@ -271,7 +271,11 @@ def explain(db_url: str, ids: list[str]) -> list[list[Any]]:
             text=True,
             timeout=120,
         )
-        lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+        lines = [
+            re.sub(r"'\{run_[^}]*\}'", "'{run_…}'", ln.strip())
+            for ln in out.stdout.splitlines()
+            if ln.strip()
+        ]
         timed = next((ln.split(":")[1].strip() for ln in lines if ln.startswith("Execution Time")), "")
         plan = " | ".join(ln for ln in lines if not ln.startswith(("Planning", "Execution")))
         print(f"-- {name}\nEXPLAIN (ANALYZE, COSTS OFF) {_short(text)}\n   " + "\n   ".join(lines))
