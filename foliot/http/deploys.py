@@ -3,10 +3,11 @@ then migrate open runs to a registered version, a page at a time.
 
 `POST /apps/{app}/workflows/{name}/dry-run` stores nothing: it validates the candidate as
 registration would, counts the workflow's open runs by (version, step, status) in the database
-with each group's 20 newest runIds, reads the input and state only of the runs whose step has
-reads that matter for the missing-state-keys check (in keyset pages, so memory is bounded by
-the number of groups, not of runs), and replays the last `replay` closed runs through the
-candidate's pure machine (`core/workflow/deploy.py`).
+with each group's 20 newest runIds, counts the runs lacking each key the candidate reads where
+it matters in the database too (`deploy_sql.lacking_sql`; a path SQL cannot name exactly reads
+those groups' input and state in keyset pages instead), so memory is bounded by the number of
+groups, not of runs; and replays the last `replay` closed runs through the candidate's pure
+machine (`core/workflow/deploy.py`), read in keyset pages, their events in bounded batches.
 
 `POST /apps/{app}/workflows/{name}/migrate` follows the bulk interventions (`bulk.py`): one
 keyset page of the workflow's runs (newest first), each open run that matches the filter sent
@@ -32,6 +33,7 @@ from ..core.workflow import deploy, machine
 from ..core.workflow.definition import Definition, parse_definition
 from ..core.workflow.jsonconv import ValidationError
 from ..core.workflow.model import OPEN_STATUSES, Run
+from ..storage import deploy_sql
 from ..storage.base import RunFilter, Store, encode_cursor
 from ..storage.deploy_sql import OpenGroup, OpenRunRow
 from .app import body, check_name, check_query, engine, json_response, query_int, raw_json, require_app
@@ -45,7 +47,8 @@ DEFAULT_REPLAY: Final = 100
 MAX_REPLAY: Final = 1000
 OPEN_PAGE: Final = 2000  # open runs (with their states) held at once by a dry-run
 MIN_GROUP_PAGE: Final = 100  # open runs of one group read per query, at least
-REPLAY_BATCH: Final = 100  # recorded runs whose events are read in one query
+REPLAY_BATCH: Final = 100  # recorded runs read in one query (and their events, at most:)
+REPLAY_EVENTS: Final = 20_000  # events read in one query (a run with more is read alone)
 MAX_REPLAY_EVENTS: Final = 10_000  # events of one recorded run replayed (then: truncated)
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
@@ -113,9 +116,9 @@ async def build_report(
     candidate: Definition,
     replay: int,
 ) -> dict[str, Any]:
-    """The report of a valid candidate: open runs counted by group in the database (runs read
-    only where the candidate's reads matter), the last `replay` closed runs replayed in batches
-    (bench/dry_run.py times this on both stores)."""
+    """The report of a valid candidate: open runs counted by group, and the runs lacking the
+    keys the candidate reads, in the database; the last `replay` closed runs replayed a page at
+    a time (bench/dry_run.py times this on both stores)."""
     definitions: dict[int, Definition | None] = {}
 
     async def version(number: int) -> Definition | None:
@@ -132,36 +135,76 @@ async def build_report(
         old = await version(group.version)
         first = await store.open_group_page(app, name, group, deploy.MAX_EXAMPLES, None, with_state=False)
         agg.add_group(group.version, group.step, group.status, old, group.count, (r.run_id for r in first))
-    for number in sorted({g.version for g in groups}, reverse=True):
-        reading = [g for g in groups if g.version == number and agg.relevant(g.step)]
-        async for row in _newest_first(store, app, name, reading):
+    reading = [g for g in groups if agg.relevant(g.step)]
+    in_sql = all(deploy_sql.expressible(path) for g in reading for path in agg.paths(g.step))
+    for number in sorted({g.version for g in reading}, reverse=True):
+        of_version = [g for g in reading if g.version == number]
+        if in_sql:  # counted by the database: no run's input or state is read
+            agg.add_lacking([item async for item in _lacking(store, app, name, of_version, agg)])
+            continue
+        async for row in _newest_first(store, app, name, of_version):
             state = json.loads(row.state) if row.state is not None else None
             given = json.loads(row.input) if row.input is not None else None
             agg.add_state(row.run_id, row.step, given, state)
     sampled, same = 0, 0
     diverged: list[dict[str, Any]] = []
-    closed = await store.recent_closed_runs(app, name, replay) if replay else []
-    for start in range(0, len(closed), REPLAY_BATCH):
-        chunk = closed[start : start + REPLAY_BATCH]
-        histories = await store.events_of([r.run_id for r in chunk], MAX_REPLAY_EVENTS)
-        for run in chunk:
-            events = histories.get(run.run_id, [])
-            result = deploy.replay(events, run, candidate, truncated=run.seq > len(events))
-            sampled += 1
-            if result.divergence is None:
-                same += 1
-            else:
-                diverged.append(
-                    {"runId": run.run_id, "version": run.version, "status": run.status}
-                    | result.divergence.to_json()
-                )
-        await trio.lowlevel.checkpoint()
+    after: tuple[int, str] | None = None
+    while sampled < replay:  # keyset pages of the last closed runs, their events by budget
+        asked = min(REPLAY_BATCH, replay - sampled)
+        page = await store.recent_closed_runs(app, name, asked, after)
+        for chunk in replay_chunks(page, REPLAY_EVENTS):
+            histories = await store.events_of([r.run_id for r in chunk], MAX_REPLAY_EVENTS)
+            for run in chunk:
+                events = histories.get(run.run_id, [])
+                result = deploy.replay(events, run, candidate, truncated=run.seq > len(events))
+                sampled += 1
+                if result.divergence is None:
+                    same += 1
+                else:
+                    diverged.append(
+                        {"runId": run.run_id, "version": run.version, "status": run.status}
+                        | result.divergence.to_json()
+                    )
+            await trio.lowlevel.checkpoint()
+        if len(page) < asked:
+            break
+        after = (page[-1].created_at, page[-1].run_id)
     return {
         "valid": True,
         "openRuns": {"groups": agg.groups(), "total": agg.total},
         "recorded": {"sampled": sampled, "same": same, "diverged": diverged},
         "missingStateKeys": agg.missing(),
     }
+
+
+def replay_chunks(runs: Sequence[Run], budget: int) -> list[list[Run]]:
+    """`runs` in order, cut where the events their histories hold (`seq`, at most
+    MAX_REPLAY_EVENTS each) would pass `budget` (a run alone may): what one `events_of` reads."""
+    chunks: list[list[Run]] = []
+    held = budget
+    for run in runs:
+        size = min(max(run.seq, 1), MAX_REPLAY_EVENTS)
+        if held + size > budget:
+            chunks.append([])
+            held = 0
+        chunks[-1].append(run)
+        held += size
+    return chunks
+
+
+async def _lacking(
+    store: Store, app: str, name: str, groups: Sequence[OpenGroup], agg: deploy.OpenRuns
+) -> AsyncIterator[deploy.Lacking]:
+    """For each group and each path its step reads (`OpenRuns.paths`), the runs lacking it:
+    counted in one pass over the group, the newest MAX_EXAMPLES of them read when any."""
+    for group in groups:
+        paths = agg.paths(group.step)
+        counts = await store.open_group_lacking(app, name, group, paths)
+        for path, count in zip(paths, counts, strict=True):
+            newest: list[tuple[int, str]] = []
+            if count:
+                newest = await store.open_group_lacking_newest(app, name, group, path, deploy.MAX_EXAMPLES)
+            yield deploy.Lacking(group.step, path, count, tuple(newest))
 
 
 async def _newest_first(

@@ -352,8 +352,25 @@ class RunStore(Protocol):
         `after`; their input and state as JSON text when `with_state`."""
         ...
 
-    async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]:
-        """The workflow's last `limit` closed runs, newest first (created_at, run_id)."""
+    async def open_group_lacking(
+        self, app: str, workflow: str, group: OpenGroup, paths: Sequence[tuple[str, ...]]
+    ) -> list[int]:
+        """How many of one group's open runs have no `path` in their input and state, for each
+        of `paths` (each `deploy_sql.expressible`): counted by the database."""
+        ...
+
+    async def open_group_lacking_newest(
+        self, app: str, workflow: str, group: OpenGroup, path: tuple[str, ...], limit: int
+    ) -> list[tuple[int, str]]:
+        """The newest `limit` of one group's open runs lacking `path`, as (created_at, run_id),
+        newest first."""
+        ...
+
+    async def recent_closed_runs(
+        self, app: str, workflow: str, limit: int, after: tuple[int, str] | None = None
+    ) -> list[Run]:
+        """The workflow's last `limit` closed runs, newest first (created_at, run_id), older
+        than `after` when given (a keyset page)."""
         ...
 
     async def events_of(self, run_ids: Sequence[str], max_seq: int) -> dict[str, list[Event]]: ...

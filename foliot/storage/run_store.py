@@ -46,6 +46,12 @@ def _run(doc: str) -> Run:
     return run_from_dict(json.loads(doc))
 
 
+def _decode_all(texts: Sequence[str]) -> list[Any]:
+    """Many JSON texts decoded in one call (one array): a dry-run reads thousands of small
+    documents, and `json.loads`' own cost per call is most of a small one's."""
+    return json.loads("[" + ",".join(texts) + "]") if texts else []
+
+
 class SqlRunStore:
     """The run store on SQL. A backend sets `dialect` and provides the primitives below."""
 
@@ -251,26 +257,44 @@ class SqlRunStore:
         args: list[Any] = [app, workflow, group.version, *step, group.status, *(after or ()), limit]
         return [deploy_sql.open_row(r) for r in await self._all(sql, args, scan=True)]
 
-    async def recent_closed_runs(self, app: str, workflow: str, limit: int) -> list[Run]:
-        sql = deploy_sql.recent_closed_sql(self.dialect.postgres)
-        return [_run(r["doc"]) for r in await self._all(sql, (app, workflow, limit), scan=True)]
+    async def open_group_lacking(
+        self, app: str, workflow: str, group: deploy_sql.OpenGroup, paths: Sequence[tuple[str, ...]]
+    ) -> list[int]:
+        """How many of one group's open runs lack each of `paths` (`deploy_sql.expressible`)."""
+        if not paths:
+            return []
+        sql, args = deploy_sql.lacking_sql(self.dialect.postgres, group.step is not None, paths)
+        step = () if group.step is None else (group.step,)
+        row = await self._one(sql, [*args, app, workflow, group.version, *step, group.status], scan=True)
+        return [int(row[n]) for n in range(len(paths))]
+
+    async def open_group_lacking_newest(
+        self, app: str, workflow: str, group: deploy_sql.OpenGroup, path: tuple[str, ...], limit: int
+    ) -> list[tuple[int, str]]:
+        """The newest `limit` of one group's open runs lacking `path`: (created_at, run_id),
+        newest first."""
+        sql, args = deploy_sql.lacking_newest_sql(self.dialect.postgres, group.step is not None, path)
+        step = () if group.step is None else (group.step,)
+        found = await self._all(
+            sql, [app, workflow, group.version, *step, group.status, *args, limit], scan=True
+        )
+        return [(int(r["created_at"]), r["run_id"]) for r in found]
+
+    async def recent_closed_runs(
+        self, app: str, workflow: str, limit: int, after: tuple[int, str] | None = None
+    ) -> list[Run]:
+        sql = deploy_sql.recent_closed_sql(self.dialect.postgres, after is not None)
+        found = await self._all(sql, (app, workflow, *(after or ()), limit), scan=True)
+        return [run_from_dict(doc) for doc in _decode_all([r["doc"] for r in found])]
 
     async def events_of(self, run_ids: Sequence[str], max_seq: int) -> dict[str, list[Event]]:
         """The events of these runs up to `max_seq` each, in order."""
         clause, ids = self.dialect.run_ids(run_ids)
         found = await self._all(deploy_sql.EVENTS_OF.format(ids=clause), (*ids, max_seq), scan=True)
         out: dict[str, list[Event]] = {run_id: [] for run_id in run_ids}
-        for r in found:
+        for r, data in zip(found, _decode_all([r["data"] for r in found]), strict=True):
             out[r["run_id"]].append(
-                Event(
-                    r["seq"],
-                    r["at"],
-                    r["generation"],
-                    r["type"],
-                    r["step"],
-                    r["attempt"],
-                    json.loads(r["data"]),
-                )
+                Event(r["seq"], r["at"], r["generation"], r["type"], r["step"], r["attempt"], data)
             )
         return out
 

@@ -3,7 +3,17 @@ replayed, missing state keys; nothing stored) and the paged, resumable, idempote
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+import pytest
+
+from foliot.core.workflow.definition import Definition, parse_definition
+from foliot.core.workflow.model import Run
+from foliot.http.deploys import MAX_REPLAY_EVENTS, build_report, replay_chunks
+from foliot.storage import deploy_sql
+from foliot.storage.base import UnitOfWork
+from foliot.storage.factory import open_store
 
 from ..conftest import Api
 
@@ -188,3 +198,123 @@ async def test_the_console_shows_the_dry_run_then_migrates(api: Api) -> None:
         assert done.status_code == 200, done.text
         assert "3 migrated to version 2" in done.text
     assert {(await api.run(rid))["version"] for rid in open_ids} == {2}
+
+
+async def test_missing_keys_counted_in_sql_are_those_read_run_by_run(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dry-run counts the runs lacking each key in the database where SQL can say it
+    exactly; the report is the one reading every run's input and state gives (both stores:
+    two versions, three steps, keys found by key, by index, null, or not at all)."""
+    v2_doc = {**V1, "steps": [*V1["steps"], {"name": "c", "type": "wait", "signal": "x"}]}
+    old = {1: parse_definition(V1), 2: parse_definition(v2_doc)}
+    candidate = parse_definition(
+        {
+            "name": "order",
+            "steps": [
+                {"name": "a", "type": "wait", "signal": "go"},
+                {
+                    "name": "check",
+                    "type": "choice",
+                    "choices": [
+                        {"when": {"path": "input.customer", "op": "eq", "value": "vip"}, "next": "b"},
+                        {"when": {"path": "state.x.ok", "op": "eq", "value": True}, "next": "b"},
+                        {"when": {"path": "input.items.0", "op": "eq", "value": 1}, "next": "b"},
+                    ],
+                    "default": "b",
+                },
+                {"name": "b", "type": "wait", "signal": "done"},
+            ],
+        }
+    )
+    inputs: list[Any] = [
+        {"customer": "vip"},
+        {},
+        {"items": [1]},
+        {"items": {"0": 2}},
+        None,
+        [1],
+        {"customer": None},
+    ]
+    states: list[Any] = [{}, {"x": {"ok": True}}, {"x": None}, {"x": {"ok": None}}]
+
+    async def lookup(number: int) -> Definition | None:
+        return old.get(number)
+
+    async with open_store(database_url) as store:
+        await store.migrate()
+        await store.add_workflow_version("orders", "order", json.dumps(V1), 1)
+        await store.add_workflow_version("orders", "order", json.dumps(v2_doc), 2)
+        for n in range(70):
+            run = Run(
+                run_id=f"r{n:02d}",
+                app="orders",
+                workflow="order",
+                version=1 + n % 2,
+                status="waiting",
+                input=inputs[n % len(inputs)],
+                state=states[n % len(states)],
+                generation=1,
+                created_at=1_800_000_000_000 + n // 3,  # ties: the run id orders them
+                updated_at=1_800_000_000_000,
+                trace_id="t",
+                current_step=("a", "b", "c")[n % 3],
+            )
+            await store.commit(UnitOfWork(run, None))
+        counted = await build_report(store, lookup, "orders", "order", candidate, 0)
+        monkeypatch.setattr(deploy_sql, "expressible", lambda path: False)
+        read = await build_report(store, lookup, "orders", "order", candidate, 0)
+    assert counted == read
+    paths = {m["path"]: m["runs"] for m in counted["missingStateKeys"]}
+    assert set(paths) == {"input.customer", "state.x.ok", "input.items.0"} and all(paths.values())
+
+
+def test_recorded_runs_are_read_in_chunks_of_bounded_events() -> None:
+    runs = [
+        Run(f"r{n}", "a", "w", 1, "completed", None, {}, 1, 0, 0, "t", seq=seq)
+        for n, seq in enumerate([5, 5, 12, 0, 3, MAX_REPLAY_EVENTS * 3, 1])
+    ]
+    chunks = replay_chunks(runs, 10)
+    assert [[r.run_id for r in c] for c in chunks] == [["r0", "r1"], ["r2"], ["r3", "r4"], ["r5"], ["r6"]]
+    assert replay_chunks([], 10) == []
+    assert [len(c) for c in replay_chunks(runs, 10**9)] == [len(runs)]
+
+
+async def test_the_recorded_sample_is_the_last_closed_runs_read_a_page_at_a_time(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of closed runs (keyset) and chunks of events: the sample is the last `replay`
+    closed runs, newest first, each replayed once."""
+    from foliot.core.workflow.model import Event
+    from foliot.http import deploys
+
+    monkeypatch.setattr(deploys, "REPLAY_BATCH", 7)
+    monkeypatch.setattr(deploys, "REPLAY_EVENTS", 5)
+    async with open_store(database_url) as store:
+        await store.migrate()
+        await store.add_workflow_version("orders", "order", json.dumps(V1), 1)
+        for n in range(30):
+            run = Run(
+                f"c{n:02d}",
+                "orders",
+                "order",
+                1,
+                "completed",
+                None,
+                {},
+                1,
+                1_800_000_000_000 + n // 2,
+                0,
+                "t",
+                seq=2,
+            )
+            await store.commit(UnitOfWork(run, None, (Event(1, 0, 1, "run_started"), Event(2, 0, 1, "x"))))
+
+        async def lookup(number: int) -> Definition | None:
+            return parse_definition(V1)
+
+        report = await build_report(store, lookup, "orders", "order", parse_definition(V1), 23)
+        assert report["recorded"]["sampled"] == 23
+        assert [d["runId"] for d in report["recorded"]["diverged"]] == [f"c{n:02d}" for n in range(29, 6, -1)]
+        everything = await build_report(store, lookup, "orders", "order", parse_definition(V1), 1000)
+        assert everything["recorded"]["sampled"] == 30

@@ -502,5 +502,72 @@ async def test_dry_run_reads_open_groups_and_recent_closed_runs(store: Store) ->
 
     recent = await store.recent_closed_runs("app", "wf", 3)
     assert [r.run_id for r in recent] == ["c3", "c2", "c1"]
+    older = await store.recent_closed_runs("app", "wf", 3, (recent[1].created_at, recent[1].run_id))
+    assert [r.run_id for r in older] == ["c1", "c0"]
     histories = await store.events_of(["c3", "c0", "a0"], 1)
     assert [[e.type for e in histories[r]] for r in ("c3", "c0", "a0")] == [["run_started"]] * 2 + [[]]
+
+
+# Inputs and states that follow, or fail, a path in every way `predicate.resolve` can: a key
+# of an object, a digit key of an object against an array index, JSON null at the end and on
+# the way, a scalar on the way, an index past the end, the key only as a string value,
+# characters SQL must quote.
+LACKING_DOCS: list[tuple[Any, Any]] = [
+    ({"customer": "vip"}, {}),
+    ({"customer": None}, {"a": None}),
+    ({}, {"a": {"0": {"x": 1}}}),
+    ({"items": [{"x": 1}]}, {"a": [{"x": None}]}),
+    ({"items": []}, {"a": [[], {"x": 2}]}),
+    ({"items": {"0": {"x": 1}}}, {"a": 5}),
+    ({"note": "customer"}, {"a": {"x": 1}}),
+    ("customer", {"a-b.c": 1, "$[x]'": {"10": True}}),
+    ([{"x": 1}, 2], {"a": {"b": None}}),
+    (None, {"a": {"0": []}}),
+]
+LACKING_PATHS = [
+    ("input", "customer"),
+    ("input", "items", "0", "x"),
+    ("input", "0", "x"),
+    ("input", "1"),
+    ("state", "a"),
+    ("state", "a", "0", "x"),
+    ("state", "a", "1", "x"),
+    ("state", "a", "b"),
+    ("state", "$[x]'", "10"),
+    ("state", "a", "99999999999"),
+]
+
+
+async def test_dry_run_counts_the_runs_lacking_a_path_as_lookup_does(store: Store) -> None:
+    """The missing-state-keys check in SQL (`deploy_sql.expressible` paths) says of each run
+    what `predicate.lookup` says of its input and state; the newest lacking runs come newest
+    first (created_at, then run_id)."""
+    from foliot.core.workflow.predicate import lookup
+    from foliot.storage import deploy_sql
+
+    docs = [(f"l{i:02d}", T0 + i // 2, given, state) for i, (given, state) in enumerate(LACKING_DOCS * 2)]
+    for run_id, created, given, state in docs:
+        run = attrs.evolve(make_run(run_id, current_step="a", created=created), input=given, state=state)
+        await store.commit(UnitOfWork(run, None))
+    await store.commit(UnitOfWork(make_run("other", current_step="b"), None))  # another group
+    (group,) = [g for g in await store.open_run_groups("app", "wf", 1) if g.step == "a"]
+    assert all(deploy_sql.expressible(p) for p in LACKING_PATHS)
+    counts = await store.open_group_lacking("app", "wf", group, LACKING_PATHS)
+    for path, count in zip(LACKING_PATHS, counts, strict=True):
+        lacking = [(c, r) for r, c, g, s in docs if not lookup(path, {"input": g, "state": s})[0]]
+        assert count == len(lacking), path
+        newest = await store.open_group_lacking_newest("app", "wf", group, path, 3)
+        assert newest == sorted(lacking, reverse=True)[:3], path
+    assert await store.open_group_lacking("app", "wf", group, []) == []
+
+
+def test_paths_sql_cannot_say_exactly_are_left_to_python() -> None:
+    from foliot.storage.deploy_sql import expressible
+
+    assert expressible(("input", "a-b", "0", "$x", "[1]"))
+    assert not expressible(("input", 'say"hi'))  # a quote: SQLite cannot name it
+    assert not expressible(("state", "back\\slash"))
+    assert not expressible(("input", "café"))  # written otherwise by some JSON writers
+    assert not expressible(("input", "٣"))  # a digit to str.isdigit, no index to SQL
+    assert not expressible(("input", "1", "2", "3", "4"))  # 16 ways to follow it
+    assert not expressible(("run_id",))  # no input or state

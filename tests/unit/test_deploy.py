@@ -233,6 +233,139 @@ def test_missing_keys_leave_out_what_steps_ahead_write() -> None:
     ]
 
 
+def test_a_path_read_twice_by_one_predicate_counts_each_run_once() -> None:
+    candidate = wf(
+        {
+            "name": "c",
+            "type": "choice",
+            "choices": [
+                {
+                    "when": {
+                        "all": [
+                            {"path": "input.x", "op": "gt", "value": 1},
+                            {"path": "input.x", "op": "lt", "value": 5},
+                        ]
+                    },
+                    "next": "$end",
+                }
+            ],
+            "default": "$end",
+        },
+    )
+    agg = deploy.OpenRuns(candidate)
+    agg.add("r1", 1, "c", "running", None, {}, {})
+    assert [(m["path"], m["runs"], m["exampleRunIds"]) for m in agg.missing()] == [("input.x", 1, ["r1"])]
+    assert agg.paths("c") == (("input", "x"),)
+
+
+# Reads of several kinds at several steps: paths shared between steps (`d` and `e` read
+# `input.x` on two branches, `c` sees both ahead), a path read twice by one predicate, an
+# optional (`exists`) one, one written ahead (`state.t`), an array index (`input.items.0`).
+LACKING_CANDIDATE = wf(
+    {"name": "t", "type": "task"},
+    {
+        "name": "c",
+        "type": "choice",
+        "choices": [
+            {
+                "when": {
+                    "any": [
+                        {"path": "input.x", "op": "eq", "value": 1},
+                        {"path": "state.t.ok", "op": "eq", "value": True},
+                        {"path": "input.x", "op": "gt", "value": 3},
+                        {"path": "input.z", "op": "exists", "value": True},
+                    ]
+                },
+                "next": "d",
+            },
+            {"when": {"path": "state.old.v", "op": "eq", "value": 1}, "next": "e"},
+        ],
+        "default": "d",
+    },
+    {
+        "name": "d",
+        "type": "choice",
+        "choices": [{"when": {"path": "input.x", "op": "eq", "value": 2}, "next": "m"}],
+        "default": "m",
+    },
+    {"name": "m", "type": "map", "workflow": "child", "itemsPath": "input.items.0", "next": "$end"},
+    {
+        "name": "e",
+        "type": "choice",
+        "choices": [{"when": {"path": "input.x", "op": "eq", "value": 3}, "next": "m"}],
+        "default": "m",
+    },
+    output="state.old",
+)
+LACKING_STEPS = ("t", "c", "d", "e", "m", "gone", None)
+
+
+def _lacking_runs() -> Any:
+    """Open runs: (version, step, status, created_at, input, state); created_at ties often
+    (run_id, their index, orders them)."""
+    from hypothesis import strategies as st
+
+    values = st.sampled_from([None, 0, 1, True, [], [7], {"v": 1}, {"ok": True}, {"0": 1}])
+    inputs = st.one_of(st.dictionaries(st.sampled_from(["x", "y", "items", "z"]), values, max_size=4), values)
+    states = st.dictionaries(st.sampled_from(["t", "old", "m"]), values, max_size=3)
+    run = st.tuples(
+        st.integers(1, 3),
+        st.sampled_from(LACKING_STEPS),
+        st.sampled_from(["running", "waiting"]),
+        st.integers(0, 9),
+        inputs,
+        states,
+    )
+    return st.lists(run, max_size=60)
+
+
+def test_missing_keys_counted_by_group_order_ties_by_the_run_that_found_them() -> None:
+    """Two entries as large with one path (read at `d` and at `e`): the one whose run comes
+    first (newest) is listed first, whichever group the store answers for first."""
+    agg = deploy.OpenRuns(LACKING_CANDIDATE)
+    assert [r.step for r in agg.relevant("d")][:1] == ["d"] and "d" not in [r.step for r in agg.relevant("e")]
+    x = ("input", "x")
+    agg.add_lacking([deploy.Lacking("e", x, 1, ((3, "old"),)), deploy.Lacking("d", x, 1, ((5, "new"),))])
+    assert [(m["path"], m["readBy"], m["exampleRunIds"]) for m in agg.missing()][:2] == [
+        ("input.x", "d", ["new"]),
+        ("input.x", "e", ["old"]),
+    ]
+
+
+def test_missing_keys_counted_by_group_give_the_report_of_every_run() -> None:
+    """`add_lacking` (the store counts each group's runs lacking each path, and gives their
+    newest 20) reports exactly what `add_state` of every run, fed newest first across each
+    version's groups, reports: counts, examples, and the order of ties."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(_lacking_runs(), st.randoms(use_true_random=False))
+    def check(drawn: list[tuple[Any, ...]], rnd: Any) -> None:
+        runs = [(f"r{n:03d}", *r) for n, r in enumerate(drawn)]
+        full, counted = deploy.OpenRuns(LACKING_CANDIDATE), deploy.OpenRuns(LACKING_CANDIDATE)
+        for version in sorted({r[1] for r in runs}, reverse=True):
+            mine = [r for r in runs if r[1] == version]
+            stream = sorted(
+                (r for r in mine if full.relevant(r[2])), key=lambda r: (r[4], r[0]), reverse=True
+            )
+            for run_id, _, step, _, _, given_input, state in stream:
+                full.add_state(run_id, step, given_input, state)
+            lacking = []
+            for step, status in {(r[2], r[3]) for r in mine if counted.relevant(r[2])}:
+                group = [r for r in mine if (r[2], r[3]) == (step, status)]
+                for path in counted.paths(step):
+                    reads = [deploy.ReadPath(path, step, "f")]
+                    without = [r for r in group if deploy.missing_keys(reads, r[5], r[6])]
+                    newest = sorted(((r[4], r[0]) for r in without), reverse=True)[: deploy.MAX_EXAMPLES]
+                    lacking.append(deploy.Lacking(step, path, len(without), tuple(newest)))
+            rnd.shuffle(lacking)  # the order the store answers in does not matter
+            counted.add_lacking(lacking)
+        assert counted.missing() == full.missing()
+
+    check()
+
+
 # --------------------------------------------------------------------------- replay: same
 
 

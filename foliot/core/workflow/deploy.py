@@ -20,6 +20,7 @@ from the final state, map and parallel results from `state[step]`.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
@@ -38,6 +39,7 @@ __all__ = [
     "STRANDED",
     "Difference",
     "Divergence",
+    "Lacking",
     "OpenRuns",
     "ReadPath",
     "Replayed",
@@ -135,15 +137,20 @@ def relevant_reads(
     reads: Sequence[ReadPath], candidate: Definition, step: str | None
 ) -> tuple[ReadPath, ...]:
     """Of `reads`, those a run at `step` will still make and whose key no step it may still
-    enter writes first: `state.X...` read where step X is ahead of the run is not missing yet."""
+    enter writes first: `state.X...` read where step X is ahead of the run is not missing yet.
+    Each (path, step, field) once: a predicate naming a path twice reads it once per run."""
     ahead = reachable(candidate, step)
     out = []
+    seen: set[tuple[tuple[str, ...], str | None, str]] = set()
     for read in reads:
         if read.optional or (read.step is not None and read.step not in ahead):
             continue
         if read.path[0] == "state" and len(read.path) > 1 and read.path[1] in ahead:
             continue
-        out.append(read)
+        key = (read.path, read.step, read.field)
+        if key not in seen:
+            seen.add(key)
+            out.append(read)
     return tuple(out)
 
 
@@ -171,6 +178,17 @@ class _Missing:
     read: ReadPath
     count: int = 0
     examples: list[str] = attrs.Factory(list)
+
+
+@attrs.frozen
+class Lacking:
+    """The open runs of one group (at `step`) that lack `path`, as the store counts them:
+    `count`, and the newest of them as (created_at, run_id), newest first, MAX_EXAMPLES at most."""
+
+    step: str | None
+    path: tuple[str, ...]
+    count: int
+    newest: tuple[tuple[int, str], ...] = ()
 
 
 class OpenRuns:
@@ -255,6 +273,45 @@ class OpenRuns:
             entry.count += 1
             if len(entry.examples) < MAX_EXAMPLES:
                 entry.examples.append(run_id)
+
+    def paths(self, step: str | None) -> tuple[tuple[str, ...], ...]:
+        """The distinct paths of the reads that matter at `step` (`relevant`), in read order:
+        what the store checks the runs of a group at `step` for (`add_lacking`)."""
+        return tuple(dict.fromkeys(read.path for read in self.relevant(step)))
+
+    def add_lacking(self, lacking: Iterable[Lacking]) -> None:
+        """The missing-state-keys check of one version's open runs, counted by the store: for
+        each group whose step has reads that matter and each of its `paths`, how many runs lack
+        the path and the newest of them (in any order). Fed the versions newest first, the
+        report is the one `add_state` of every run gives (fed newest first across each
+        version's groups): the same counts and examples, entries made in the order their
+        first run would make them (which orders entries of equal size and path)."""
+        found: dict[tuple[str, str | None, str], list[tuple[Lacking, int]]] = {}
+        reads: dict[tuple[str, str | None, str], ReadPath] = {}
+        for item in lacking:
+            if item.count <= 0:
+                continue
+            for rank, read in enumerate(self.relevant(item.step)):
+                if read.path == item.path:
+                    mkey = (read.dotted, read.step, read.field)
+                    found.setdefault(mkey, []).append((item, rank))
+                    reads[mkey] = read
+        # a new entry is made by its newest run, and one run lacking several reads makes
+        # them in read order
+        firsts = []
+        for mkey, items in found.items():
+            if mkey not in self._missing:
+                item, rank = max(items, key=lambda pair: pair[0].newest[:1])
+                firsts.append((item.newest[:1], -rank, mkey))
+        for *_, mkey in sorted(firsts, reverse=True):
+            self._missing[mkey] = _Missing(reads[mkey])
+        for mkey, items in found.items():
+            entry = self._missing[mkey]
+            entry.count += sum(item.count for item, _ in items)
+            room = MAX_EXAMPLES - len(entry.examples)
+            if room > 0:
+                merged = heapq.merge(*(item.newest for item, _ in items), reverse=True)
+                entry.examples.extend(run_id for _, run_id in itertools.islice(merged, room))
 
     def groups(self) -> list[dict[str, Any]]:
         """Largest groups first; stranded before moves before compatible at equal size."""
