@@ -130,6 +130,19 @@ QUEUED_BY_WORKFLOW_POSTGRES: Final = (
 )
 
 
+# (app, key, app, key): the slots of a key held, and its oldest queued run (None: none waits),
+# in one read.
+SLOT_GUARD: Final = (
+    "SELECT (SELECT COUNT(*) FROM runs WHERE app = ? AND slot_key = ?) AS n,"
+    " (SELECT run_id FROM runs WHERE app = ? AND queue_key = ? ORDER BY created_at, run_id LIMIT 1) AS head"
+)
+
+
+def slot_lock(app: str, key: str) -> str:
+    """The name of a slot key's lock (PostgreSQL: `Dialect.workflow_lock` takes it)."""
+    return f"slot:{app}/{key}"
+
+
 def slot_tx(run_id: str, app: str, slot: SlotChange, lock: str | None) -> Tx[None]:
     """A unit's concurrency slot change (after its run row is written)."""
     if slot.kind == "queue":
@@ -139,17 +152,17 @@ def slot_tx(run_id: str, app: str, slot: SlotChange, lock: str | None) -> Tx[Non
         yield change(SET_SLOT, None, None, run_id)
         return
     if lock is not None:  # PostgreSQL's writers run concurrently: one admission per key at a time
-        yield change(lock, f"slot:{app}/{slot.key}")
-    held = yield one(COUNT_SLOTS, app, slot.key)
-    if held["n"] >= slot.limit:
+        yield change(lock, slot_lock(app, slot.key))
+    guard = yield one(SLOT_GUARD, app, slot.key, app, slot.key)
+    if guard["n"] >= slot.limit:
         raise UniqueViolation(SLOT_TAKEN, f"all {slot.limit} slots of {slot.key!r} are taken")
-    head = yield one(QUEUE_HEADS, app, slot.key, 1)
-    if head is not None and head["run_id"] != run_id:
+    if guard["head"] is not None and guard["head"] != run_id:
         raise UniqueViolation(SLOT_TAKEN, f"an older run waits for a slot of {slot.key!r}")
     yield change(SET_SLOT, slot.key, None, run_id)
 
 
-INSERT_DEBOUNCE: Final = _insert("debounce_keys", "app, workflow, key, run_id, mode, until") + marks(6)
+INSERT_DEBOUNCE_HEAD: Final = _insert("debounce_keys", "app, workflow, key, run_id, mode, until")
+INSERT_DEBOUNCE: Final = INSERT_DEBOUNCE_HEAD + marks(6)
 # (app, workflow, key, run_id)
 RELEASE_DEBOUNCE: Final = (
     "DELETE FROM debounce_keys WHERE app = ? AND workflow = ? AND key = ? AND run_id = ?"

@@ -10,7 +10,7 @@ import asyncpg
 
 from ...core.errors import StaleWrite, StorageError, UniqueViolation
 from .. import run_sql
-from ..batch import BatchRows
+from ..batch import BatchPlan, BatchRows
 from ..sql import numbered
 
 # The shared statements of `run_sql`, numbered once.
@@ -23,6 +23,33 @@ _INSERT_TIMER = numbered(run_sql.INSERT_TIMER)
 _INSERT_SIGNAL_ID = numbered(run_sql.INSERT_SIGNAL_ID)
 _INSERT_IDEMPOTENCY = numbered(run_sql.INSERT_IDEMPOTENCY)
 _REPLACE_EXPIRED_IDEMPOTENCY = numbered(run_sql.REPLACE_EXPIRED_IDEMPOTENCY)
+_RELEASE_DEBOUNCE = numbered(run_sql.RELEASE_DEBOUNCE)
+_INSERT_DEBOUNCE = numbered(run_sql.INSERT_DEBOUNCE)
+# `BatchRows.slots`: (slot_key, queue_key, run_id) columns.
+_SET_SLOTS = (
+    "UPDATE runs AS r SET slot_key = u.slot_key, queue_key = u.queue_key"
+    " FROM unnest($1::text[], $2::text[], $3::text[]) AS u(slot_key, queue_key, run_id)"
+    " WHERE r.run_id = u.run_id"
+)
+# The slot keys a batch admits to, locked in the order given (`BatchPlan.slot_reads`' order, the
+# same for every writer, so two batches never wait for each other's locks in a cycle): the
+# transaction-scoped lock `run_sql.slot_tx` takes for one admission.
+LOCK_SLOTS = "SELECT count(pg_advisory_xact_lock(hashtext(k))) FROM unnest($1::text[]) AS k"
+# (apps, keys, counts): per slot key, the slots held and its `n` oldest queued runs, read in a
+# statement after the locks were taken (so it sees every admission committed before them).
+READ_SLOTS = (
+    "SELECT k.app, k.key,"
+    " (SELECT count(*) FROM runs r WHERE r.app = k.app AND r.slot_key = k.key) AS held,"
+    " ARRAY(SELECT q.run_id FROM runs q WHERE q.app = k.app AND q.queue_key = k.key"
+    " ORDER BY q.created_at, q.run_id LIMIT k.n) AS heads"
+    " FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(app, key, n)"
+)
+# (apps, workflows, keys): the debounce keys claimed that already have a burst.
+READ_CLAIMS = (
+    "SELECT d.app, d.workflow, d.key FROM debounce_keys d"
+    " JOIN unnest($1::text[], $2::text[], $3::text[]) AS c(app, workflow, key)"
+    " ON d.app = c.app AND d.workflow = c.workflow AND d.key = c.key"
+)
 
 
 _UPDATE_RUNS = (
@@ -80,6 +107,41 @@ async def apply_units(conn: asyncpg.Connection, rows: BatchRows | None) -> None:
         held = await conn.fetchval(_IDEMPOTENCY_HELD, list(apps), list(keys), list(run_ids))
         if held != len(rows.idempotency_replacing):
             raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+    if rows.slots:
+        await conn.execute(_SET_SLOTS, *_columns(rows.slots, 3))
+    if rows.debounce_released:
+        await conn.executemany(_RELEASE_DEBOUNCE, rows.debounce_released)
+    if rows.debounce_claimed:
+        await conn.executemany(_INSERT_DEBOUNCE, rows.debounce_claimed)
+
+
+async def apply_plan(conn: asyncpg.Connection, plan: BatchPlan) -> dict[int, UniqueViolation]:
+    """Write a batch's units as `plan` says (`batch.BatchPlan`): the units without a guard as a
+    set, then, under the locks of the slot keys admitted to (writers and nodes run at once),
+    the guards read in two statements and the admitted units written as a set. Answers the
+    guarded units refused (they wrote nothing). Raises when a set is refused (the caller rolls
+    back)."""
+    reads = plan.slot_reads()
+    if reads:
+        await conn.fetchval(LOCK_SLOTS, [run_sql.slot_lock(app, key) for app, key, _ in reads])
+    await apply_units(conn, plan.first)
+    if not plan.guarded:
+        return {}
+    held: dict[tuple[str, str], int] = {}
+    heads: dict[tuple[str, str], list[str]] = {}
+    if reads:
+        apps, keys, counts = (list(column) for column in zip(*reads, strict=True))
+        for row in await conn.fetch(READ_SLOTS, apps, keys, counts):
+            held[(row["app"], row["key"])] = row["held"]
+            heads[(row["app"], row["key"])] = list(row["heads"])
+    taken: list[tuple[str, str, str]] = []
+    claims = plan.claim_reads()
+    if claims:
+        rows = await conn.fetch(READ_CLAIMS, *(list(column) for column in zip(*claims, strict=True)))
+        taken = [(r["app"], r["workflow"], r["key"]) for r in rows]
+    refused = plan.refusals(held, heads, taken)
+    await apply_units(conn, plan.then(refused))
+    return refused
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
@@ -90,7 +152,8 @@ def only_new_runs(rows: BatchRows) -> bool:
     """Whether `INSERT_NEW_RUNS` can write these rows: new runs only, no idempotency record to
     take over, and no task written twice (one INSERT cannot upsert a row twice)."""
     return (
-        not rows.updates
+        rows.plain
+        and not rows.updates
         and not rows.idempotency_replacing
         and all(row[14] is None for row in rows.inserts)  # child runs: `apply_units`
         and len({task[0] for task in rows.tasks}) == len(rows.tasks)
@@ -101,7 +164,8 @@ def only_updates(rows: BatchRows) -> bool:
     """Whether `UPDATE_RUNS_SET` can write these rows: runs already stored moving on, no
     idempotency record, no task written twice (one INSERT cannot upsert a row twice)."""
     return (
-        bool(rows.updates)
+        rows.plain
+        and bool(rows.updates)
         and not rows.inserts
         and not rows.idempotency
         and not rows.idempotency_replacing
