@@ -278,7 +278,9 @@ class Node:
             if (only is not None and not only(task.run_id)) or not self.ownership.accepts(task.run_id):
                 continue
             if task.queue is not None and task.deadline is None:
-                self.queues.offer(task.app, task.queue, task.token, task.run_id)
+                # Offered again as it was: its priority, and a token of its rate-limit buckets
+                # taken first (the stored bucket holds back a burst after the restart).
+                self.runs.reoffer(task)
             elif task.queue is None:
                 self.runs.tell(task.run_id, Redeliver(task.token))
             recovered += 1

@@ -11,11 +11,12 @@ import base64
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
 
+from ..core.workflow.flow import DEFAULT_PRIORITY, Bucket
 from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .deploy_sql import OpenGroup, OpenRunRow
@@ -502,7 +503,9 @@ def event_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
 
 
 def task_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
-    """(token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline, created_at)"""
+    """(token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline,
+    created_at, priority, buckets): `priority` NULL when the default, `buckets` NULL when none
+    (else `task_buckets`' JSON)."""
     return [
         (
             t.token,
@@ -516,9 +519,27 @@ def task_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
             t.close_reason,
             t.deadline,
             t.created_at,
+            None if t.priority == DEFAULT_PRIORITY else t.priority,
+            task_buckets(t.buckets) if t.buckets else None,
         )
         for t in unit.tasks
     ]
+
+
+def task_buckets(buckets: Sequence[Bucket]) -> str:
+    """`tasks.buckets` (migration 0078): `[[name, interval_us, label], ...]`."""
+    return json.dumps([[b.name, b.interval_us, b.label] for b in buckets], separators=(",", ":"))
+
+
+def task_record(row: Mapping[str, Any]) -> TaskRow:
+    """A `tasks` row as its record."""
+    fields = dict(row)
+    priority = fields.pop("priority", None)
+    raw = fields.pop("buckets", None)
+    buckets = tuple(Bucket(str(n), int(i), str(label)) for n, i, label in json.loads(raw)) if raw else ()
+    return TaskRow(
+        **fields, priority=DEFAULT_PRIORITY if priority is None else int(priority), buckets=buckets
+    )
 
 
 def timer_rows(run: Run) -> list[tuple[Any, ...]]:

@@ -62,7 +62,8 @@ INSERT_RUN_HEAD: Final = _insert(
 INSERT_EVENT_HEAD: Final = _insert("events", "run_id, seq, at, generation, type, step, attempt, data")
 INSERT_TASK_HEAD: Final = _insert(
     "tasks",
-    "token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline, created_at",
+    "token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline, created_at,"
+    " priority, buckets",
 )
 # A task row is written again as it changes (answered, timed out, re-armed).
 UPSERT_TASK_TAIL: Final = (
@@ -84,7 +85,7 @@ UPDATE_RUN: Final = (
     " WHERE run_id = ? AND seq = ?"
 )
 INSERT_EVENT: Final = INSERT_EVENT_HEAD + marks(8)
-UPSERT_TASK: Final = INSERT_TASK_HEAD + marks(11) + UPSERT_TASK_TAIL
+UPSERT_TASK: Final = INSERT_TASK_HEAD + marks(13) + UPSERT_TASK_TAIL
 DELETE_TIMERS: Final = "DELETE FROM timers WHERE run_id = ?"
 INSERT_TIMER: Final = INSERT_TIMER_HEAD + marks(5)
 INSERT_SIGNAL_ID: Final = INSERT_SIGNAL_ID_HEAD + marks(3)

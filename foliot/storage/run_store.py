@@ -28,6 +28,7 @@ from .base import (
     TimerRecord,
     UnitOfWork,
     WorkflowRecord,
+    task_record,
 )
 from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
 from .run_sql import Dialect
@@ -293,10 +294,10 @@ class SqlRunStore:
 
     async def get_task(self, token: str) -> TaskRow | None:
         row = await self._one(run_sql.GET_TASK, (token,))
-        return None if row is None else TaskRow(**dict(row))
+        return None if row is None else task_record(row)
 
     async def open_tasks(self) -> list[TaskRow]:
-        return [TaskRow(**dict(r)) for r in await self._all(run_sql.OPEN_TASKS, scan=True)]
+        return [task_record(r) for r in await self._all(run_sql.OPEN_TASKS, scan=True)]
 
     async def timers_due_before(
         self, before: int, limit: int, after: tuple[int, str, str] | None = None

@@ -106,12 +106,12 @@ async def open_rig(
 
 
 @pytest.fixture
-async def rig(autojump_clock: MockClock, limits: dict[str, int]) -> AsyncIterator[Rig]:
+async def rig(limits: dict[str, int]) -> AsyncIterator[Rig]:
     async with open_rig(limits) as r:
         yield r
 
 
-async def test_within_an_app_higher_priority_goes_first(rig: Rig) -> None:
+async def test_within_an_app_higher_priority_goes_first(rig: Rig, autojump_clock: MockClock) -> None:
     rig.push("a", 0)  # taken at once by the one sender
     await rig.until(1)
     for n, priority in [(1, 5), (2, 3), (3, 1), (4, 3), (5, 1)]:
@@ -120,7 +120,7 @@ async def test_within_an_app_higher_priority_goes_first(rig: Rig) -> None:
     assert [t for _, t in rig.sent] == ["tok-a-0", "tok-a-3", "tok-a-5", "tok-a-2", "tok-a-4", "tok-a-1"]
 
 
-async def test_aging_bounds_how_long_a_low_priority_push_waits(rig: Rig) -> None:
+async def test_aging_bounds_how_long_a_low_priority_push_waits(rig: Rig, autojump_clock: MockClock) -> None:
     """Level-1 pushes arrive faster than they are sent: the level-5 one (aging 10 s) is overtaken
     only by those that arrived less than 40 s after it, and goes before every later one."""
     rig.handler_s[0] = 0.5
@@ -139,7 +139,9 @@ async def test_aging_bounds_how_long_a_low_priority_push_waits(rig: Rig) -> None
     assert all(arrived[t] - arrived["tok-a-999"] > 40 for t in order[low + 1 :])
 
 
-async def test_weighted_round_robin_an_apps_backlog_cannot_hold_back_another(rig: Rig) -> None:
+async def test_weighted_round_robin_an_apps_backlog_cannot_hold_back_another(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
     """App a has 100,000 queued pushes; app b's one push is the next but one sent."""
     for n in range(100_000):
         rig.push("a", n)
@@ -151,7 +153,7 @@ async def test_weighted_round_robin_an_apps_backlog_cannot_hold_back_another(rig
     assert rig.dispatcher.backlog > 99_990
 
 
-async def test_weights_share_the_senders_turns(rig: Rig) -> None:
+async def test_weights_share_the_senders_turns(rig: Rig, autojump_clock: MockClock) -> None:
     rig.targets["a"] = Target("http://handler.test", ("whsec_test",), weight=3)
     rig.dispatcher.set_weight("a", 3)
     for n in range(9):
@@ -163,7 +165,7 @@ async def test_weights_share_the_senders_turns(rig: Rig) -> None:
 
 
 @pytest.mark.parametrize("limits", [{"concurrency": 8, "per_app": 8}])
-async def test_a_rate_limited_step_is_spaced_per_key(rig: Rig) -> None:
+async def test_a_rate_limited_step_is_spaced_per_key(rig: Rig, autojump_clock: MockClock) -> None:
     limit = RateLimit(10, 1000, ("input", "tenant"), "input.tenant")  # one per 100 ms per tenant
     for n in range(5):
         for tenant in ("acme", "globex"):
@@ -181,7 +183,9 @@ async def test_a_rate_limited_step_is_spaced_per_key(rig: Rig) -> None:
 
 
 @pytest.mark.parametrize("limits", [{"concurrency": 8, "per_app": 8}])
-async def test_an_apps_rate_limit_spaces_all_its_pushes_and_a_held_push_can_be_aborted(rig: Rig) -> None:
+async def test_an_apps_rate_limit_spaces_all_its_pushes_and_a_held_push_can_be_aborted(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
     rig.targets["a"] = Target(
         "http://handler.test", ("whsec_test",), rate=app_bucket("a", RateLimit(2, 1000))
     )

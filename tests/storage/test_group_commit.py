@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from foliot.core.errors import StaleWrite, StorageError, UniqueViolation
+from foliot.core.workflow.flow import Bucket
 from foliot.core.workflow.model import Event, TaskRow, Timer
 from foliot.storage.base import (
     DEBOUNCE_TAKEN,
@@ -672,3 +673,52 @@ def test_a_guard_in_a_child_run_is_not_guessed() -> None:
     assert plan is not None and plan.guarded == (0,)
     assert [r[0] for r in plan.then({}).inserts] == ["parent", "child2"]
     assert plan.then({0}).inserts == []
+
+
+async def test_a_tasks_priority_and_buckets_are_kept_on_every_write_path(held: tuple[Store, Hold]) -> None:
+    """An attempt's priority and rate-limit buckets (migration 0078) land with its task row on
+    each path (starts only, runs moving on, a mixed set, one by one) and stay as written when
+    the attempt opened, whatever later rows of the token say."""
+    store, hold = held
+    await seed_app(store)
+    bucket = Bucket("s/app/wf/t/input.k=a", 600_000, "k=a")
+
+    def opened(token: str, run_id: str, level: int, buckets: tuple[Bucket, ...] = ()) -> TaskRow:
+        return attrs.evolve(task(token, run_id), priority=level, buckets=buckets)
+
+    starts = [
+        UnitOfWork(make_run(f"s{i}"), None, tasks=(opened(f"t{i}", f"s{i}", 1 + i, (bucket,) * (i % 2)),))
+        for i in range(3)
+    ]
+    assert await commit_as_one_batch(store, hold, starts) == [None] * 3  # PostgreSQL: one statement
+    moving = [
+        UnitOfWork(
+            make_run(f"s{i}", seq=1),
+            0,
+            tasks=(task(f"t{i}", f"s{i}", "closed", "answered"), opened(f"u{i}", f"s{i}", 2, (bucket,))),
+        )
+        for i in range(2)
+    ]
+    assert await commit_as_one_batch(store, hold, moving) == [None] * 2  # one statement too
+    mixed = [
+        UnitOfWork(make_run("s2", seq=1), 0, tasks=(opened("v2", "s2", 4),)),
+        UnitOfWork(make_run("m"), None, tasks=(opened("tm", "m", 5, (bucket, bucket)),)),
+    ]
+    assert await commit_as_one_batch(store, hold, mixed) == [None] * 2
+    twice = [
+        UnitOfWork(make_run("w"), None, tasks=(opened("tw", "w", 2, (bucket,)),)),
+        UnitOfWork(make_run("w", seq=1), 0, tasks=(task("tw", "w", "closed", "answered"),)),
+    ]
+    assert await commit_as_one_batch(store, hold, twice) == [None] * 2  # one by one
+
+    flow = {t.token: (t.status, t.priority, t.buckets) for t in await store.open_tasks()}
+    assert flow == {
+        "t2": ("open", 3, ()),
+        "u0": ("open", 2, (bucket,)),
+        "u1": ("open", 2, (bucket,)),
+        "v2": ("open", 4, ()),
+        "tm": ("open", 5, (bucket, bucket)),
+    }
+    for token, level, buckets in (("t0", 1, ()), ("t1", 2, (bucket,)), ("tw", 2, (bucket,))):
+        row = await store.get_task(token)
+        assert row is not None and (row.status, row.priority, row.buckets) == ("closed", level, buckets)

@@ -25,7 +25,7 @@ from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.flow import DEFAULT_PRIORITY, Bucket
 from ...core.workflow.machine import Context, Reply
-from ...core.workflow.model import Run, ScheduleRef, TaskRef, replace_run
+from ...core.workflow.model import Run, ScheduleRef, TaskRef, TaskRow, replace_run
 from ...storage.base import (
     DEBOUNCE_TAKEN,
     SLOT_TAKEN,
@@ -123,17 +123,25 @@ class Runs:
         queue until a poller claims it; by `priority`, once a token of each rate-limit bucket
         is taken (a gated offer waits in the dispatcher, see `Dispatcher.call`)."""
         if task.queue is not None:
-            if task.claimed_by is not None:
-                return
-            if not buckets:
-                self.host.queues.offer(run.app, task.queue, task.token, run.run_id, priority)
-                return
-            offer = partial(self._offer_if_open, run.app, task.queue, task.token, run.run_id, priority)
-            self.host.dispatcher.call(
-                Call(run.app, task.token, offer, run.run_id, priority=priority, buckets=buckets)
-            )
+            if task.claimed_by is None:
+                self._offer(run.app, task.queue, task.token, run.run_id, priority, buckets)
             return
         self.host.dispatcher.push(run, task, path, timeout_ms, priority, buckets)
+
+    def reoffer(self, task: TaskRow) -> None:
+        """An unclaimed queued task found open at recovery: offered with the priority and the
+        rate-limit buckets its attempt was opened with (`TaskRow`, migration 0078)."""
+        assert task.queue is not None
+        self._offer(task.app, task.queue, task.token, task.run_id, task.priority, task.buckets)
+
+    def _offer(
+        self, app: str, queue: str, token: str, run_id: str, priority: int, buckets: tuple[Bucket, ...]
+    ) -> None:
+        if not buckets:
+            self.host.queues.offer(app, queue, token, run_id, priority)
+            return
+        offer = partial(self._offer_if_open, app, queue, token, run_id, priority)
+        self.host.dispatcher.call(Call(app, token, offer, run_id, priority=priority, buckets=buckets))
 
     async def _offer_if_open(self, app: str, queue: str, token: str, run_id: str, priority: int) -> None:
         """A rate-limited offer whose slot came: offered unless its attempt closed meanwhile."""

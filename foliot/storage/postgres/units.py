@@ -178,7 +178,7 @@ def update_set_columns(rows: BatchRows) -> list[list[Any]]:
     return [
         *(updates[i] for i in (0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11)),
         *_columns(rows.events, 8),
-        *_columns(rows.tasks, 11),
+        *_columns(rows.tasks, 13),
         *_columns(rows.timers, 5),
         *_columns(rows.signal_ids, 3),
     ]
@@ -188,7 +188,7 @@ def new_run_columns(rows: BatchRows) -> list[list[Any]]:
     return [
         *_columns(rows.inserts, 15)[:14],
         *_columns(rows.events, 8),
-        *_columns(rows.tasks, 11),
+        *_columns(rows.tasks, 13),
         *_columns(rows.timers, 5),
         *_columns(rows.signal_ids, 3),
         *_columns(rows.idempotency, 6),
@@ -206,16 +206,17 @@ INSERT_NEW_RUNS = (
     " SELECT * FROM unnest($15::text[], $16::bigint[], $17::bigint[], $18::bigint[], $19::text[],"
     " $20::text[], $21::bigint[], $22::text[])),"
     " new_tasks AS (INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
-    " close_reason, deadline, created_at) SELECT * FROM unnest($23::text[], $24::text[], $25::text[],"
-    " $26::bigint[], $27::text[], $28::bigint[], $29::text[], $30::text[], $31::text[], $32::bigint[],"
-    " $33::bigint[]) ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
+    " close_reason, deadline, created_at, priority, buckets) SELECT * FROM unnest($23::text[],"
+    " $24::text[], $25::text[], $26::bigint[], $27::text[], $28::bigint[], $29::text[], $30::text[],"
+    " $31::text[], $32::bigint[], $33::bigint[], $34::int[], $35::text[])"
+    " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
     " close_reason = excluded.close_reason, deadline = excluded.deadline),"
     " new_timers AS (INSERT INTO timers (run_id, slot, kind, key, due_at)"
-    " SELECT * FROM unnest($34::text[], $35::text[], $36::text[], $37::text[], $38::bigint[])),"
+    " SELECT * FROM unnest($36::text[], $37::text[], $38::text[], $39::text[], $40::bigint[])),"
     " new_signal_ids AS (INSERT INTO signal_ids (run_id, signal_id, at)"
-    " SELECT * FROM unnest($39::text[], $40::text[], $41::bigint[]))"
+    " SELECT * FROM unnest($41::text[], $42::text[], $43::bigint[]))"
     " INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-    " SELECT * FROM unnest($42::text[], $43::text[], $44::text[], $45::text[], $46::text[], $47::bigint[])"
+    " SELECT * FROM unnest($44::text[], $45::text[], $46::text[], $47::text[], $48::text[], $49::bigint[])"
 )
 
 
@@ -238,22 +239,23 @@ UPDATE_RUNS_SET = (
     " $17::text[], $18::bigint[], $19::text[]) AS e(run_id, seq, at, generation, type, step, attempt, data)"
     " WHERE e.run_id IN (SELECT run_id FROM moved)),"
     " new_tasks AS (INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
-    " close_reason, deadline, created_at) SELECT t.* FROM unnest($20::text[], $21::text[], $22::text[],"
-    " $23::bigint[], $24::text[], $25::bigint[], $26::text[], $27::text[], $28::text[], $29::bigint[],"
-    " $30::bigint[]) AS t(token, run_id, app, generation, step, attempt, queue, status, close_reason,"
-    " deadline, created_at) WHERE t.run_id IN (SELECT run_id FROM moved)"
+    " close_reason, deadline, created_at, priority, buckets) SELECT t.* FROM unnest($20::text[],"
+    " $21::text[], $22::text[], $23::bigint[], $24::text[], $25::bigint[], $26::text[], $27::text[],"
+    " $28::text[], $29::bigint[], $30::bigint[], $31::int[], $32::text[]) AS t(token, run_id, app,"
+    " generation, step, attempt, queue, status, close_reason, deadline, created_at, priority, buckets)"
+    " WHERE t.run_id IN (SELECT run_id FROM moved)"
     " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
     " close_reason = excluded.close_reason, deadline = excluded.deadline),"
     " gone_timers AS (DELETE FROM timers AS x WHERE x.run_id IN (SELECT run_id FROM moved)"
-    " AND NOT EXISTS (SELECT 1 FROM unnest($31::text[], $32::text[]) AS k(run_id, slot)"
+    " AND NOT EXISTS (SELECT 1 FROM unnest($33::text[], $34::text[]) AS k(run_id, slot)"
     " WHERE k.run_id = x.run_id AND k.slot = x.slot)),"
     " new_timers AS (INSERT INTO timers (run_id, slot, kind, key, due_at)"
-    " SELECT m.* FROM unnest($31::text[], $32::text[], $33::text[], $34::text[], $35::bigint[])"
+    " SELECT m.* FROM unnest($33::text[], $34::text[], $35::text[], $36::text[], $37::bigint[])"
     " AS m(run_id, slot, kind, key, due_at) WHERE m.run_id IN (SELECT run_id FROM moved)"
     " ON CONFLICT (run_id, slot) DO UPDATE SET kind = excluded.kind, key = excluded.key,"
     " due_at = excluded.due_at),"
     " new_signal_ids AS (INSERT INTO signal_ids (run_id, signal_id, at)"
-    " SELECT s.* FROM unnest($36::text[], $37::text[], $38::bigint[]) AS s(run_id, signal_id, at)"
+    " SELECT s.* FROM unnest($38::text[], $39::text[], $40::bigint[]) AS s(run_id, signal_id, at)"
     " WHERE s.run_id IN (SELECT run_id FROM moved))"
     " SELECT ARRAY(SELECT run_id FROM moved)"
 )
