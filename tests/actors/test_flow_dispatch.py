@@ -220,3 +220,31 @@ async def test_a_bucket_survives_a_restart(autojump_clock: MockClock) -> None:
         second.push("a", 10, buckets=(bucket,))  # the re-delivered attempt after the restart
         await second.until(1)
         assert second.sent[0][0] - T0 >= 3000  # after the three slots reserved before it
+
+
+async def test_an_idle_bucket_is_forgotten_and_a_busy_one_kept(autojump_clock: MockClock) -> None:
+    """In memory: a bucket whose TAT is past the bound goes (it is full again: a send after it
+    goes at once, as after a bucket never used); one moved on since stays; a pass deletes at
+    most `limit`, whatever the number of buckets kept."""
+    store = MemoryBuckets()
+    bucket = Bucket("s/a/wf/t", 1_000_000, "step t")
+    clock = Clock(T0)
+    async with open_rig({"concurrency": 4, "per_app": 4}, store, clock) as rig:
+        rig.push("a", 0, buckets=(bucket,))
+        rig.push("a", 1, buckets=(bucket,))
+        await rig.until(2)  # the second went a second after the first: the TAT is T0 + 2 s
+        assert store.tat == {"s/a/wf/t": (T0 + 2000) * 1000}
+        now_us = clock.now() * 1000
+        assert await store.prune_rate_buckets(now_us, 10) == 0  # its last slot has not ended yet
+        await advance(5)
+        for n in range(5):  # five more buckets, each used once now
+            await store.take_rate_tokens(f"other-{n}", 1_000_000, 1, clock.now() * 1000)
+        assert await store.prune_rate_buckets(clock.now() * 1000, 10) == 1  # only the first is idle
+        assert "s/a/wf/t" not in store.tat
+        rig.push("a", 2, buckets=(bucket,))
+        await rig.until(3)
+        assert rig.sent[2][0] - clock.now() > -50  # it went at once: a full bucket
+        await advance(10)
+        assert await store.prune_rate_buckets(clock.now() * 1000, 2) == 2  # bounded
+        assert await store.prune_rate_buckets(clock.now() * 1000, 10) == 4
+        assert store.tat == {}
