@@ -227,14 +227,14 @@ class Node:
     def commits_in_flight(self) -> int:
         return len(self._committing)
 
-    async def shielded(self, write: Callable[[], Awaitable[None]]) -> None:
+    async def shielded(self, write: Callable[[], Awaitable[T]]) -> T:
         """Run one storage write as `commit` does: shielded, bounded by the shutdown grace."""
         with trio.CancelScope(shield=True) as scope:
             if self._stop_by is not None:
                 scope.deadline = self._stop_by
             self._committing.add(scope)
             try:
-                await write()
+                result = await write()
                 self.write_health.succeeded()
             except BaseException as exc:
                 if refuses_writes(exc):
@@ -246,6 +246,7 @@ class Node:
                     self.drained_commits += 1
         if scope.cancelled_caught:
             raise StorageUnavailable("the server is shutting down; the commit was cut short")
+        return result
 
     # ------------------------------------------------------------------ Host and KindHost
 

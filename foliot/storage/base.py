@@ -125,8 +125,12 @@ class UnitOfWork:
     # A debounce key the run claims (a new burst's run) or releases (it began, or closed).
     debounce: DebounceChange | None = None
     # A schedule's fire that starts this (new) run: a time already fired fails the unit with
-    # `UniqueViolation("schedule_fire")`; such a unit is written on its own (`batch_rows`).
+    # `UniqueViolation("schedule_fire")`; such a unit is written on its own (`batch_plan`).
     fire: ScheduleFire | None = None
+    # Written instead when this unit's slot admission is refused (a start admitted at once if a
+    # slot is free, else queued: one commit, decided under the key's lock); `commit` answers
+    # False then. Its run is this unit's, it takes no slot, claims no key, fires nothing.
+    otherwise: UnitOfWork | None = None
 
 
 SLOT_TAKEN: Final = "concurrency_slot"
@@ -278,7 +282,10 @@ class AppStore(Protocol):
 class RunStore(Protocol):
     """Runs: the engine's unit-of-work commits and the reads and retention around them."""
 
-    async def commit(self, unit: UnitOfWork) -> None: ...
+    async def commit(self, unit: UnitOfWork) -> bool:
+        """Write the unit atomically: True; its `otherwise` instead (its admission refused):
+        False. Refused: `StaleWrite`, `UniqueViolation`, ..."""
+        ...
 
     def observe_commits(self, observer: CommitObserver | None) -> None:
         """Tell `observer` of every commit from now on, instead of the one told before (None:

@@ -135,6 +135,19 @@ class BatchPlan:
             wanted[(a.app, a.key)] = wanted.get((a.app, a.key), 0) + 1
         return [(app, key, n) for (app, key), n in sorted(wanted.items())]
 
+    def locks(self) -> list[tuple[str, str]]:
+        """`(app, key)` of the slot keys to lock before the guards are read (PostgreSQL), in
+        order: those admitted to, and those a run leaves. A leave takes the lock so that an
+        admission deciding against it at the same time is ordered with it: either the
+        admission sees the slot free, or it commits (queued) before the leave's wake-up reads
+        the queue, which then finds it (no wake-up lost)."""
+        keys = {(a.app, a.key) for a in self.admissions}
+        for i in self.together:
+            unit = self.units[i]
+            if unit.slot is not None and unit.slot.kind == "leave":
+                keys.add((unit.run.app, unit.slot.key))
+        return sorted(keys)
+
     def claim_reads(self) -> list[tuple[str, str, str]]:
         """`(app, workflow, key)` of each debounce key claimed, once each."""
         return sorted({(c.app, c.workflow, c.key) for c in self.claims})
@@ -182,12 +195,25 @@ class BatchPlan:
         return out
 
     def then(self, refused: Collection[int]) -> BatchRows:
-        """The rows of the guarded units not `refused`, their slot taken and key claimed, and
-        the `queued` slot rows of the units written first."""
-        rows = _rows([self.units[i] for i in self.guarded if i not in refused])
+        """The rows of the guarded units not `refused` (their slot taken, their key claimed),
+        the `otherwise` of those refused that have one, and the `queued` slot rows of the units
+        written first."""
+        written = []
+        for i in self.guarded:
+            unit = self.units[i]
+            if i not in refused:
+                written.append(unit)
+            elif unit.otherwise is not None:
+                written.append(unit.otherwise)
+        rows = _rows(written)
         if self.queued:
             rows = attrs.evolve(rows, slots=[*rows.slots, *self.queued])
         return rows
+
+    def instead(self, refused: Collection[int]) -> set[int]:
+        """The refused units whose `otherwise` `then` writes: they are answered False, not
+        refused."""
+        return {i for i in refused if self.units[i].otherwise is not None}
 
 
 def plan_batch(units: Sequence[UnitOfWork]) -> BatchPlan | None:
@@ -221,6 +247,8 @@ def plan_batch(units: Sequence[UnitOfWork]) -> BatchPlan | None:
             continue
         held_back.append(index)
         run = unit.run
+        if unit.otherwise is not None and not _alternative(unit, unit.otherwise):
+            return None
         if unit.slot is not None and unit.slot.kind == "admit":
             admissions.append(Admission(index, run.app, unit.slot.key, unit.slot.limit, run.run_id))
         if unit.debounce is not None and unit.debounce.kind == "claim":
@@ -243,6 +271,25 @@ def plan_batch(units: Sequence[UnitOfWork]) -> BatchPlan | None:
         tuple(alone),
         tuple(queued),
     )
+
+
+def _alternative(unit: UnitOfWork, otherwise: UnitOfWork) -> bool:
+    """Whether `otherwise` can stand in for `unit` in a set: the same run, no guard, no fire,
+    no child of its own, the same idempotency key if any."""
+    return (
+        otherwise.run.run_id == unit.run.run_id
+        and not guarded(otherwise)
+        and otherwise.fire is None
+        and otherwise.otherwise is None
+        and not otherwise.children
+        and _key(otherwise.idempotency) in (None, _key(unit.idempotency))
+        and unit.slot is not None
+        and unit.slot.kind == "admit"
+    )
+
+
+def _key(record: IdempotencyRecord | None) -> tuple[str, str] | None:
+    return None if record is None else (record.app, record.key)
 
 
 def batch_rows(units: list[UnitOfWork]) -> BatchRows | None:

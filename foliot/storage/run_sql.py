@@ -144,21 +144,34 @@ def slot_lock(app: str, key: str) -> str:
     return f"slot:{app}/{key}"
 
 
-def slot_tx(run_id: str, app: str, slot: SlotChange, lock: str | None) -> Tx[None]:
-    """A unit's concurrency slot change (after its run row is written)."""
-    if slot.kind == "queue":
-        yield change(SET_SLOT, None, slot.key, run_id)
-        return
-    if slot.kind == "leave":
-        yield change(SET_SLOT, None, None, run_id)
-        return
+def slot_refusal(run_id: str, app: str, slot: SlotChange, lock: str | None) -> Tx[str | None]:
+    """Read an admission's guard (under the key's lock on PostgreSQL): why it is refused, or
+    None when it may take a slot (fewer than `limit` held, no older run waiting)."""
     if lock is not None:  # PostgreSQL's writers run concurrently: one admission per key at a time
         yield change(lock, slot_lock(app, slot.key))
     guard = yield one(SLOT_GUARD, app, slot.key, app, slot.key)
     if guard["n"] >= slot.limit:
-        raise UniqueViolation(SLOT_TAKEN, f"all {slot.limit} slots of {slot.key!r} are taken")
+        return f"all {slot.limit} slots of {slot.key!r} are taken"
     if guard["head"] is not None and guard["head"] != run_id:
-        raise UniqueViolation(SLOT_TAKEN, f"an older run waits for a slot of {slot.key!r}")
+        return f"an older run waits for a slot of {slot.key!r}"
+    return None
+
+
+def slot_tx(run_id: str, app: str, slot: SlotChange, lock: str | None, *, checked: bool = False) -> Tx[None]:
+    """A unit's concurrency slot change (after its run row is written); an admission reads its
+    guard first unless it was `checked` already in this transaction."""
+    if slot.kind == "queue":
+        yield change(SET_SLOT, None, slot.key, run_id)
+        return
+    if slot.kind == "leave":
+        if lock is not None:  # ordered with the admissions deciding at the same time (`BatchPlan.locks`)
+            yield change(lock, slot_lock(app, slot.key))
+        yield change(SET_SLOT, None, None, run_id)
+        return
+    if not checked:
+        refused = yield from slot_refusal(run_id, app, slot, lock)
+        if refused is not None:
+            raise UniqueViolation(SLOT_TAKEN, refused)
     yield change(SET_SLOT, slot.key, None, run_id)
 
 
@@ -201,11 +214,20 @@ INSERT_SCHEDULE_FIRE: Final = (
 )
 
 
-def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[None]:
+def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[bool]:
     """One unit of work written on its own (the writers' fallback when a batch as a whole is
     refused): refused with `StaleWrite` when its run moved on, with `UniqueViolation` when a
-    live idempotency record holds its key or its schedule fire was made before."""
+    live idempotency record holds its key or its schedule fire was made before. True; False
+    when its admission was refused and its `otherwise` written instead."""
     run = unit.run
+    lock = dialect.workflow_lock if dialect is not None else None
+    checked = False
+    if unit.otherwise is not None and unit.slot is not None and unit.slot.kind == "admit":
+        refused = yield from slot_refusal(run.run_id, run.app, unit.slot, lock)
+        if refused is not None:
+            yield from unit_tx(unit.otherwise, dialect)
+            return False
+        checked = True
     if unit.fire is not None:
         f = unit.fire
         taken = yield change(INSERT_SCHEDULE_FIRE, f.app, f.name, f.scheduled_time, f.run_id, f.fired_at)
@@ -256,12 +278,12 @@ def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[None]:
             if taken != 1:
                 raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
     if unit.slot is not None:
-        lock = dialect.workflow_lock if dialect is not None else None
-        yield from slot_tx(run.run_id, run.app, unit.slot, lock)
+        yield from slot_tx(run.run_id, run.app, unit.slot, lock, checked=checked)
     if unit.debounce is not None:
         yield from debounce_tx(run, unit.debounce)
     for child in unit.children:  # child runs the transition started: inserted with it
         yield from unit_tx(child, dialect)
+    return True
 
 
 # ---------------------------------------------------------------------------------- apps and credentials

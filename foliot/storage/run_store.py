@@ -80,18 +80,20 @@ class SqlRunStore:
         before, so an engine restarted on the same store does not count commits twice."""
         self._commit_observer = observer
 
-    async def commit(self, unit: UnitOfWork) -> None:
+    async def commit(self, unit: UnitOfWork) -> bool:
+        # A writer answers None for a unit its set wrote, False for one whose `otherwise` it
+        # wrote instead (`unit_tx` answers True or False).
         observer = self._commit_observer
         if observer is None:
-            await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit)
-            return
+            return await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit) is not False
         started = observer.commit_started()
         committed = False
         try:
-            await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit)
+            written = await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit)
             committed = True
         finally:
             observer.commit_ended(unit, started, committed)
+        return written is not False
 
     # ------------------------------------------------------------------ apps
 

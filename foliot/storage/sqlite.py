@@ -339,11 +339,18 @@ class SqliteStore(SqlRunStore, SwfSqlite, ProbeSqlite, SessionsSqlite, ScheduleS
 
 
 def _settle_units(jobs: list[_Job], refused: dict[int, UniqueViolation], alone: tuple[int, ...]) -> int:
-    """The refused guarded units get their error (they wrote nothing); how many units the set
-    wrote (the ones left `alone` are written one by one after it)."""
+    """The refused guarded units get their error (they wrote nothing), those whose `otherwise`
+    the set wrote instead the answer False; how many units the set wrote (the ones left `alone`
+    are written one by one after it)."""
+    errors = 0
     for i, error in refused.items():
-        jobs[i].error = error
-    return len(jobs) - len(refused) - len(alone)
+        unit = jobs[i].unit
+        if unit is not None and unit.otherwise is not None:
+            jobs[i].result = False
+        else:
+            jobs[i].error = error
+            errors += 1
+    return len(jobs) - errors - len(alone)
 
 
 def run_tx(conn: sqlite3.Connection, tx: Tx[T]) -> T:
@@ -414,10 +421,11 @@ def _apply_units(
 ) -> tuple[dict[int, UniqueViolation], tuple[int, ...]]:
     """Write several units with a few statements (`batch.plan_batch`): the units without a guard
     as a set, then the guards of the others read (a statement or two per key) and the admitted
-    ones as a set. Answers the guarded units refused (by place; they wrote nothing) and the
-    units left to be written one by one (a schedule's fire: `run_sql.unit_tx`). Raises when the
-    set is refused (a stale write, a taken key); the caller then rolls back and writes them one
-    by one."""
+    ones as a set (with the `otherwise` of a refused one that has it). Answers the guarded units
+    refused (by place; they wrote nothing; those whose `otherwise` was written are not among
+    them) and the units left to be written one by one (a schedule's fire: `run_sql.unit_tx`).
+    Raises when the set is refused (a stale write, a taken key); the caller then rolls back and
+    writes them one by one."""
     plan = plan_batch(units)
     if plan is None:
         raise StorageError("these units cannot be written as one set")

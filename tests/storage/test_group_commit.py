@@ -722,3 +722,62 @@ async def test_a_tasks_priority_and_buckets_are_kept_on_every_write_path(held: t
     for token, level, buckets in (("t0", 1, ()), ("t1", 2, (bucket,)), ("tw", 2, (bucket,))):
         row = await store.get_task(token)
         assert row is not None and (row.status, row.priority, row.buckets) == ("closed", level, buckets)
+
+
+async def test_an_admission_refused_writes_its_otherwise_in_the_same_commit(held: tuple[Store, Hold]) -> None:
+    """A start admitted if a slot is free, else queued (`UnitOfWork.otherwise`): one commit,
+    decided in batch order; `commit` answers False when the queued form was written. The same
+    one by one (a batch that cannot be written as sets)."""
+    store, hold = held
+    await seed_app(store)
+
+    def start(run_id: str, created: int) -> UnitOfWork:
+        queued = keyed(run_id, created=created, slot=slot("queue", "k"))
+        queued = attrs.evolve(queued, run=attrs.evolve(queued.run, status="queued"))
+        return keyed(run_id, created=created, slot=slot("admit", "k", 1), otherwise=queued)
+
+    written: list[bool] = []
+
+    async def commit(unit: UnitOfWork) -> None:
+        written.append(await store.commit(unit))
+
+    assert await store.commit(start("a", T0)) is True
+    async with trio.open_nursery() as nursery, hold():
+        for i, run_id in enumerate(("b", "c")):
+            nursery.start_soon(commit, start(run_id, T0 + 1 + i))
+            await until(lambda n=i + 1: store.pending_writes == n)  # type: ignore[misc]
+    assert written == [False, False]
+    assert [(await store.get_run(r)).status for r in "abc"] == ["waiting", "queued", "queued"]  # type: ignore[union-attr]
+    assert await store.queue_heads("app", "wf/k", 5) == ["b", "c"]
+    assert await store.key_counts("app", "wf", 5) == [("k", 1, 2)]
+
+    # One by one (a run twice in the batch): the same answers.
+    written.clear()
+    async with trio.open_nursery() as nursery, hold():
+        units = [keyed("x"), keyed("x", seq=2, expected=1), start("d", T0 + 5)]
+        for i, unit in enumerate(units):
+            nursery.start_soon(commit, unit)
+            await until(lambda n=i + 1: store.pending_writes == n)  # type: ignore[misc]
+    assert sorted(written) == [False, True, True]
+    assert (await store.get_run("d")).status == "queued"  # type: ignore[union-attr]
+    assert await store.queue_heads("app", "wf/k", 5) == ["b", "c", "d"]
+
+
+def test_a_refused_admission_with_an_otherwise_is_written_as_it() -> None:
+    queued = keyed("q", slot=slot("queue", "a"))
+    admitted = keyed("q", slot=slot("admit", "a", 1), otherwise=queued)
+    plan = plan_batch([admitted, keyed("n", slot=slot("admit", "a", 1))])
+    assert plan is not None and plan.guarded == (0, 1)
+    refused = plan.refusals({("app", "wf/a"): 1}, {}, [])
+    assert sorted(refused) == [0, 1] and plan.instead(refused) == {0}
+    then = plan.then(refused)
+    assert [r[0] for r in then.inserts] == ["q"] and then.slots == [(None, "wf/a", "q")]
+    assert plan.then({}).slots == [("wf/a", None, "q"), ("wf/a", None, "n")]
+    leave = keyed("l", seq=2, expected=1, slot=slot("leave", "z"))
+    assert plan.locks() == [("app", "wf/a")]
+    both = plan_batch([leave, admitted, keyed("p", slot=slot("queue", "y"))])
+    assert both is not None and both.locks() == [("app", "wf/a"), ("app", "wf/z")]  # not a queue's
+    # An `otherwise` that is not a plain stand-in for the same run: not guessed, one by one.
+    assert plan_batch([attrs.evolve(admitted, otherwise=keyed("other"))]) is None
+    guarded_too = keyed("q", slot=slot("admit", "a", 1))
+    assert plan_batch([attrs.evolve(admitted, otherwise=guarded_too)]) is None

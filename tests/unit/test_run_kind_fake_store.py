@@ -89,7 +89,7 @@ class FakeStore:
             WorkflowRecord(APP, definition["name"], len(versions) + 1, canonical_json(definition), T0)
         )
 
-    async def commit(self, unit: UnitOfWork) -> None:
+    async def commit(self, unit: UnitOfWork) -> bool:
         await trio.sleep(0.005)  # a commit takes time: anything racing it would show
         try:
             self._check(unit)
@@ -104,6 +104,7 @@ class FakeStore:
             record = unit.idempotency
             self.idempotency[(record.app, record.key)] = record
         self.commits.append(unit)
+        return True  # no concurrency slots here: a unit is written as given
 
     def _check(self, unit: UnitOfWork) -> None:
         if self.fail_commits:
@@ -271,9 +272,9 @@ class FakeKindHost:
     def new_id(self, make: Callable[[], str], key: Callable[[str], str] | None = None) -> str:
         return next(self.ids)
 
-    async def shielded(self, write: Callable[[], Awaitable[None]]) -> None:
+    async def shielded(self, write: Callable[[], Awaitable[T]]) -> T:
         with trio.CancelScope(shield=True):
-            await write()
+            return await write()
 
     def spawn(self, fn: Callable[[], Awaitable[None]]) -> bool:
         assert self.nursery is not None

@@ -31,9 +31,9 @@ _SET_SLOTS = (
     " FROM unnest($1::text[], $2::text[], $3::text[]) AS u(slot_key, queue_key, run_id)"
     " WHERE r.run_id = u.run_id"
 )
-# The slot keys a batch admits to, locked in the order given (`BatchPlan.slot_reads`' order, the
-# same for every writer, so two batches never wait for each other's locks in a cycle): the
-# transaction-scoped lock `run_sql.slot_tx` takes for one admission.
+# The slot keys a batch admits to or leaves, locked in the order given (`BatchPlan.locks`, the
+# same order for every writer, so two batches never wait for each other's locks in a cycle):
+# the transaction-scoped lock `run_sql.slot_tx` takes for one admission or leave.
 LOCK_SLOTS = "SELECT count(pg_advisory_xact_lock(hashtext(k))) FROM unnest($1::text[]) AS k"
 # (apps, keys, counts): per slot key, the slots held and its `n` oldest queued runs, read in a
 # statement after the locks were taken (so it sees every admission committed before them).
@@ -122,8 +122,9 @@ async def apply_plan(conn: asyncpg.Connection, plan: BatchPlan) -> dict[int, Uni
     guarded units refused (they wrote nothing). Raises when a set is refused (the caller rolls
     back)."""
     reads = plan.slot_reads()
-    if reads:
-        await conn.fetchval(LOCK_SLOTS, [run_sql.slot_lock(app, key) for app, key, _ in reads])
+    locks = plan.locks()
+    if locks:
+        await conn.fetchval(LOCK_SLOTS, [run_sql.slot_lock(app, key) for app, key in locks])
     await apply_units(conn, plan.first)
     if not plan.guarded:
         return {}

@@ -382,12 +382,14 @@ class Driver:
                     raise
                 raise _Refused(None, exc) from exc
             unit_jobs = [job for job in batch if job.unit is not None]
-            alone = set(plan.alone)
+            alone, instead = set(plan.alone), plan.instead(refused)
             for i, job in enumerate(unit_jobs):
-                if i not in alone:
+                if i in instead:
+                    results.append((job, False, None))  # its `otherwise` was written
+                elif i not in alone:
                     results.append((job, None, refused.get(i)))
             one_by_one = [job for job in batch if job.unit is None] + [unit_jobs[i] for i in plan.alone]
-            self.units_together += len(unit_jobs) - len(refused) - len(alone)
+            self.units_together += len(unit_jobs) - len(refused) + len(instead) - len(alone)
         for job in one_by_one:
             try:
                 if savepoints:
