@@ -928,6 +928,8 @@ async def _seed_postgres(
                             "close_reason",
                             "deadline",
                             "created_at",
+                            "priority",
+                            "buckets",
                         ),
                     )
                 await conn.copy_records_to_table(

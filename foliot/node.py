@@ -230,14 +230,14 @@ class Node:
     def commits_in_flight(self) -> int:
         return len(self._committing)
 
-    async def shielded(self, write: Callable[[], Awaitable[None]]) -> None:
+    async def shielded(self, write: Callable[[], Awaitable[T]]) -> T:
         """Run one storage write as `commit` does: shielded, bounded by the shutdown grace."""
         with trio.CancelScope(shield=True) as scope:
             if self._stop_by is not None:
                 scope.deadline = self._stop_by
             self._committing.add(scope)
             try:
-                await write()
+                result = await write()
                 self.write_health.succeeded()
             except BaseException as exc:
                 if refuses_writes(exc):
@@ -249,6 +249,7 @@ class Node:
                     self.drained_commits += 1
         if scope.cancelled_caught:
             raise StorageUnavailable("the server is shutting down; the commit was cut short")
+        return result
 
     # ------------------------------------------------------------------ Host and KindHost
 
@@ -281,7 +282,9 @@ class Node:
             if (only is not None and not only(task.run_id)) or not self.ownership.accepts(task.run_id):
                 continue
             if task.queue is not None and task.deadline is None:
-                self.queues.offer(task.app, task.queue, task.token, task.run_id)
+                # Offered again as it was: its priority, and a token of its rate-limit buckets
+                # taken first (the stored bucket holds back a burst after the restart).
+                self.runs.reoffer(task)
             elif task.queue is None:
                 self.runs.tell(task.run_id, Redeliver(task.token))
             recovered += 1

@@ -14,6 +14,7 @@ Reservations made in the same scheduler tick for the same bucket are merged into
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -33,17 +34,35 @@ class BucketStore(Protocol):
         are `tat - count * interval_us`, … , `tat - interval_us`."""
         ...
 
+    async def prune_rate_buckets(self, idle_before_us: int, limit: int) -> int:
+        """Forget up to `limit` buckets whose TAT is before `idle_before_us` (full again: as
+        if never used), the oldest first; how many."""
+        ...
+
 
 class MemoryBuckets:
-    """Buckets in memory (tests, and a store without the table)."""
+    """Buckets in memory (tests, and a store without the table). `prune_rate_buckets` walks a
+    heap of (TAT, bucket) as each reservation left it, so a pass costs what it deletes (and the
+    stale entries it passes), never the number of buckets kept."""
 
     def __init__(self) -> None:
         self.tat: dict[str, int] = {}
+        self._by_tat: list[tuple[int, str]] = []
 
     async def take_rate_tokens(self, bucket: str, interval_us: int, count: int, now_us: int) -> int:
         tat = max(self.tat.get(bucket, now_us), now_us) + count * interval_us
         self.tat[bucket] = tat
+        heapq.heappush(self._by_tat, (tat, bucket))
         return tat
+
+    async def prune_rate_buckets(self, idle_before_us: int, limit: int) -> int:
+        heap, deleted = self._by_tat, 0
+        while heap and heap[0][0] < idle_before_us and deleted < limit:
+            tat, bucket = heapq.heappop(heap)
+            if self.tat.get(bucket) == tat:  # else a later reservation moved it on
+                del self.tat[bucket]
+                deleted += 1
+        return deleted
 
 
 @attrs.define(eq=False)

@@ -5,8 +5,10 @@ the engine's clock, so tests drive it with MockClock). A pass deletes, in small 
 until nothing is left to delete, idempotency records older than their TTL and runs closed
 longer ago than the retention period with their events, tasks, timers and signal ids, and SWF
 executions closed longer ago than their domain's `workflowExecutionRetentionPeriodInDays`
-(always on: SWF has no "keep forever") with their history, tasks and listing rows. Open runs
-and open executions are never touched. The counters are exposed on `/metrics`.
+(always on: SWF has no "keep forever") with their history, tasks and listing rows, and
+rate-limit buckets idle for `BUCKET_IDLE_MS` past their last slot (full again: deleting one
+changes no send). Open runs and open executions are never touched. The counters are exposed on
+`/metrics`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ log = logging.getLogger("foliot.retention")
 # Rows (runs, or idempotency records) per transaction: measured on SQLite with 1.4 M rows,
 # 500 closed runs with 5 events each took 30-65 ms to delete.
 BATCH: Final = 200
+# A rate-limit bucket is deleted once its last slot ended this long ago (it is full again from
+# its TAT on; the margin covers the clocks of a cluster's nodes disagreeing a little).
+BUCKET_IDLE_MS: Final = 60_000
 
 
 class Pruner:
@@ -48,6 +53,7 @@ class Pruner:
         self.pruned_runs = 0
         self.pruned_idempotency = 0
         self.pruned_swf_executions = 0
+        self.pruned_rate_buckets = 0
         self.passes = 0
         self.failures = 0
         self.last_run_at: int | None = None  # epoch ms when the last complete pass finished
@@ -81,6 +87,7 @@ class Pruner:
             if self.retention_ms is not None:
                 await self._drain(self.store.prune_closed_runs, now - self.retention_ms, "runs")
             await self._drain(self.store.swf_prune_closed, now, "swf")  # per domain, cutoff inside
+            await self._drain(self.store.prune_rate_buckets, (now - BUCKET_IDLE_MS) * 1000, "buckets")
         except Exception:
             self.failures += 1
             log.exception("pruning failed; retrying in %d s", self.interval_ms // 1000)
@@ -97,6 +104,8 @@ class Pruner:
                 self.pruned_runs += deleted
             elif what == "swf":
                 self.pruned_swf_executions += deleted
+            elif what == "buckets":
+                self.pruned_rate_buckets += deleted
             else:
                 self.pruned_idempotency += deleted
             total += deleted
@@ -105,5 +114,9 @@ class Pruner:
             # Rest as long as the batch took: a backlog takes at most half of the store's time.
             await trio.sleep(trio.current_time() - started)
         if total:
-            noun = {"runs": "closed runs", "swf": "closed SWF executions"}.get(what, "idempotency records")
+            noun = {
+                "runs": "closed runs",
+                "swf": "closed SWF executions",
+                "buckets": "idle rate-limit buckets",
+            }.get(what, "idempotency records")
             log.info("pruned %d %s", total, noun)

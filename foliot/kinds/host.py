@@ -72,7 +72,7 @@ class KindHost(Host, Protocol):
         """`make()` until the actor id (`key(id)`) falls in a partition this node owns."""
         ...
 
-    async def shielded(self, write: Callable[[], Awaitable[None]]) -> None:
+    async def shielded(self, write: Callable[[], Awaitable[T]]) -> T:
         """Run one storage write shielded from cancellation, bounded by the shutdown grace."""
         ...
 

@@ -557,6 +557,11 @@ class EngineCollector:
             pruner.pruned_swf_executions,
         )
         yield _counter(
+            "foliot_pruned_rate_buckets",
+            "Rate-limit buckets deleted once idle (full again) for a minute past their last slot.",
+            pruner.pruned_rate_buckets,
+        )
+        yield _counter(
             "foliot_prune_failures",
             "Pruning passes that failed (retried at the next interval).",
             pruner.failures,

@@ -11,11 +11,12 @@ import base64
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
 
+from ..core.workflow.flow import DEFAULT_PRIORITY, Bucket
 from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .deploy_sql import OpenGroup, OpenRunRow
@@ -124,8 +125,12 @@ class UnitOfWork:
     # A debounce key the run claims (a new burst's run) or releases (it began, or closed).
     debounce: DebounceChange | None = None
     # A schedule's fire that starts this (new) run: a time already fired fails the unit with
-    # `UniqueViolation("schedule_fire")`; such a unit is written on its own (`batch_rows`).
+    # `UniqueViolation("schedule_fire")`; such a unit is written on its own (`batch_plan`).
     fire: ScheduleFire | None = None
+    # Written instead when this unit's slot admission is refused (a start admitted at once if a
+    # slot is free, else queued: one commit, decided under the key's lock); `commit` answers
+    # False then. Its run is this unit's, it takes no slot, claims no key, fires nothing.
+    otherwise: UnitOfWork | None = None
 
 
 SLOT_TAKEN: Final = "concurrency_slot"
@@ -277,7 +282,10 @@ class AppStore(Protocol):
 class RunStore(Protocol):
     """Runs: the engine's unit-of-work commits and the reads and retention around them."""
 
-    async def commit(self, unit: UnitOfWork) -> None: ...
+    async def commit(self, unit: UnitOfWork) -> bool:
+        """Write the unit atomically: True; its `otherwise` instead (its admission refused):
+        False. Refused: `StaleWrite`, `UniqueViolation`, ..."""
+        ...
 
     def observe_commits(self, observer: CommitObserver | None) -> None:
         """Tell `observer` of every commit from now on, instead of the one told before (None:
@@ -519,7 +527,9 @@ def event_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
 
 
 def task_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
-    """(token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline, created_at)"""
+    """(token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline,
+    created_at, priority, buckets): `priority` NULL when the default, `buckets` NULL when none
+    (else `task_buckets`' JSON)."""
     return [
         (
             t.token,
@@ -533,9 +543,27 @@ def task_rows(unit: UnitOfWork) -> list[tuple[Any, ...]]:
             t.close_reason,
             t.deadline,
             t.created_at,
+            None if t.priority == DEFAULT_PRIORITY else t.priority,
+            task_buckets(t.buckets) if t.buckets else None,
         )
         for t in unit.tasks
     ]
+
+
+def task_buckets(buckets: Sequence[Bucket]) -> str:
+    """`tasks.buckets` (migration 0078): `[[name, interval_us, label], ...]`."""
+    return json.dumps([[b.name, b.interval_us, b.label] for b in buckets], separators=(",", ":"))
+
+
+def task_record(row: Mapping[str, Any]) -> TaskRow:
+    """A `tasks` row as its record."""
+    fields = dict(row)
+    priority = fields.pop("priority", None)
+    raw = fields.pop("buckets", None)
+    buckets = tuple(Bucket(str(n), int(i), str(label)) for n, i, label in json.loads(raw)) if raw else ()
+    return TaskRow(
+        **fields, priority=DEFAULT_PRIORITY if priority is None else int(priority), buckets=buckets
+    )
 
 
 def timer_rows(run: Run) -> list[tuple[Any, ...]]:

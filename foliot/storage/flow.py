@@ -5,6 +5,8 @@ PostgreSQL runs them `numbered`).
 A bucket's row is its theoretical arrival time in epoch microseconds; taking `n` tokens is one
 upsert, `tat = max(tat, now) + n * interval`, answered with the new value (`RETURNING`), so
 nodes of a cluster reserving at once are ordered by the row's lock and never share a slot.
+A bucket whose TAT passed is full again (as one never used), so the pruner deletes the ones idle
+for a while (`prune_rate_buckets`, a bounded batch per statement).
 """
 
 from __future__ import annotations
@@ -32,6 +34,19 @@ TAKE_TOKENS: Final = (
     " tat = CASE WHEN rate_buckets.tat > ? THEN rate_buckets.tat ELSE ? END + ? RETURNING tat"
 )
 GET_BUCKET: Final = "SELECT tat FROM rate_buckets WHERE bucket = ?"
+# (idle_before, limit): buckets whose last slot ended before `idle_before`, the oldest first, at
+# most `limit` (the `rate_buckets_by_tat` index, migration 0078). A bucket whose TAT passed is
+# full again, exactly as a bucket never used: deleting it changes no send.
+PRUNE_BUCKETS_SQLITE: Final = (
+    "DELETE FROM rate_buckets WHERE bucket IN"
+    " (SELECT bucket FROM rate_buckets WHERE tat < ? ORDER BY tat LIMIT ?) AND tat < ?"
+)
+# PostgreSQL: a bucket being moved on by a reservation right now is left for the next pass
+# (SKIP LOCKED); one its reservation moved on meanwhile fails `tat < ?` again and stays.
+PRUNE_BUCKETS_POSTGRES: Final = (
+    "DELETE FROM rate_buckets WHERE bucket IN (SELECT bucket FROM rate_buckets WHERE tat < ?"
+    " ORDER BY tat LIMIT ? FOR UPDATE SKIP LOCKED) AND tat < ?"
+)
 
 
 @attrs.frozen
@@ -55,7 +70,11 @@ class FlowStore(Protocol):
         ...
 
     async def rate_bucket(self, bucket: str) -> int | None:
-        """A bucket's theoretical arrival time (µs), None when it was never used."""
+        """A bucket's theoretical arrival time (µs), None when it was never used (or pruned)."""
+        ...
+
+    async def prune_rate_buckets(self, idle_before_us: int, limit: int) -> int:
+        """Delete up to `limit` buckets whose TAT is before `idle_before_us`; how many."""
         ...
 
 
@@ -88,6 +107,10 @@ class FlowSqlite:
         row = await self._read(lambda c: c.execute(GET_BUCKET, (bucket,)).fetchone())
         return None if row is None else int(row[0])
 
+    async def prune_rate_buckets(self, idle_before_us: int, limit: int) -> int:
+        args = (idle_before_us, limit, idle_before_us)
+        return int(await self._write(lambda c: c.execute(PRUNE_BUCKETS_SQLITE, args).rowcount))
+
 
 class FlowPostgres(PgCalls):
     async def get_app_flow(self, app: str) -> AppFlow | None:
@@ -104,3 +127,8 @@ class FlowPostgres(PgCalls):
     async def rate_bucket(self, bucket: str) -> int | None:
         value = await self._call(lambda c: c.fetchval(numbered(GET_BUCKET), bucket))
         return None if value is None else int(value)
+
+    async def prune_rate_buckets(self, idle_before_us: int, limit: int) -> int:
+        sql = numbered(PRUNE_BUCKETS_POSTGRES)
+        status = await self._call(lambda c: c.execute(sql, idle_before_us, limit, idle_before_us), write=True)
+        return int(str(status).rsplit(" ", 1)[-1])

@@ -62,7 +62,8 @@ INSERT_RUN_HEAD: Final = _insert(
 INSERT_EVENT_HEAD: Final = _insert("events", "run_id, seq, at, generation, type, step, attempt, data")
 INSERT_TASK_HEAD: Final = _insert(
     "tasks",
-    "token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline, created_at",
+    "token, run_id, app, generation, step, attempt, queue, status, close_reason, deadline, created_at,"
+    " priority, buckets",
 )
 # A task row is written again as it changes (answered, timed out, re-armed).
 UPSERT_TASK_TAIL: Final = (
@@ -84,7 +85,7 @@ UPDATE_RUN: Final = (
     " WHERE run_id = ? AND seq = ?"
 )
 INSERT_EVENT: Final = INSERT_EVENT_HEAD + marks(8)
-UPSERT_TASK: Final = INSERT_TASK_HEAD + marks(11) + UPSERT_TASK_TAIL
+UPSERT_TASK: Final = INSERT_TASK_HEAD + marks(13) + UPSERT_TASK_TAIL
 DELETE_TIMERS: Final = "DELETE FROM timers WHERE run_id = ?"
 INSERT_TIMER: Final = INSERT_TIMER_HEAD + marks(5)
 INSERT_SIGNAL_ID: Final = INSERT_SIGNAL_ID_HEAD + marks(3)
@@ -130,26 +131,52 @@ QUEUED_BY_WORKFLOW_POSTGRES: Final = (
 )
 
 
-def slot_tx(run_id: str, app: str, slot: SlotChange, lock: str | None) -> Tx[None]:
-    """A unit's concurrency slot change (after its run row is written)."""
+# (app, key, app, key): the slots of a key held, and its oldest queued run (None: none waits),
+# in one read.
+SLOT_GUARD: Final = (
+    "SELECT (SELECT COUNT(*) FROM runs WHERE app = ? AND slot_key = ?) AS n,"
+    " (SELECT run_id FROM runs WHERE app = ? AND queue_key = ? ORDER BY created_at, run_id LIMIT 1) AS head"
+)
+
+
+def slot_lock(app: str, key: str) -> str:
+    """The name of a slot key's lock (PostgreSQL: `Dialect.workflow_lock` takes it)."""
+    return f"slot:{app}/{key}"
+
+
+def slot_refusal(run_id: str, app: str, slot: SlotChange, lock: str | None) -> Tx[str | None]:
+    """Read an admission's guard (under the key's lock on PostgreSQL): why it is refused, or
+    None when it may take a slot (fewer than `limit` held, no older run waiting)."""
+    if lock is not None:  # PostgreSQL's writers run concurrently: one admission per key at a time
+        yield change(lock, slot_lock(app, slot.key))
+    guard = yield one(SLOT_GUARD, app, slot.key, app, slot.key)
+    if guard["n"] >= slot.limit:
+        return f"all {slot.limit} slots of {slot.key!r} are taken"
+    if guard["head"] is not None and guard["head"] != run_id:
+        return f"an older run waits for a slot of {slot.key!r}"
+    return None
+
+
+def slot_tx(run_id: str, app: str, slot: SlotChange, lock: str | None, *, checked: bool = False) -> Tx[None]:
+    """A unit's concurrency slot change (after its run row is written); an admission reads its
+    guard first unless it was `checked` already in this transaction."""
     if slot.kind == "queue":
         yield change(SET_SLOT, None, slot.key, run_id)
         return
     if slot.kind == "leave":
+        if lock is not None:  # ordered with the admissions deciding at the same time (`BatchPlan.locks`)
+            yield change(lock, slot_lock(app, slot.key))
         yield change(SET_SLOT, None, None, run_id)
         return
-    if lock is not None:  # PostgreSQL's writers run concurrently: one admission per key at a time
-        yield change(lock, f"slot:{app}/{slot.key}")
-    held = yield one(COUNT_SLOTS, app, slot.key)
-    if held["n"] >= slot.limit:
-        raise UniqueViolation(SLOT_TAKEN, f"all {slot.limit} slots of {slot.key!r} are taken")
-    head = yield one(QUEUE_HEADS, app, slot.key, 1)
-    if head is not None and head["run_id"] != run_id:
-        raise UniqueViolation(SLOT_TAKEN, f"an older run waits for a slot of {slot.key!r}")
+    if not checked:
+        refused = yield from slot_refusal(run_id, app, slot, lock)
+        if refused is not None:
+            raise UniqueViolation(SLOT_TAKEN, refused)
     yield change(SET_SLOT, slot.key, None, run_id)
 
 
-INSERT_DEBOUNCE: Final = _insert("debounce_keys", "app, workflow, key, run_id, mode, until") + marks(6)
+INSERT_DEBOUNCE_HEAD: Final = _insert("debounce_keys", "app, workflow, key, run_id, mode, until")
+INSERT_DEBOUNCE: Final = INSERT_DEBOUNCE_HEAD + marks(6)
 # (app, workflow, key, run_id)
 RELEASE_DEBOUNCE: Final = (
     "DELETE FROM debounce_keys WHERE app = ? AND workflow = ? AND key = ? AND run_id = ?"
@@ -187,11 +214,20 @@ INSERT_SCHEDULE_FIRE: Final = (
 )
 
 
-def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[None]:
+def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[bool]:
     """One unit of work written on its own (the writers' fallback when a batch as a whole is
     refused): refused with `StaleWrite` when its run moved on, with `UniqueViolation` when a
-    live idempotency record holds its key or its schedule fire was made before."""
+    live idempotency record holds its key or its schedule fire was made before. True; False
+    when its admission was refused and its `otherwise` written instead."""
     run = unit.run
+    lock = dialect.workflow_lock if dialect is not None else None
+    checked = False
+    if unit.otherwise is not None and unit.slot is not None and unit.slot.kind == "admit":
+        refused = yield from slot_refusal(run.run_id, run.app, unit.slot, lock)
+        if refused is not None:
+            yield from unit_tx(unit.otherwise, dialect)
+            return False
+        checked = True
     if unit.fire is not None:
         f = unit.fire
         taken = yield change(INSERT_SCHEDULE_FIRE, f.app, f.name, f.scheduled_time, f.run_id, f.fired_at)
@@ -242,12 +278,12 @@ def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[None]:
             if taken != 1:
                 raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
     if unit.slot is not None:
-        lock = dialect.workflow_lock if dialect is not None else None
-        yield from slot_tx(run.run_id, run.app, unit.slot, lock)
+        yield from slot_tx(run.run_id, run.app, unit.slot, lock, checked=checked)
     if unit.debounce is not None:
         yield from debounce_tx(run, unit.debounce)
     for child in unit.children:  # child runs the transition started: inserted with it
         yield from unit_tx(child, dialect)
+    return True
 
 
 # ---------------------------------------------------------------------------------- apps and credentials

@@ -28,6 +28,7 @@ from .base import (
     TimerRecord,
     UnitOfWork,
     WorkflowRecord,
+    task_record,
 )
 from .console import OperatorTokenRecord, RunQuery, open_by_status, run_count_sql, run_query_sql
 from .run_sql import Dialect
@@ -85,18 +86,20 @@ class SqlRunStore:
         before, so an engine restarted on the same store does not count commits twice."""
         self._commit_observer = observer
 
-    async def commit(self, unit: UnitOfWork) -> None:
+    async def commit(self, unit: UnitOfWork) -> bool:
+        # A writer answers None for a unit its set wrote, False for one whose `otherwise` it
+        # wrote instead (`unit_tx` answers True or False).
         observer = self._commit_observer
         if observer is None:
-            await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit)
-            return
+            return await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit) is not False
         started = observer.commit_started()
         committed = False
         try:
-            await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit)
+            written = await self._transact(partial(run_sql.unit_tx, unit, self.dialect), unit)
             committed = True
         finally:
             observer.commit_ended(unit, started, committed)
+        return written is not False
 
     # ------------------------------------------------------------------ apps
 
@@ -317,10 +320,10 @@ class SqlRunStore:
 
     async def get_task(self, token: str) -> TaskRow | None:
         row = await self._one(run_sql.GET_TASK, (token,))
-        return None if row is None else TaskRow(**dict(row))
+        return None if row is None else task_record(row)
 
     async def open_tasks(self) -> list[TaskRow]:
-        return [TaskRow(**dict(r)) for r in await self._all(run_sql.OPEN_TASKS, scan=True)]
+        return [task_record(r) for r in await self._all(run_sql.OPEN_TASKS, scan=True)]
 
     async def timers_due_before(
         self, before: int, limit: int, after: tuple[int, str, str] | None = None

@@ -32,7 +32,7 @@ import trio
 from ..core.errors import StaleWrite, StorageError, StorageUnavailable, UniqueViolation
 from . import checkpoint, run_sql
 from .base import SIGNAL_ID_UNIQUE, UnitOfWork
-from .batch import batch_rows, chunks
+from .batch import BatchRows, chunks, plan_batch
 from .checkpoint import BACKSTOP_PAGES, JOURNAL_SIZE_LIMIT, Checkpointer
 from .flow import FlowSqlite
 from .health import ProbeSqlite
@@ -218,27 +218,30 @@ class SqliteStore(SqlRunStore, SwfSqlite, ProbeSqlite, SessionsSqlite, ScheduleS
         try:
             # The batch's units of work first, all together; if the set is refused (a stale
             # write, a taken business key, ...), one by one below, so only the culprit fails.
-            units = [job.unit for job in batch if job.unit is not None]
+            unit_jobs = [job for job in batch if job.unit is not None]
+            units = [job.unit for job in unit_jobs if job.unit is not None]
             one_by_one, together = batch, 0
             if units and len(units) == len(batch):
                 # Units only (the common batch): no savepoint around the set (two statements,
                 # each a GIL hand-over, saved); refused, the transaction starts over one by one.
                 try:
-                    _apply_units(conn, units)
-                    together, one_by_one = len(units), []
+                    refused, alone = _apply_units(conn, units)
                 except Exception:
                     conn.execute("ROLLBACK")
                     conn.execute("BEGIN IMMEDIATE")
+                else:
+                    together, one_by_one = _settle_units(unit_jobs, refused, alone), [batch[i] for i in alone]
             elif units:
                 conn.execute("SAVEPOINT units")
                 try:
-                    _apply_units(conn, units)
+                    refused, alone = _apply_units(conn, units)
                     conn.execute("RELEASE units")
-                    together = len(units)
-                    one_by_one = [job for job in batch if job.unit is None]
                 except Exception:
                     conn.execute("ROLLBACK TO units")
                     conn.execute("RELEASE units")
+                else:
+                    together = _settle_units(unit_jobs, refused, alone)
+                    one_by_one = [job for job in batch if job.unit is None] + [unit_jobs[i] for i in alone]
             for i, job in enumerate(one_by_one):
                 conn.execute(f"SAVEPOINT j{i}")
                 try:
@@ -335,6 +338,21 @@ class SqliteStore(SqlRunStore, SwfSqlite, ProbeSqlite, SessionsSqlite, ScheduleS
         return await self._write(lambda conn: run_tx(conn, make()), unit)
 
 
+def _settle_units(jobs: list[_Job], refused: dict[int, UniqueViolation], alone: tuple[int, ...]) -> int:
+    """The refused guarded units get their error (they wrote nothing), those whose `otherwise`
+    the set wrote instead the answer False; how many units the set wrote (the ones left `alone`
+    are written one by one after it)."""
+    errors = 0
+    for i, error in refused.items():
+        unit = jobs[i].unit
+        if unit is not None and unit.otherwise is not None:
+            jobs[i].result = False
+        else:
+            jobs[i].error = error
+            errors += 1
+    return len(jobs) - errors - len(alone)
+
+
 def run_tx(conn: sqlite3.Connection, tx: Tx[T]) -> T:
     """Drive the transaction `tx` on `conn` (in the writer's transaction): each statement it
     yields is run and its answer sent back; what it returns is the result."""
@@ -398,12 +416,37 @@ _UPDATE_RUNS = (
 )
 
 
-def _apply_units(conn: sqlite3.Connection, units: list[UnitOfWork]) -> None:
-    """Write several units with a few statements (`batch_rows`). Raises when any unit would be
-    refused; the caller then rolls back and writes them one by one (`run_sql.unit_tx`)."""
-    rows = batch_rows(units)
-    if rows is None:
+def _apply_units(
+    conn: sqlite3.Connection, units: list[UnitOfWork]
+) -> tuple[dict[int, UniqueViolation], tuple[int, ...]]:
+    """Write several units with a few statements (`batch.plan_batch`): the units without a guard
+    as a set, then the guards of the others read (a statement or two per key) and the admitted
+    ones as a set (with the `otherwise` of a refused one that has it). Answers the guarded units
+    refused (by place; they wrote nothing; those whose `otherwise` was written are not among
+    them) and the units left to be written one by one (a schedule's fire: `run_sql.unit_tx`).
+    Raises when the set is refused (a stale write, a taken key); the caller then rolls back and
+    writes them one by one."""
+    plan = plan_batch(units)
+    if plan is None:
         raise StorageError("these units cannot be written as one set")
+    _write_rows(conn, plan.first)
+    refused: dict[int, UniqueViolation] = {}
+    if plan.guarded:
+        held: dict[tuple[str, str], int] = {}
+        heads: dict[tuple[str, str], list[str]] = {}
+        for app, key, n in plan.slot_reads():
+            held[(app, key)] = conn.execute(run_sql.COUNT_SLOTS, (app, key)).fetchone()[0]
+            heads[(app, key)] = [r[0] for r in conn.execute(run_sql.QUEUE_HEADS, (app, key, n))]
+        taken = [
+            c for c in plan.claim_reads() if conn.execute(run_sql.GET_DEBOUNCE, c).fetchone() is not None
+        ]
+        refused = plan.refusals(held, heads, taken)
+        _write_rows(conn, plan.then(refused))
+    return refused, plan.alone
+
+
+def _write_rows(conn: sqlite3.Connection, rows: BatchRows) -> None:
+    """One set of rows, table by table; raises when any of it is refused."""
     _insert_many(conn, run_sql.INSERT_RUN_HEAD, rows.inserts)
     if rows.updates:
         cur = conn.executemany(_UPDATE_RUNS, rows.updates)
@@ -420,6 +463,11 @@ def _apply_units(conn: sqlite3.Connection, units: list[UnitOfWork]) -> None:
         cur = conn.execute(run_sql.REPLACE_EXPIRED_IDEMPOTENCY, replacing)
         if cur.rowcount != 1:
             raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+    if rows.slots:
+        conn.executemany(run_sql.SET_SLOT, rows.slots)
+    if rows.debounce_released:
+        conn.executemany(run_sql.RELEASE_DEBOUNCE, rows.debounce_released)
+    _insert_many(conn, run_sql.INSERT_DEBOUNCE_HEAD, rows.debounce_claimed)
 
 
 @asynccontextmanager

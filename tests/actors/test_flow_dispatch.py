@@ -106,12 +106,12 @@ async def open_rig(
 
 
 @pytest.fixture
-async def rig(autojump_clock: MockClock, limits: dict[str, int]) -> AsyncIterator[Rig]:
+async def rig(limits: dict[str, int]) -> AsyncIterator[Rig]:
     async with open_rig(limits) as r:
         yield r
 
 
-async def test_within_an_app_higher_priority_goes_first(rig: Rig) -> None:
+async def test_within_an_app_higher_priority_goes_first(rig: Rig, autojump_clock: MockClock) -> None:
     rig.push("a", 0)  # taken at once by the one sender
     await rig.until(1)
     for n, priority in [(1, 5), (2, 3), (3, 1), (4, 3), (5, 1)]:
@@ -120,7 +120,7 @@ async def test_within_an_app_higher_priority_goes_first(rig: Rig) -> None:
     assert [t for _, t in rig.sent] == ["tok-a-0", "tok-a-3", "tok-a-5", "tok-a-2", "tok-a-4", "tok-a-1"]
 
 
-async def test_aging_bounds_how_long_a_low_priority_push_waits(rig: Rig) -> None:
+async def test_aging_bounds_how_long_a_low_priority_push_waits(rig: Rig, autojump_clock: MockClock) -> None:
     """Level-1 pushes arrive faster than they are sent: the level-5 one (aging 10 s) is overtaken
     only by those that arrived less than 40 s after it, and goes before every later one."""
     rig.handler_s[0] = 0.5
@@ -139,7 +139,9 @@ async def test_aging_bounds_how_long_a_low_priority_push_waits(rig: Rig) -> None
     assert all(arrived[t] - arrived["tok-a-999"] > 40 for t in order[low + 1 :])
 
 
-async def test_weighted_round_robin_an_apps_backlog_cannot_hold_back_another(rig: Rig) -> None:
+async def test_weighted_round_robin_an_apps_backlog_cannot_hold_back_another(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
     """App a has 100,000 queued pushes; app b's one push is the next but one sent."""
     for n in range(100_000):
         rig.push("a", n)
@@ -151,7 +153,7 @@ async def test_weighted_round_robin_an_apps_backlog_cannot_hold_back_another(rig
     assert rig.dispatcher.backlog > 99_990
 
 
-async def test_weights_share_the_senders_turns(rig: Rig) -> None:
+async def test_weights_share_the_senders_turns(rig: Rig, autojump_clock: MockClock) -> None:
     rig.targets["a"] = Target("http://handler.test", ("whsec_test",), weight=3)
     rig.dispatcher.set_weight("a", 3)
     for n in range(9):
@@ -163,7 +165,7 @@ async def test_weights_share_the_senders_turns(rig: Rig) -> None:
 
 
 @pytest.mark.parametrize("limits", [{"concurrency": 8, "per_app": 8}])
-async def test_a_rate_limited_step_is_spaced_per_key(rig: Rig) -> None:
+async def test_a_rate_limited_step_is_spaced_per_key(rig: Rig, autojump_clock: MockClock) -> None:
     limit = RateLimit(10, 1000, ("input", "tenant"), "input.tenant")  # one per 100 ms per tenant
     for n in range(5):
         for tenant in ("acme", "globex"):
@@ -181,7 +183,9 @@ async def test_a_rate_limited_step_is_spaced_per_key(rig: Rig) -> None:
 
 
 @pytest.mark.parametrize("limits", [{"concurrency": 8, "per_app": 8}])
-async def test_an_apps_rate_limit_spaces_all_its_pushes_and_a_held_push_can_be_aborted(rig: Rig) -> None:
+async def test_an_apps_rate_limit_spaces_all_its_pushes_and_a_held_push_can_be_aborted(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
     rig.targets["a"] = Target(
         "http://handler.test", ("whsec_test",), rate=app_bucket("a", RateLimit(2, 1000))
     )
@@ -218,3 +222,31 @@ async def test_a_bucket_survives_a_restart(autojump_clock: MockClock) -> None:
         second.push("a", 10, buckets=(bucket,))  # the re-delivered attempt after the restart
         await second.until(1)
         assert second.sent[0][0] - T0 >= 3000  # after the three slots reserved before it
+
+
+async def test_an_idle_bucket_is_forgotten_and_a_busy_one_kept(autojump_clock: MockClock) -> None:
+    """In memory: a bucket whose TAT is past the bound goes (it is full again: a send after it
+    goes at once, as after a bucket never used); one moved on since stays; a pass deletes at
+    most `limit`, whatever the number of buckets kept."""
+    store = MemoryBuckets()
+    bucket = Bucket("s/a/wf/t", 1_000_000, "step t")
+    clock = Clock(T0)
+    async with open_rig({"concurrency": 4, "per_app": 4}, store, clock) as rig:
+        rig.push("a", 0, buckets=(bucket,))
+        rig.push("a", 1, buckets=(bucket,))
+        await rig.until(2)  # the second went a second after the first: the TAT is T0 + 2 s
+        assert store.tat == {"s/a/wf/t": (T0 + 2000) * 1000}
+        now_us = clock.now() * 1000
+        assert await store.prune_rate_buckets(now_us, 10) == 0  # its last slot has not ended yet
+        await advance(5)
+        for n in range(5):  # five more buckets, each used once now
+            await store.take_rate_tokens(f"other-{n}", 1_000_000, 1, clock.now() * 1000)
+        assert await store.prune_rate_buckets(clock.now() * 1000, 10) == 1  # only the first is idle
+        assert "s/a/wf/t" not in store.tat
+        rig.push("a", 2, buckets=(bucket,))
+        await rig.until(3)
+        assert rig.sent[2][0] - clock.now() > -50  # it went at once: a full bucket
+        await advance(10)
+        assert await store.prune_rate_buckets(clock.now() * 1000, 2) == 2  # bounded
+        assert await store.prune_rate_buckets(clock.now() * 1000, 10) == 4
+        assert store.tat == {}

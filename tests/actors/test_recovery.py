@@ -81,3 +81,55 @@ async def test_an_unclaimed_queued_task_is_offered_again(env: Env, autojump_cloc
     assert offered_run.run_id == run_id
     run = await env.engine.store.get_run(run_id)
     assert run is not None and run.task is not None and run.task.token == task.token
+
+
+async def test_queued_tasks_are_offered_again_with_their_priority(
+    env: Env, autojump_clock: MockClock
+) -> None:
+    """The priority an attempt was opened with is stored with its task (migration 0078): after
+    a restart the urgent one is still claimed first, though it was opened last."""
+    for name, level in (("low", 5), ("high", 1)):
+        step = {"name": "t", "type": "task", "queue": "work", "priority": level}
+        await env.register({"name": name, "steps": [step]})
+    low = await env.start("low")
+    await advance(1)
+    high = await env.start("high")
+    tasks = {t.run_id: t for t in await env.engine.store.open_tasks()}
+    assert (tasks[low].priority, tasks[high].priority) == (5, 1)
+    await env.crash_and_restart(down_for=30)
+    assert env.engine.queues.depth("app", "work") == 2
+    claimed = await env.engine.runs.claim_queued("app", "work", 1, trio.current_time(), "w")
+    assert [run.run_id for run, _ in claimed] == [high]
+
+
+async def test_a_rate_limited_queued_task_takes_a_token_again_after_a_restart(
+    env: Env, autojump_clock: MockClock
+) -> None:
+    """An unclaimed offer of a rate-limited step is offered again only once its bucket (stored
+    with the task, and the bucket's state in `rate_buckets`) gives it a slot: no burst after
+    the restart; the tokens taken before it count, so the wait may be longer than one interval."""
+    step = {"name": "t", "type": "task", "queue": "slow", "rateLimit": {"limit": 1, "period": "10s"}}
+    await env.register({"name": "rl", "steps": [step]})
+    first = await env.start("rl")
+    second = await env.start("rl")
+    await trio.testing.wait_all_tasks_blocked()
+    assert env.engine.queues.depth("app", "slow") == 1  # the second waits for its slot
+    tasks = {t.run_id: t for t in await env.engine.store.open_tasks()}
+    assert [b.interval_us for b in tasks[first].buckets] == [10_000_000]
+    assert tasks[first].buckets == tasks[second].buckets
+    await advance(1)
+    await env.crash_and_restart(down_for=1)
+    restarted = trio.current_time()
+    assert env.engine.queues.depth("app", "slow") == 0  # nothing offered before its slot
+    assert env.engine.dispatcher.delayed == 2
+    delayed = [env.engine.dispatcher.delayed_until(tasks[r].token) for r in (first, second)]
+    assert sorted(d[0] for d in delayed if d is not None) == ["step t", "step t"]
+    seen: list[float] = []
+    while len(seen) < 2:
+        await advance(0.5)
+        depth = env.engine.queues.depth("app", "slow")
+        while len(seen) < depth:
+            seen.append(trio.current_time() - restarted)
+    # Slots before the crash were [0, 10) and [10, 20) s after the starts (2 s before the
+    # restart): the recovered offers get the next ones, 10 s apart.
+    assert 17.5 <= seen[0] <= 18.5 and 9.5 <= seen[1] - seen[0] <= 10.5, seen

@@ -131,3 +131,31 @@ async def test_swf_executions_go_after_their_domains_retention(env: Env, autojum
     assert await store.swf_events(region, "r-week", None, False, 10) == []
     assert await store.swf_load(region, "r-open") is not None  # open: never, however old
     assert env.engine.pruner.pruned_swf_executions == 2 and env.engine.pruner.failures == 0
+
+
+async def test_idle_rate_limit_buckets_go_a_minute_after_their_last_slot(
+    env: Env, autojump_clock: MockClock
+) -> None:
+    """The pruner deletes a bucket once its TAT is a minute past, in bounded batches; a bucket
+    in use is kept, and a pruned one is as if never used."""
+    store, now = env.engine.store, env.engine.clock.now
+    for n in range(5):
+        await store.take_rate_tokens(f"idle-{n}", 1_000_000, 1, now() * 1000)  # TAT now + 1 s
+    await store.take_rate_tokens("later", 10_000_000, 1, now() * 1000)  # TAT now + 10 s
+    await advance(61.5)
+    await env.engine.pruner.prune_once()
+    assert env.engine.pruner.pruned_rate_buckets == 5
+    assert [await store.rate_bucket(f"idle-{n}") for n in range(5)] == [None] * 5
+    assert await store.rate_bucket("later") is not None  # 51.5 s past its TAT: not yet
+    await store.take_rate_tokens("later", 10_000_000, 1, now() * 1000)  # in use again
+    await advance(30)
+    await env.engine.pruner.prune_once()
+    assert await store.rate_bucket("later") is not None
+    await advance(41)
+    pruner = env.engine.pruner
+    before = pruner.pruned_rate_buckets
+    assert await store.prune_rate_buckets((now() - 60_000) * 1000, 1) == 1  # at most `limit`
+    assert pruner.pruned_rate_buckets == before
+    assert await store.rate_bucket("later") is None
+    # As a bucket never used: the next reservation's slot is now.
+    assert await store.take_rate_tokens("later", 10_000_000, 1, now() * 1000) == (now() + 10_000) * 1000

@@ -107,3 +107,44 @@ async def test_a_rate_limited_step_holds_the_second_push_of_a_key(api: Api) -> N
     r = await api.call("POST", f"/apps/orders/runs/{second['runId']}/cancel", {"reason": "test"})
     assert r.status_code == 200
     assert api.engine.dispatcher.delayed == 0  # the held push was aborted with the attempt
+
+
+async def test_recovery_offers_a_queued_task_with_its_priority_and_its_bucket(api: Api) -> None:
+    """What `recover` reads back from storage after a restart (migration 0078): the urgent
+    queued task is claimed first, and a rate-limited one waits for a token of its bucket."""
+    for name, step in (
+        ("low", {"priority": 5}),
+        ("high", {"priority": 1}),
+        ("metered", {"rateLimit": {"limit": 1, "period": "1h", "key": "input.tenant"}}),
+    ):
+        body = {"name": "t", "type": "task", "queue": "work", **step}
+        await api.register({"name": name, "steps": [body]})
+    low = await api.start("low", {})
+    high = await api.start("high", {})
+    metered = [await api.start("metered", {"tenant": "acme"}) for _ in range(2)]
+    engine = api.engine
+    await engine.runs.wait_for(metered[1]["runId"], lambda r: r.task is not None)
+    with trio.fail_after(5):
+        while engine.queues.depth("orders", "work") < 3 or engine.dispatcher.delayed < 1:
+            await trio.lowlevel.checkpoint()
+    # What a restart leaves: nothing in memory; the tasks and the bucket in the database.
+    everything = lambda _: True  # noqa: E731
+    engine.queues.withdraw_where(everything)
+    engine.dispatcher.abort_where(everything)
+    assert engine.queues.depth("orders", "work") == 0 and engine.dispatcher.delayed == 0
+    await engine.recover()
+    with trio.fail_after(5):
+        while engine.queues.depth("orders", "work") < 2 or engine.dispatcher.delayed < 2:
+            await trio.lowlevel.checkpoint()
+    assert engine.queues.depth("orders", "work") == 2  # low and high; both metered ones wait
+    polled = await api.call(
+        "POST", "/apps/orders/tasks/poll", {"queue": "work", "maxTasks": 1, "waitSeconds": 0}
+    )
+    assert [t["runId"] for t in polled.json()["tasks"]] == [high["runId"]]
+    polled = await api.call(
+        "POST", "/apps/orders/tasks/poll", {"queue": "work", "maxTasks": 5, "waitSeconds": 0}
+    )
+    assert [t["runId"] for t in polled.json()["tasks"]] == [low["runId"]]
+    for run in metered:
+        r = await api.call("GET", f"/apps/orders/runs/{run['runId']}/diagnosis")
+        assert "rate-limit token on tenant=acme (next in" in r.text, r.text

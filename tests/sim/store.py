@@ -83,7 +83,7 @@ class FakeStore:
     def observe_commits(self, observer: CommitObserver | None) -> None:
         self._observer = observer
 
-    async def commit(self, unit: UnitOfWork) -> None:
+    async def commit(self, unit: UnitOfWork) -> bool:
         observer = self._observer
         started = observer.commit_started() if observer is not None else 0.0
         committed = False
@@ -94,6 +94,7 @@ class FakeStore:
                 await trio.lowlevel.checkpoint()
             self.apply(unit)
             committed = True
+            return True  # no concurrency keys here: a unit is written as given
         finally:
             if observer is not None:
                 observer.commit_ended(unit, started, committed)

@@ -235,13 +235,14 @@ class Connection:
             world.count(f"{what}_failed")
             raise StorageUnavailable(f"the database failed the {what}")
 
-    async def commit(self, unit: UnitOfWork) -> None:
+    async def commit(self, unit: UnitOfWork) -> bool:
         observer = self._observer
         started = observer.commit_started() if observer is not None else 0.0
         committed = False
         try:
             await self._commit(unit)
             committed = True
+            return True  # no concurrency keys here: a unit is written as given
         finally:
             if observer is not None:
                 observer.commit_ended(unit, started, committed)

@@ -571,3 +571,20 @@ def test_paths_sql_cannot_say_exactly_are_left_to_python() -> None:
     assert not expressible(("input", "٣"))  # a digit to str.isdigit, no index to SQL
     assert not expressible(("input", "1", "2", "3", "4"))  # 16 ways to follow it
     assert not expressible(("run_id",))  # no input or state
+
+
+async def test_rate_buckets_are_taken_in_turn_and_idle_ones_pruned_oldest_first(store: Store) -> None:
+    """`take_rate_tokens` moves a bucket's TAT on by the slots it reserves; `prune_rate_buckets`
+    deletes the buckets whose TAT is before the bound, the oldest first, at most `limit`."""
+    now = T0 * 1000
+    assert await store.take_rate_tokens("a", 1_000, 3, now) == now + 3_000
+    assert await store.take_rate_tokens("a", 1_000, 1, now) == now + 4_000  # after the three
+    assert await store.take_rate_tokens("b", 1_000, 1, now + 10_000) == now + 11_000
+    assert await store.take_rate_tokens("c", 1_000, 1, now + 20_000) == now + 21_000
+    assert await store.prune_rate_buckets(now + 4_000, 10) == 0  # a's TAT is not before it
+    assert await store.prune_rate_buckets(now + 30_000, 2) == 2  # a and b, the oldest
+    assert [await store.rate_bucket(b) for b in ("a", "b")] == [None, None]
+    assert await store.rate_bucket("c") == now + 21_000
+    assert await store.prune_rate_buckets(now + 30_000, 2) == 1
+    assert await store.prune_rate_buckets(now + 30_000, 2) == 0
+    assert await store.take_rate_tokens("a", 1_000, 1, now + 40_000) == now + 41_000  # as new

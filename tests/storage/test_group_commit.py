@@ -17,10 +17,21 @@ import pytest
 import trio
 
 from foliot.core.errors import StaleWrite, StorageError, UniqueViolation
+from foliot.core.workflow.flow import Bucket
 from foliot.core.workflow.model import Event, TaskRow, Timer
-from foliot.storage.base import SIGNAL_ID_UNIQUE, IdempotencyRecord, UnitOfWork
-from foliot.storage.batch import batch_rows, chunks
+from foliot.storage.base import (
+    DEBOUNCE_TAKEN,
+    SIGNAL_ID_UNIQUE,
+    SLOT_TAKEN,
+    DebounceChange,
+    DebounceRow,
+    IdempotencyRecord,
+    SlotChange,
+    UnitOfWork,
+)
+from foliot.storage.batch import batch_rows, chunks, plan_batch
 from foliot.storage.postgres import PostgresStore, open_postgres
+from foliot.storage.schedules import ScheduleFire
 from foliot.storage.sqlite import SqliteStore, open_sqlite
 
 from .test_contract import T0, make_run, seed_app
@@ -464,3 +475,309 @@ def test_the_fenced_moving_statement_is_the_plain_one_guarded() -> None:
     assert "FROM fenced, unnest($1::text[]" in sql
     assert "WHERE fenced.ok AND r.run_id = u.run_id" in sql
     assert sql.endswith("SELECT ok, ARRAY(SELECT run_id FROM moved) FROM fenced")
+
+
+# --------------------------------------------------------------------------- guarded units
+
+
+def slot(kind: str, key: str, limit: int = 0) -> SlotChange:
+    return SlotChange(kind, f"wf/{key}", limit)
+
+
+def keyed(
+    run_id: str, *, seq: int = 1, expected: int | None = None, created: int = T0, **kw: Any
+) -> UnitOfWork:
+    run = make_run(run_id, seq=seq, created=created)
+    return UnitOfWork(run, expected, (Event(seq, T0, 1, "x"),), **kw)
+
+
+async def test_guarded_units_do_not_sink_the_set_and_a_refused_one_writes_nothing(
+    held: tuple[Store, Hold],
+) -> None:
+    """Admissions and claims are decided in batch order, as one by one would decide them, after
+    the units without a guard were written as a set; only the ones that lose are refused."""
+    store, hold = held
+    await seed_app(store)
+    await store.commit(keyed("h1", slot=slot("admit", "a", 2)))  # holds a slot of a
+    await store.commit(keyed("q1", created=T0 + 1, slot=slot("queue", "a")))  # waits for one
+    await store.commit(keyed("old", seq=1))
+    await store.commit(keyed("dz", debounce=DebounceChange("claim", "wf", "d1", "trailing", T0 + 9)))
+    base = together(store)
+
+    units = [
+        keyed("p0"),  # plain
+        keyed("n1", slot=slot("admit", "a", 2)),  # refused: q1 waits (older)
+        keyed("q1", seq=2, expected=1, created=T0 + 1, slot=slot("admit", "a", 2)),  # the head
+        keyed("n2", slot=slot("admit", "b", 1)),  # admitted: n4 is queued after the guards
+        keyed("n3", slot=slot("admit", "b", 1)),  # refused: n2 took b's only slot
+        keyed("h1", seq=2, expected=1, slot=slot("leave", "a")),  # plain: written first
+        keyed("m1", debounce=DebounceChange("claim", "wf", "d1", "trailing", T0 + 9)),  # dz let go
+        keyed("m2", debounce=DebounceChange("claim", "wf", "d2", "leading", T0 + 9)),  # claimed
+        keyed("m3", debounce=DebounceChange("claim", "wf", "d2", "trailing", T0 + 9)),  # refused
+        keyed("n4", created=T0 + 2, slot=slot("queue", "b")),  # plain
+        keyed("dz", seq=2, expected=1, debounce=DebounceChange("release", "wf", "d1")),  # plain
+        keyed("old", seq=2, expected=1),  # plain
+    ]
+    outcomes = await commit_as_one_batch(store, hold, units)
+
+    refused = {i: o.constraint for i, o in enumerate(outcomes) if isinstance(o, UniqueViolation)}
+    assert refused == {1: SLOT_TAKEN, 4: SLOT_TAKEN, 8: DEBOUNCE_TAKEN}
+    assert [o for i, o in enumerate(outcomes) if i not in refused] == [None] * 9
+    assert together(store) - base == 9  # every unit not refused was written by a set
+    for i, unit in enumerate(units):
+        if i in refused:
+            assert await store.get_run(unit.run.run_id) is None
+            assert await store.list_events(unit.run.run_id, 0, 10) == []
+        else:
+            assert await store.get_run(unit.run.run_id) == unit.run
+    assert sorted(await store.key_counts("app", "wf", 10)) == [("a", 1, 0), ("b", 1, 1)]
+    assert await store.queue_heads("app", "wf/a", 5) == []
+    assert await store.queue_heads("app", "wf/b", 5) == ["n4"]
+    assert await store.get_debounce("app", "wf", "d1") == DebounceRow("m1", "trailing", T0 + 9)
+    assert await store.get_debounce("app", "wf", "d2") == DebounceRow("m2", "leading", T0 + 9)
+
+
+async def test_a_fire_and_a_run_both_plain_and_guarded_in_one_batch(held: tuple[Store, Hold]) -> None:
+    """A schedule's fire is written alone beside the sets (refused alone when fired before); a
+    run written twice (plain, then admitted) is written in order, one by one."""
+    store, hold = held
+    await seed_app(store)
+    fired = ScheduleFire("app", "s", T0, "f0", T0)
+    await store.commit(UnitOfWork(make_run("f0"), None, fire=fired))
+
+    twice = [
+        keyed("x", seq=1),
+        keyed("x", seq=2, expected=1, slot=slot("admit", "x", 1)),
+        keyed("y", slot=slot("admit", "x", 1)),  # refused: x took the only slot first
+    ]
+    outcomes = await commit_as_one_batch(store, hold, twice)
+    assert outcomes[:2] == [None, None]
+    assert isinstance(outcomes[2], UniqueViolation) and outcomes[2].constraint == SLOT_TAKEN
+    assert await store.get_run("x") == twice[1].run
+    assert await store.key_counts("app", "wf", 10) == [("x", 1, 0)]
+
+    base = together(store)
+    units = [
+        keyed("p1"),
+        UnitOfWork(make_run("f1"), None, fire=ScheduleFire("app", "s", T0, "f1", T0)),  # fired before
+        UnitOfWork(make_run("f2"), None, fire=ScheduleFire("app", "s", T0 + 60, "f2", T0)),
+        keyed("p2", slot=slot("admit", "z", 1)),
+    ]
+    outcomes = await commit_as_one_batch(store, hold, units)
+    assert outcomes[0] is None and outcomes[2] is None and outcomes[3] is None
+    assert isinstance(outcomes[1], UniqueViolation) and outcomes[1].constraint == "schedule_fire"
+    assert await store.get_run("f1") is None
+    for run_id in ("p1", "f2", "p2"):
+        assert await store.get_run(run_id) is not None
+    assert together(store) - base in (0, 2)  # fire refused: the batch is written one by one
+
+
+async def test_admissions_racing_on_one_key_never_pass_its_limit(database_url: str, tmp_path: Path) -> None:
+    """Many admissions to a few keys at once (PostgreSQL: two writers, each batch locking its
+    keys): exactly `limit` per key are admitted, every other one refused and absent."""
+    if database_url.startswith("sqlite"):
+        opened: AbstractAsyncContextManager[Store] = open_sqlite(str(tmp_path / "race.db"))
+    else:
+        opened = open_postgres(database_url, writers=2)
+    async with opened as store:
+        await seed_app(store)
+        outcomes: dict[str, BaseException | None] = {}
+
+        async def admit(i: int) -> None:
+            run_id = f"r{i}"
+            try:
+                await store.commit(keyed(run_id, slot=slot("admit", f"k{i % 4}", 3)))
+                outcomes[run_id] = None
+            except UniqueViolation as exc:
+                outcomes[run_id] = exc
+
+        async with trio.open_nursery() as nursery:
+            for i in range(120):
+                nursery.start_soon(admit, i)
+        admitted = sorted(r for r, o in outcomes.items() if o is None)
+        assert len(admitted) == 12
+        assert sorted(await store.key_counts("app", "wf", 10)) == [(f"k{k}", 3, 0) for k in range(4)]
+        for run_id, outcome in outcomes.items():
+            if outcome is not None:
+                assert isinstance(outcome, UniqueViolation) and outcome.constraint == SLOT_TAKEN
+                assert await store.get_run(run_id) is None
+
+
+# --------------------------------------------------------------------------- the plan (pure)
+
+
+def test_the_plan_writes_plain_units_first_and_decides_guards_in_batch_order() -> None:
+    units = [
+        keyed("p"),
+        keyed("a1", slot=slot("admit", "a", 2)),
+        keyed("q", slot=slot("queue", "a")),
+        keyed("a2", slot=slot("admit", "a", 2)),
+        keyed("a3", slot=slot("admit", "a", 2)),
+        keyed("c1", debounce=DebounceChange("claim", "wf", "k")),
+        keyed("c2", slot=slot("admit", "b", 1), debounce=DebounceChange("claim", "wf", "k")),
+        keyed("c3", slot=slot("admit", "b", 1), debounce=DebounceChange("claim", "wf", "j")),
+        UnitOfWork(make_run("f"), None, fire=ScheduleFire("app", "s", T0, "f", T0)),
+    ]
+    plan = plan_batch(units)
+    assert plan is not None
+    assert plan.together == (0, 2) and plan.guarded == (1, 3, 4, 5, 6, 7) and plan.alone == (8,)
+    assert [r[0] for r in plan.first.inserts] == ["p", "q"]
+    assert plan.first.slots == [] and plan.queued == ((None, "wf/a", "q"),)  # after the guards
+    assert plan.slot_reads() == [("app", "wf/a", 3), ("app", "wf/b", 2)]
+    assert plan.claim_reads() == [("app", "wf", "j"), ("app", "wf", "k")]
+
+    # a: one held, and `q0` queued before the batch: a1, a2 and a3 find it ahead of them.
+    refused = plan.refusals({("app", "wf/a"): 1}, {("app", "wf/a"): ["q0"]}, [])
+    assert {i: e.constraint for i, e in refused.items()} == {
+        1: SLOT_TAKEN,
+        3: SLOT_TAKEN,
+        4: SLOT_TAKEN,
+        6: DEBOUNCE_TAKEN,  # c1 claimed k first; c2's slot of b is then not taken
+    }
+    then = plan.then(refused)
+    assert [r[0] for r in then.inserts] == ["c1", "c3"]
+    assert then.slots == [("wf/b", None, "c3"), (None, "wf/a", "q")]  # c2 did not take b's slot
+    assert [r[:3] for r in then.debounce_claimed] == [("app", "wf", "k"), ("app", "wf", "j")]
+
+    # Nobody queued: admissions pass up to the limit, counting those before them in the batch.
+    refused = plan.refusals({}, {}, [("app", "wf", "j")])
+    assert {i: e.constraint for i, e in refused.items()} == {
+        4: SLOT_TAKEN,  # a1, a2 took a's two slots
+        6: DEBOUNCE_TAKEN,
+        7: DEBOUNCE_TAKEN,  # j has a burst already
+    }
+
+
+def test_a_queued_run_is_admitted_only_at_the_head_and_the_next_head_follows() -> None:
+    units = [
+        keyed("q2", seq=2, expected=1, slot=slot("admit", "a", 5)),
+        keyed("q1", seq=2, expected=1, slot=slot("admit", "a", 5)),
+        keyed("q2", seq=3, expected=2, slot=slot("admit", "a", 5)),
+    ]
+    assert plan_batch(units) is None  # q2 twice: one by one, in order
+    plan = plan_batch([*units[:2], keyed("new", slot=slot("admit", "a", 5))])
+    assert plan is not None
+    refused = plan.refusals({("app", "wf/a"): 0}, {("app", "wf/a"): ["q1", "q2", "q3"]}, [])
+    # q2 is not the head (q1 is): refused; q1 is admitted; then q2 is the head, not `new`.
+    assert sorted(refused) == [0, 2]
+    # q2 then q1 at the head in turn: both admitted; `new` then finds the queue empty, or q3.
+    assert plan.refusals({}, {("app", "wf/a"): ["q2", "q1"]}, []) == {}
+    assert sorted(plan.refusals({}, {("app", "wf/a"): ["q2", "q1", "q3"]}, [])) == [2]
+
+
+def test_a_guard_in_a_child_run_is_not_guessed() -> None:
+    child = keyed("child", slot=slot("admit", "a", 1))
+    assert plan_batch([keyed("parent", children=(child,))]) is None
+    plain_child = keyed("child2")
+    plan = plan_batch([keyed("parent", slot=slot("admit", "a", 1), children=(plain_child,))])
+    assert plan is not None and plan.guarded == (0,)
+    assert [r[0] for r in plan.then({}).inserts] == ["parent", "child2"]
+    assert plan.then({0}).inserts == []
+
+
+async def test_a_tasks_priority_and_buckets_are_kept_on_every_write_path(held: tuple[Store, Hold]) -> None:
+    """An attempt's priority and rate-limit buckets (migration 0078) land with its task row on
+    each path (starts only, runs moving on, a mixed set, one by one) and stay as written when
+    the attempt opened, whatever later rows of the token say."""
+    store, hold = held
+    await seed_app(store)
+    bucket = Bucket("s/app/wf/t/input.k=a", 600_000, "k=a")
+
+    def opened(token: str, run_id: str, level: int, buckets: tuple[Bucket, ...] = ()) -> TaskRow:
+        return attrs.evolve(task(token, run_id), priority=level, buckets=buckets)
+
+    starts = [
+        UnitOfWork(make_run(f"s{i}"), None, tasks=(opened(f"t{i}", f"s{i}", 1 + i, (bucket,) * (i % 2)),))
+        for i in range(3)
+    ]
+    assert await commit_as_one_batch(store, hold, starts) == [None] * 3  # PostgreSQL: one statement
+    moving = [
+        UnitOfWork(
+            make_run(f"s{i}", seq=1),
+            0,
+            tasks=(task(f"t{i}", f"s{i}", "closed", "answered"), opened(f"u{i}", f"s{i}", 2, (bucket,))),
+        )
+        for i in range(2)
+    ]
+    assert await commit_as_one_batch(store, hold, moving) == [None] * 2  # one statement too
+    mixed = [
+        UnitOfWork(make_run("s2", seq=1), 0, tasks=(opened("v2", "s2", 4),)),
+        UnitOfWork(make_run("m"), None, tasks=(opened("tm", "m", 5, (bucket, bucket)),)),
+    ]
+    assert await commit_as_one_batch(store, hold, mixed) == [None] * 2
+    twice = [
+        UnitOfWork(make_run("w"), None, tasks=(opened("tw", "w", 2, (bucket,)),)),
+        UnitOfWork(make_run("w", seq=1), 0, tasks=(task("tw", "w", "closed", "answered"),)),
+    ]
+    assert await commit_as_one_batch(store, hold, twice) == [None] * 2  # one by one
+
+    flow = {t.token: (t.status, t.priority, t.buckets) for t in await store.open_tasks()}
+    assert flow == {
+        "t2": ("open", 3, ()),
+        "u0": ("open", 2, (bucket,)),
+        "u1": ("open", 2, (bucket,)),
+        "v2": ("open", 4, ()),
+        "tm": ("open", 5, (bucket, bucket)),
+    }
+    for token, level, buckets in (("t0", 1, ()), ("t1", 2, (bucket,)), ("tw", 2, (bucket,))):
+        row = await store.get_task(token)
+        assert row is not None and (row.status, row.priority, row.buckets) == ("closed", level, buckets)
+
+
+async def test_an_admission_refused_writes_its_otherwise_in_the_same_commit(held: tuple[Store, Hold]) -> None:
+    """A start admitted if a slot is free, else queued (`UnitOfWork.otherwise`): one commit,
+    decided in batch order; `commit` answers False when the queued form was written. The same
+    one by one (a batch that cannot be written as sets)."""
+    store, hold = held
+    await seed_app(store)
+
+    def start(run_id: str, created: int) -> UnitOfWork:
+        queued = keyed(run_id, created=created, slot=slot("queue", "k"))
+        queued = attrs.evolve(queued, run=attrs.evolve(queued.run, status="queued"))
+        return keyed(run_id, created=created, slot=slot("admit", "k", 1), otherwise=queued)
+
+    written: list[bool] = []
+
+    async def commit(unit: UnitOfWork) -> None:
+        written.append(await store.commit(unit))
+
+    assert await store.commit(start("a", T0)) is True
+    async with trio.open_nursery() as nursery, hold():
+        for i, run_id in enumerate(("b", "c")):
+            nursery.start_soon(commit, start(run_id, T0 + 1 + i))
+            await until(lambda n=i + 1: store.pending_writes == n)  # type: ignore[misc]
+    assert written == [False, False]
+    assert [(await store.get_run(r)).status for r in "abc"] == ["waiting", "queued", "queued"]  # type: ignore[union-attr]
+    assert await store.queue_heads("app", "wf/k", 5) == ["b", "c"]
+    assert await store.key_counts("app", "wf", 5) == [("k", 1, 2)]
+
+    # One by one (a run twice in the batch): the same answers.
+    written.clear()
+    async with trio.open_nursery() as nursery, hold():
+        units = [keyed("x"), keyed("x", seq=2, expected=1), start("d", T0 + 5)]
+        for i, unit in enumerate(units):
+            nursery.start_soon(commit, unit)
+            await until(lambda n=i + 1: store.pending_writes == n)  # type: ignore[misc]
+    assert sorted(written) == [False, True, True]
+    assert (await store.get_run("d")).status == "queued"  # type: ignore[union-attr]
+    assert await store.queue_heads("app", "wf/k", 5) == ["b", "c", "d"]
+
+
+def test_a_refused_admission_with_an_otherwise_is_written_as_it() -> None:
+    queued = keyed("q", slot=slot("queue", "a"))
+    admitted = keyed("q", slot=slot("admit", "a", 1), otherwise=queued)
+    plan = plan_batch([admitted, keyed("n", slot=slot("admit", "a", 1))])
+    assert plan is not None and plan.guarded == (0, 1)
+    refused = plan.refusals({("app", "wf/a"): 1}, {}, [])
+    assert sorted(refused) == [0, 1] and plan.instead(refused) == {0}
+    then = plan.then(refused)
+    assert [r[0] for r in then.inserts] == ["q"] and then.slots == [(None, "wf/a", "q")]
+    assert plan.then({}).slots == [("wf/a", None, "q"), ("wf/a", None, "n")]
+    leave = keyed("l", seq=2, expected=1, slot=slot("leave", "z"))
+    assert plan.locks() == [("app", "wf/a")]
+    both = plan_batch([leave, admitted, keyed("p", slot=slot("queue", "y"))])
+    assert both is not None and both.locks() == [("app", "wf/a"), ("app", "wf/z")]  # not a queue's
+    # An `otherwise` that is not a plain stand-in for the same run: not guessed, one by one.
+    assert plan_batch([attrs.evolve(admitted, otherwise=keyed("other"))]) is None
+    guarded_too = keyed("q", slot=slot("admit", "a", 1))
+    assert plan_batch([attrs.evolve(admitted, otherwise=guarded_too)]) is None

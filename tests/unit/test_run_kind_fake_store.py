@@ -150,9 +150,9 @@ class FakeKindHost:
     def new_id(self, make: Callable[[], str], key: Callable[[str], str] | None = None) -> str:
         return next(self.ids)
 
-    async def shielded(self, write: Callable[[], Awaitable[None]]) -> None:
+    async def shielded(self, write: Callable[[], Awaitable[T]]) -> T:
         with trio.CancelScope(shield=True):
-            await write()
+            return await write()
 
     def spawn(self, fn: Callable[[], Awaitable[None]]) -> bool:
         assert self.nursery is not None

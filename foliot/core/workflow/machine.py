@@ -697,7 +697,9 @@ class _Tx:
             due = self.ctx.now + step.queue_timeout_ms
             timer = self.arm("queue_timeout", due, task.token)
         self.park("running", attempt=attempt, task=task, timer=timer)
-        self.tasks.append(self.task_row(task, "open", None))
+        dispatch = dispatch_of(self.run, self.definition, step, task)
+        row = self.task_row(task, "open", None)
+        self.tasks.append(attrs.evolve(row, priority=dispatch.priority, buckets=dispatch.buckets))
         self.emit(
             "task_dispatched",
             step.name,
@@ -706,7 +708,7 @@ class _Tx:
             queue=step.queue,
             deadline=None,
         )
-        self.effects.append(dispatch_of(self.run, self.definition, step, task))
+        self.effects.append(dispatch)
 
     def enter_sleep(self, step: Step) -> str | None:
         if step.duration_ms is not None:

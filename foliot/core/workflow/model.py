@@ -9,6 +9,8 @@ from typing import Any, Final
 import attrs
 import cattrs
 
+from .flow import DEFAULT_PRIORITY, Bucket
+
 OPEN_STATUSES: Final = frozenset({"queued", "running", "waiting", "sleeping", "stuck", "paused"})
 TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "cancelled", "timed_out"})
 STATUSES: Final = OPEN_STATUSES | TERMINAL_STATUSES
@@ -241,6 +243,10 @@ class TaskRow:
     close_reason: str | None  # answered | timed_out | cancelled | superseded
     deadline: int | None
     created_at: int
+    # The attempt's flow control (issue 23), written when it opens and kept as it changes:
+    # what recovery offers an unclaimed queued task again with.
+    priority: int = DEFAULT_PRIORITY
+    buckets: tuple[Bucket, ...] = ()
 
 
 _codec = cattrs.Converter()

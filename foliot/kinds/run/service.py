@@ -25,7 +25,7 @@ from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.flow import DEFAULT_PRIORITY, Bucket
 from ...core.workflow.machine import Context, Reply
-from ...core.workflow.model import Run, ScheduleRef, TaskRef, replace_run
+from ...core.workflow.model import Run, ScheduleRef, TaskRef, TaskRow, replace_run
 from ...storage.base import (
     DEBOUNCE_TAKEN,
     SLOT_TAKEN,
@@ -99,15 +99,16 @@ class Runs:
     def _new_child_id(self) -> str:
         return self.host.new_id(self.new_run_id)
 
-    async def commit(self, unit: UnitOfWork) -> None:
+    async def commit(self, unit: UnitOfWork) -> bool:
         """Commit one unit of work, fenced by the run's lease and shielded (`KindHost.shielded`):
-        a shutdown or a caller's cancellation cannot cut a commit from the effects after it."""
+        a shutdown or a caller's cancellation cannot cut a commit from the effects after it.
+        False: the unit's `otherwise` was written instead (its admission refused)."""
         fences = self.host.fences(unit.run.run_id, *(child.run.run_id for child in unit.children))
         if fences is not None:
             unit = attrs.evolve(unit, fences=fences)
         with self.tracer.span("store.commit", unit.run) as span:
             span.set("foliot.event_count", len(unit.events))
-            await self.host.shielded(partial(self.host.store.commit, unit))
+            return await self.host.shielded(partial(self.host.store.commit, unit))
 
     def idempotency_cutoff(self) -> int | None:
         """Idempotency records created before this have expired (None: they never do)."""
@@ -127,17 +128,25 @@ class Runs:
         queue until a poller claims it; by `priority`, once a token of each rate-limit bucket
         is taken (a gated offer waits in the dispatcher, see `Dispatcher.call`)."""
         if task.queue is not None:
-            if task.claimed_by is not None:
-                return
-            if not buckets:
-                self.host.queues.offer(run.app, task.queue, task.token, run.run_id, priority)
-                return
-            offer = partial(self._offer_if_open, run.app, task.queue, task.token, run.run_id, priority)
-            self.host.dispatcher.call(
-                Call(run.app, task.token, offer, run.run_id, priority=priority, buckets=buckets)
-            )
+            if task.claimed_by is None:
+                self._offer(run.app, task.queue, task.token, run.run_id, priority, buckets)
             return
         self.host.dispatcher.push(run, task, path, timeout_ms, priority, buckets)
+
+    def reoffer(self, task: TaskRow) -> None:
+        """An unclaimed queued task found open at recovery: offered with the priority and the
+        rate-limit buckets its attempt was opened with (`TaskRow`, migration 0078)."""
+        assert task.queue is not None
+        self._offer(task.app, task.queue, task.token, task.run_id, task.priority, task.buckets)
+
+    def _offer(
+        self, app: str, queue: str, token: str, run_id: str, priority: int, buckets: tuple[Bucket, ...]
+    ) -> None:
+        if not buckets:
+            self.host.queues.offer(app, queue, token, run_id, priority)
+            return
+        offer = partial(self._offer_if_open, app, queue, token, run_id, priority)
+        self.host.dispatcher.call(Call(app, token, offer, run_id, priority=priority, buckets=buckets))
 
     async def _offer_if_open(self, app: str, queue: str, token: str, run_id: str, priority: int) -> None:
         """A rate-limited offer whose slot came: offered unless its attempt closed meanwhile."""
@@ -362,12 +371,20 @@ class Runs:
         candidates = [tr]
         if tr.run.status == "queued":
             # A workflow with `concurrency`: admitted at once when a slot is free and no run
-            # waits (the store's guard decides), else committed as queued.
+            # waits (the store's guard decides, under the key's lock), else committed as queued
+            # (the admitted unit's `otherwise`: one commit).
             admit = machine.transition(tr.run, definition, machine.Admit(), self.context())
             candidates.insert(0, machine.chain(tr, admit))
+        if len(candidates) == 2 and debounce is None and fire is None:
+            outcome = await self._commit_start(
+                candidates, definition, render, app, workflow, business_key, idempotency_key, request_hash
+            )
+            if outcome is not None:
+                return outcome
+            raise AssertionError("a queued start is never refused a slot")  # pragma: no cover
         for candidate in candidates:
             outcome = await self._commit_start(
-                candidate,
+                [candidate],
                 definition,
                 render,
                 app,
@@ -382,9 +399,45 @@ class Runs:
                 return outcome
         raise AssertionError("a queued start is never refused a slot")  # pragma: no cover
 
-    async def _commit_start(
+    async def _start_unit(
         self,
         tr: machine.Transition,
+        definition: Definition,
+        render: Any,
+        app: str,
+        idempotency_key: str | None,
+        request_hash: str,
+        debounce: DebounceChange | None,
+        fire: ScheduleFire | None,
+    ) -> tuple[machine.Transition, UnitOfWork, dict[str, Any], list[machine.Transition]]:
+        """A new run's first transition as its unit of work: (transition, unit, answer body,
+        child runs it starts)."""
+        run_id = tr.run.run_id
+        tr, children_units, started = await self.settle(tr, definition)
+        body = render(tr.run)
+        idem = None
+        if idempotency_key is not None:
+            idem = IdempotencyRecord(
+                app, idempotency_key, request_hash, run_id, json_dumps(body), self.host.clock.now()
+            )
+        unit = UnitOfWork(
+            tr.run,
+            None,
+            tr.events,
+            tr.tasks,
+            idem,
+            idempotency_expired_before=self.idempotency_cutoff(),
+            children=children_units,
+            slot=slot_of(None, tr.run, definition),
+            debounce=debounce,
+        )
+        if fire is not None:
+            unit = attrs.evolve(unit, fire=attrs.evolve(fire, run_id=run_id))
+        return tr, unit, body, started
+
+    async def _commit_start(
+        self,
+        candidates: list[machine.Transition],
         definition: Definition,
         render: Any,
         app: str,
@@ -395,36 +448,22 @@ class Runs:
         debounce: DebounceChange | None = None,
         fire: ScheduleFire | None = None,
     ) -> tuple[dict[str, Any], bool] | None:
-        """Commit a new run's first transition; None when its concurrency slot was taken."""
-        run_id = tr.run.run_id
-        tr, children_units, started = await self.settle(tr, definition)
-        body = render(tr.run)
-        idem = None
-        if idempotency_key is not None:
-            idem = IdempotencyRecord(
-                app, idempotency_key, request_hash, run_id, json_dumps(body), self.host.clock.now()
-            )
-        cutoff = self.idempotency_cutoff()
-        unit = UnitOfWork(
-            tr.run,
-            None,
-            tr.events,
-            tr.tasks,
-            idem,
-            idempotency_expired_before=cutoff,
-            children=children_units,
-            slot=slot_of(None, tr.run, definition),
-            debounce=debounce,
-        )
-        if fire is not None:
-            unit = attrs.evolve(unit, fire=attrs.evolve(fire, run_id=run_id))
-
+        """Commit a new run's first transition (or the first of two, the second written
+        instead when the first's admission is refused); None when its slot was taken."""
+        prepared = [
+            await self._start_unit(c, definition, render, app, idempotency_key, request_hash, debounce, fire)
+            for c in candidates
+        ]
+        tr, unit, body, started = prepared[0]
+        if len(prepared) == 2:
+            unit = attrs.evolve(unit, otherwise=prepared[1][1])
         if self.host.supervisor.closed:
             raise Unavailable("the server is shutting down")
         try:
             # In the caller's own task: the commit is shielded and its effects follow with no
             # checkpoint in between, so a client going away cannot part them (no task spawned).
-            await self.commit(unit)
+            if not await self.commit(unit):
+                tr, _, body, started = prepared[1]  # no slot free: it was written queued
         except Fenced as exc:  # the partition moved to another node between the id and the commit
             raise Unavailable("this node no longer owns the new run's partition; retry") from exc
         except UniqueViolation as exc:
@@ -446,8 +485,13 @@ class Runs:
                 await self._refuse_business_key(app, workflow, business_key)
             raise Conflict(str(exc)) from exc
         except StorageError:
-            if not await self.kind.applied(run_id, None, tr, started):
-                raise  # not applied: nothing changed
+            if not await self.kind.applied(tr.run.run_id, None, tr, started):
+                if len(prepared) == 1:
+                    raise  # not applied: nothing changed
+                queued = prepared[1][0]
+                if not await self.kind.applied(tr.run.run_id, None, queued, prepared[1][3]):
+                    raise  # neither form was written
+                tr, _, body, started = prepared[1]
         self.adopt(tr)
         self.adopt_children(started)
         if tr.run.waits_for_slot:

@@ -58,7 +58,7 @@ async def held_fences(conn: asyncpg.Connection, fences: list[Fence]) -> set[Fenc
 
 
 # The same, moving nothing unless every lease of the batch holds: returns (held, runs moved).
-FENCED_UPDATE_RUNS_SET = _fence_head(39) + UPDATE_RUNS_SET.removeprefix("WITH ").replace(
+FENCED_UPDATE_RUNS_SET = _fence_head(41) + UPDATE_RUNS_SET.removeprefix("WITH ").replace(
     " FROM unnest($1::text[]", " FROM fenced, unnest($1::text[]", 1
 ).replace(" WHERE r.run_id = u.run_id", " WHERE fenced.ok AND r.run_id = u.run_id", 1).replace(
     " SELECT ARRAY(SELECT run_id FROM moved)", " SELECT ok, ARRAY(SELECT run_id FROM moved) FROM fenced"
@@ -73,7 +73,7 @@ def _fenced_new_runs(sql: str) -> str:
     )
     head, last = guarded.rsplit(" INSERT INTO idempotency", 1)
     return (
-        _fence_head(48)
+        _fence_head(50)
         + head.removeprefix("WITH ")
         + ", new_idempotency AS (INSERT INTO idempotency"
         + last

@@ -10,7 +10,7 @@ import asyncpg
 
 from ...core.errors import StaleWrite, StorageError, UniqueViolation
 from .. import run_sql
-from ..batch import BatchRows
+from ..batch import BatchPlan, BatchRows
 from ..sql import numbered
 
 # The shared statements of `run_sql`, numbered once.
@@ -23,6 +23,33 @@ _INSERT_TIMER = numbered(run_sql.INSERT_TIMER)
 _INSERT_SIGNAL_ID = numbered(run_sql.INSERT_SIGNAL_ID)
 _INSERT_IDEMPOTENCY = numbered(run_sql.INSERT_IDEMPOTENCY)
 _REPLACE_EXPIRED_IDEMPOTENCY = numbered(run_sql.REPLACE_EXPIRED_IDEMPOTENCY)
+_RELEASE_DEBOUNCE = numbered(run_sql.RELEASE_DEBOUNCE)
+_INSERT_DEBOUNCE = numbered(run_sql.INSERT_DEBOUNCE)
+# `BatchRows.slots`: (slot_key, queue_key, run_id) columns.
+_SET_SLOTS = (
+    "UPDATE runs AS r SET slot_key = u.slot_key, queue_key = u.queue_key"
+    " FROM unnest($1::text[], $2::text[], $3::text[]) AS u(slot_key, queue_key, run_id)"
+    " WHERE r.run_id = u.run_id"
+)
+# The slot keys a batch admits to or leaves, locked in the order given (`BatchPlan.locks`, the
+# same order for every writer, so two batches never wait for each other's locks in a cycle):
+# the transaction-scoped lock `run_sql.slot_tx` takes for one admission or leave.
+LOCK_SLOTS = "SELECT count(pg_advisory_xact_lock(hashtext(k))) FROM unnest($1::text[]) AS k"
+# (apps, keys, counts): per slot key, the slots held and its `n` oldest queued runs, read in a
+# statement after the locks were taken (so it sees every admission committed before them).
+READ_SLOTS = (
+    "SELECT k.app, k.key,"
+    " (SELECT count(*) FROM runs r WHERE r.app = k.app AND r.slot_key = k.key) AS held,"
+    " ARRAY(SELECT q.run_id FROM runs q WHERE q.app = k.app AND q.queue_key = k.key"
+    " ORDER BY q.created_at, q.run_id LIMIT k.n) AS heads"
+    " FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(app, key, n)"
+)
+# (apps, workflows, keys): the debounce keys claimed that already have a burst.
+READ_CLAIMS = (
+    "SELECT d.app, d.workflow, d.key FROM debounce_keys d"
+    " JOIN unnest($1::text[], $2::text[], $3::text[]) AS c(app, workflow, key)"
+    " ON d.app = c.app AND d.workflow = c.workflow AND d.key = c.key"
+)
 
 
 _UPDATE_RUNS = (
@@ -80,6 +107,42 @@ async def apply_units(conn: asyncpg.Connection, rows: BatchRows | None) -> None:
         held = await conn.fetchval(_IDEMPOTENCY_HELD, list(apps), list(keys), list(run_ids))
         if held != len(rows.idempotency_replacing):
             raise UniqueViolation("idempotency", "a live record holds this Idempotency-Key")
+    if rows.slots:
+        await conn.execute(_SET_SLOTS, *_columns(rows.slots, 3))
+    if rows.debounce_released:
+        await conn.executemany(_RELEASE_DEBOUNCE, rows.debounce_released)
+    if rows.debounce_claimed:
+        await conn.executemany(_INSERT_DEBOUNCE, rows.debounce_claimed)
+
+
+async def apply_plan(conn: asyncpg.Connection, plan: BatchPlan) -> dict[int, UniqueViolation]:
+    """Write a batch's units as `plan` says (`batch.BatchPlan`): the units without a guard as a
+    set, then, under the locks of the slot keys admitted to (writers and nodes run at once),
+    the guards read in two statements and the admitted units written as a set. Answers the
+    guarded units refused (they wrote nothing). Raises when a set is refused (the caller rolls
+    back)."""
+    reads = plan.slot_reads()
+    locks = plan.locks()
+    if locks:
+        await conn.fetchval(LOCK_SLOTS, [run_sql.slot_lock(app, key) for app, key in locks])
+    await apply_units(conn, plan.first)
+    if not plan.guarded:
+        return {}
+    held: dict[tuple[str, str], int] = {}
+    heads: dict[tuple[str, str], list[str]] = {}
+    if reads:
+        apps, keys, counts = (list(column) for column in zip(*reads, strict=True))
+        for row in await conn.fetch(READ_SLOTS, apps, keys, counts):
+            held[(row["app"], row["key"])] = row["held"]
+            heads[(row["app"], row["key"])] = list(row["heads"])
+    taken: list[tuple[str, str, str]] = []
+    claims = plan.claim_reads()
+    if claims:
+        rows = await conn.fetch(READ_CLAIMS, *(list(column) for column in zip(*claims, strict=True)))
+        taken = [(r["app"], r["workflow"], r["key"]) for r in rows]
+    refused = plan.refusals(held, heads, taken)
+    await apply_units(conn, plan.then(refused))
+    return refused
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
@@ -90,7 +153,8 @@ def only_new_runs(rows: BatchRows) -> bool:
     """Whether `INSERT_NEW_RUNS` can write these rows: new runs only, no idempotency record to
     take over, and no task written twice (one INSERT cannot upsert a row twice)."""
     return (
-        not rows.updates
+        rows.plain
+        and not rows.updates
         and not rows.idempotency_replacing
         and all(row[14] is None for row in rows.inserts)  # child runs: `apply_units`
         and len({task[0] for task in rows.tasks}) == len(rows.tasks)
@@ -101,7 +165,8 @@ def only_updates(rows: BatchRows) -> bool:
     """Whether `UPDATE_RUNS_SET` can write these rows: runs already stored moving on, no
     idempotency record, no task written twice (one INSERT cannot upsert a row twice)."""
     return (
-        bool(rows.updates)
+        rows.plain
+        and bool(rows.updates)
         and not rows.inserts
         and not rows.idempotency
         and not rows.idempotency_replacing
@@ -114,7 +179,7 @@ def update_set_columns(rows: BatchRows) -> list[list[Any]]:
     return [
         *(updates[i] for i in (0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11)),
         *_columns(rows.events, 8),
-        *_columns(rows.tasks, 11),
+        *_columns(rows.tasks, 13),
         *_columns(rows.timers, 5),
         *_columns(rows.signal_ids, 3),
     ]
@@ -124,7 +189,7 @@ def new_run_columns(rows: BatchRows) -> list[list[Any]]:
     return [
         *_columns(rows.inserts, 15)[:14],
         *_columns(rows.events, 8),
-        *_columns(rows.tasks, 11),
+        *_columns(rows.tasks, 13),
         *_columns(rows.timers, 5),
         *_columns(rows.signal_ids, 3),
         *_columns(rows.idempotency, 6),
@@ -142,16 +207,17 @@ INSERT_NEW_RUNS = (
     " SELECT * FROM unnest($15::text[], $16::bigint[], $17::bigint[], $18::bigint[], $19::text[],"
     " $20::text[], $21::bigint[], $22::text[])),"
     " new_tasks AS (INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
-    " close_reason, deadline, created_at) SELECT * FROM unnest($23::text[], $24::text[], $25::text[],"
-    " $26::bigint[], $27::text[], $28::bigint[], $29::text[], $30::text[], $31::text[], $32::bigint[],"
-    " $33::bigint[]) ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
+    " close_reason, deadline, created_at, priority, buckets) SELECT * FROM unnest($23::text[],"
+    " $24::text[], $25::text[], $26::bigint[], $27::text[], $28::bigint[], $29::text[], $30::text[],"
+    " $31::text[], $32::bigint[], $33::bigint[], $34::int[], $35::text[])"
+    " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
     " close_reason = excluded.close_reason, deadline = excluded.deadline),"
     " new_timers AS (INSERT INTO timers (run_id, slot, kind, key, due_at)"
-    " SELECT * FROM unnest($34::text[], $35::text[], $36::text[], $37::text[], $38::bigint[])),"
+    " SELECT * FROM unnest($36::text[], $37::text[], $38::text[], $39::text[], $40::bigint[])),"
     " new_signal_ids AS (INSERT INTO signal_ids (run_id, signal_id, at)"
-    " SELECT * FROM unnest($39::text[], $40::text[], $41::bigint[]))"
+    " SELECT * FROM unnest($41::text[], $42::text[], $43::bigint[]))"
     " INSERT INTO idempotency (app, key, request_hash, run_id, response, created_at)"
-    " SELECT * FROM unnest($42::text[], $43::text[], $44::text[], $45::text[], $46::text[], $47::bigint[])"
+    " SELECT * FROM unnest($44::text[], $45::text[], $46::text[], $47::text[], $48::text[], $49::bigint[])"
 )
 
 
@@ -174,22 +240,23 @@ UPDATE_RUNS_SET = (
     " $17::text[], $18::bigint[], $19::text[]) AS e(run_id, seq, at, generation, type, step, attempt, data)"
     " WHERE e.run_id IN (SELECT run_id FROM moved)),"
     " new_tasks AS (INSERT INTO tasks (token, run_id, app, generation, step, attempt, queue, status,"
-    " close_reason, deadline, created_at) SELECT t.* FROM unnest($20::text[], $21::text[], $22::text[],"
-    " $23::bigint[], $24::text[], $25::bigint[], $26::text[], $27::text[], $28::text[], $29::bigint[],"
-    " $30::bigint[]) AS t(token, run_id, app, generation, step, attempt, queue, status, close_reason,"
-    " deadline, created_at) WHERE t.run_id IN (SELECT run_id FROM moved)"
+    " close_reason, deadline, created_at, priority, buckets) SELECT t.* FROM unnest($20::text[],"
+    " $21::text[], $22::text[], $23::bigint[], $24::text[], $25::bigint[], $26::text[], $27::text[],"
+    " $28::text[], $29::bigint[], $30::bigint[], $31::int[], $32::text[]) AS t(token, run_id, app,"
+    " generation, step, attempt, queue, status, close_reason, deadline, created_at, priority, buckets)"
+    " WHERE t.run_id IN (SELECT run_id FROM moved)"
     " ON CONFLICT (token) DO UPDATE SET status = excluded.status,"
     " close_reason = excluded.close_reason, deadline = excluded.deadline),"
     " gone_timers AS (DELETE FROM timers AS x WHERE x.run_id IN (SELECT run_id FROM moved)"
-    " AND NOT EXISTS (SELECT 1 FROM unnest($31::text[], $32::text[]) AS k(run_id, slot)"
+    " AND NOT EXISTS (SELECT 1 FROM unnest($33::text[], $34::text[]) AS k(run_id, slot)"
     " WHERE k.run_id = x.run_id AND k.slot = x.slot)),"
     " new_timers AS (INSERT INTO timers (run_id, slot, kind, key, due_at)"
-    " SELECT m.* FROM unnest($31::text[], $32::text[], $33::text[], $34::text[], $35::bigint[])"
+    " SELECT m.* FROM unnest($33::text[], $34::text[], $35::text[], $36::text[], $37::bigint[])"
     " AS m(run_id, slot, kind, key, due_at) WHERE m.run_id IN (SELECT run_id FROM moved)"
     " ON CONFLICT (run_id, slot) DO UPDATE SET kind = excluded.kind, key = excluded.key,"
     " due_at = excluded.due_at),"
     " new_signal_ids AS (INSERT INTO signal_ids (run_id, signal_id, at)"
-    " SELECT s.* FROM unnest($36::text[], $37::text[], $38::bigint[]) AS s(run_id, signal_id, at)"
+    " SELECT s.* FROM unnest($38::text[], $39::text[], $40::bigint[]) AS s(run_id, signal_id, at)"
     " WHERE s.run_id IN (SELECT run_id FROM moved))"
     " SELECT ARRAY(SELECT run_id FROM moved)"
 )

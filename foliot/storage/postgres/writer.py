@@ -27,13 +27,13 @@ import asyncpg
 
 from ...core.errors import Fenced, StaleWrite, StorageError, StorageUnavailable, UniqueViolation
 from ..base import UnitOfWork
-from ..batch import BatchRows, batch_rows
+from ..batch import BatchPlan, BatchRows, plan_batch
 from ..fence import Fence
 from .fencing import FENCED_NEW_RUNS, FENCED_UPDATE_RUNS_SET, RAN_OUT, fence_columns, held_fences
 from .units import (
     INSERT_NEW_RUNS,
     UPDATE_RUNS_SET,
-    apply_units,
+    apply_plan,
     new_run_columns,
     only_new_runs,
     only_updates,
@@ -311,11 +311,16 @@ class Driver:
         deadline = max(job.deadline for job in batch)
         results: list[tuple[_Job, Any, BaseException | None]] = []
         units = [job.unit for job in batch if job.unit is not None] if not savepoints else []
-        rows = batch_rows(units) if units else None
+        plan = plan_batch(units) if units else None
+        if units and plan is None:
+            # Not writable as sets (a run twice in the batch, ...): one by one, in savepoints.
+            savepoints, units = True, []
         fences = _fences_of(batch)
+        # The one-statement paths: units only, none with a guard to read or a slot to write.
+        rows = plan.first if plan is not None and len(plan.together) == len(batch) else None
         conn = await self._acquire(deadline)
         try:
-            if rows is not None and len(units) == len(batch) and only_new_runs(rows):
+            if rows is not None and only_new_runs(rows):
                 # Starts only: one statement in one round trip, atomic on its own (no BEGIN,
                 # no COMMIT); refused as a set, they are written one by one in savepoints.
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
@@ -332,13 +337,13 @@ class Driver:
                         raise _Refused(None, exc) from exc
                 self.units_together += len(units)
                 return [(job, None, None) for job in batch]
-            if rows is not None and len(units) == len(batch) and only_updates(rows):
+            if rows is not None and only_updates(rows):
                 # Runs moving on (signals, task answers, timers): one statement as well. A unit
                 # whose run moved underneath its seq writes nothing (every row it would add is
                 # joined to the runs the UPDATE matched) and gets its StaleWrite; the rest commit.
                 return await self._update_batch(conn, batch, rows, fences, deadline)
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
-                results += await self._fenced_transaction(conn, batch, fences, units, rows, savepoints)
+                results += await self._fenced_transaction(conn, batch, fences, units, plan, savepoints)
         finally:
             await self.pool.release(conn)
         return results
@@ -349,7 +354,7 @@ class Driver:
         batch: list[_Job],
         fences: list[Fence],
         units: list[Any],
-        rows: Any,
+        plan: BatchPlan | None,
         savepoints: bool,
     ) -> list[tuple[_Job, Any, BaseException | None]]:
         """The batch's writes inside its transaction: the jobs' results."""
@@ -364,20 +369,27 @@ class Driver:
                 results += [(job, None, _fenced(job)) for job in fenced]
                 batch = [job for job in batch if job not in fenced]
                 units = [job.unit for job in batch if job.unit is not None] if units else []
-                rows = batch_rows(units) if units else None
+                plan = plan_batch(units) if units else None
         one_by_one = batch
-        if units:
-            # All units of work in a few statements (a round trip per table, not per
-            # unit); refused as a set, they are written one by one in savepoints.
+        if units and plan is not None:
+            # All units of work in a few statements (a round trip per table, not per unit),
+            # a guarded one refused alone (it wrote nothing); refused as a set, they are
+            # written one by one in savepoints.
             try:
-                await apply_units(conn, rows)
+                refused = await apply_plan(conn, plan)
             except Exception as exc:
                 if _batch_fatal(exc) or conn.is_closed():
                     raise
                 raise _Refused(None, exc) from exc
-            results += [(job, None, None) for job in batch if job.unit is not None]
-            one_by_one = [job for job in batch if job.unit is None]
-            self.units_together += len(units)
+            unit_jobs = [job for job in batch if job.unit is not None]
+            alone, instead = set(plan.alone), plan.instead(refused)
+            for i, job in enumerate(unit_jobs):
+                if i in instead:
+                    results.append((job, False, None))  # its `otherwise` was written
+                elif i not in alone:
+                    results.append((job, None, refused.get(i)))
+            one_by_one = [job for job in batch if job.unit is None] + [unit_jobs[i] for i in plan.alone]
+            self.units_together += len(unit_jobs) - len(refused) + len(instead) - len(alone)
         for job in one_by_one:
             try:
                 if savepoints:
