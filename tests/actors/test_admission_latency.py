@@ -37,10 +37,10 @@ def slow_store(env: Env) -> None:
     real = store.commit
     lock = trio.Lock()
 
-    async def commit(unit: Any) -> None:
+    async def commit(unit: Any) -> bool:
         async with lock:
             await trio.sleep(COMMIT_S)
-            await real(unit)
+            return await real(unit)
 
     store.commit = commit  # type: ignore[method-assign]
 

@@ -255,10 +255,10 @@ def _fail_commits(env: Env, monkeypatch: pytest.MonkeyPatch, start: float, end: 
 
     real = env.engine.store.commit
 
-    async def flaky(unit: Any) -> None:
+    async def flaky(unit: Any) -> bool:
         if start <= trio.current_time() < end:
             raise StorageUnavailable("database is down")
-        await real(unit)
+        return await real(unit)
 
     monkeypatch.setattr(env.engine.store, "commit", flaky)
 
@@ -299,9 +299,9 @@ async def test_a_heartbeat_whose_commit_straddles_the_deadline_extends_it(
     token = env.pushes[0].body["taskToken"]
     real = env.engine.store.commit
 
-    async def slow(unit: Any) -> None:
+    async def slow(unit: Any) -> bool:
         await advance(0.5)  # the heartbeat's commit is still running when the deadline passes
-        await real(unit)
+        return await real(unit)
 
     await advance(9.9 - _elapsed(t0))
     monkeypatch.setattr(env.engine.store, "commit", slow)

@@ -164,9 +164,9 @@ async def cluster(
 
         commit, swf_commit = store.commit, store.swf_commit
 
-        async def fenced_commit(unit: UnitOfWork) -> None:
+        async def fenced_commit(unit: UnitOfWork) -> bool:
             enforce(unit.fences, unit.run.run_id)
-            await commit(unit)
+            return await commit(unit)
 
         async def fenced_swf_commit(unit: SwfUnit) -> None:
             enforce(unit.fences, unit.execution.run_id)
@@ -340,10 +340,10 @@ async def test_a_start_whose_partition_leaves_during_its_commit_pushes_nothing_f
     committing, release = trio.Event(), trio.Event()
     commit = cluster.store.commit
 
-    async def slow_commit(unit: UnitOfWork) -> None:
+    async def slow_commit(unit: UnitOfWork) -> bool:
         committing.set()
         await release.wait()
-        await commit(unit)
+        return await commit(unit)
 
     monkeypatch.setattr(cluster.store, "commit", slow_commit)
     started: list[str] = []
