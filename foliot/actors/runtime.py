@@ -108,6 +108,7 @@ class Actor(Generic[S]):
         "mailbox",
         "processed",
         "room",
+        "seed",
         "state",
         "touched",
     )
@@ -125,6 +126,11 @@ class Actor(Generic[S]):
         self.last_message_at: int | None = None
         self.current: Envelope | None = None
         self.processed = 0
+        # A caller's copy of the document the actor was spawned with (`Supervisor.ask`): only a
+        # commit (the guarded write) or a load confirms it is the stored one. Kept after its
+        # message only if one did; else the next message reads the document again, so a stale
+        # copy never decides anything the store does not check (a timer firing found stale).
+        self.seed: S | None = None
 
     @property
     def mailbox_depth(self) -> int:
@@ -186,6 +192,10 @@ class Actor(Generic[S]):
             await self._handle_settled(envelope)
             self.current = None
             self.processed += 1
+            if self.seed is not None:
+                if self.state is self.seed:
+                    self.state = None  # no commit confirmed the caller's copy: read it again
+                self.seed = None
         self.mailbox = None
 
     async def _handle_settled(self, envelope: Envelope) -> None:

@@ -73,12 +73,14 @@ class Supervisor:
 
     # ------------------------------------------------------------------ routing
 
-    def _actor(self, kind: Kind[S], actor_id: str, state: S | None = None) -> Actor[S]:
+    def _actor(self, kind: Kind[S], actor_id: str, state: S | None = None, seed: bool = False) -> Actor[S]:
         actor = self.actors.get(actor_id)
         if actor is None:
             assert self._nursery is not None, "supervisor not started"
             self._shed_load()
             actor = Actor(kind, actor_id, self.host, state)
+            if seed:
+                actor.seed = state
             if not self.actors:
                 self._wake_sweeper.set()
             self.actors[actor_id] = actor
@@ -122,7 +124,8 @@ class Supervisor:
 
         `state`, a document the caller just read from storage, seeds the actor if it has to be
         spawned, so a passivated one is not read twice (a stale seed is caught by the guarded
-        write and reloaded)."""
+        write and reloaded; one that no commit confirmed is dropped after the message, see
+        `Actor.seed`)."""
         wait_s = self.host.settings.mailbox_wait_ms / 1000
         with trio.move_on_after(wait_s):
             while True:
@@ -130,7 +133,7 @@ class Supervisor:
                     raise Unavailable("the server is shutting down")
                 if not self.host.accepts(actor_id):
                     raise Unavailable(f"{kind.name} {actor_id} is owned by another node now; retry")
-                actor = self._actor(kind, actor_id, state)
+                actor = self._actor(kind, actor_id, state, seed=True)
                 if self._deliver(actor, envelope):
                     return
                 await actor.wait_for_room()  # then look the actor up again: it may have left

@@ -12,6 +12,8 @@ promises.
   delivered before the store held it open;
 - **timers**: an arming fired (was applied) at most once, never before it was due, and none
   of an open run is overdue once the world has been calm for a while;
+- **concurrency keys**: never more runs holding a key's slots than its limit (the documents of
+  every commit replayed), and no run left queued while its key has a free slot;
 - **histories**: events numbered 1..seq without gaps, `run_started` first, a closed run's last
   event its closing one, an open run's task the last one dispatched and not answered, one
   outcome per attempt, the generation one more than the redrives and rewinds;
@@ -33,6 +35,7 @@ import attrs
 from foliot.core.workflow.model import Event, Run
 
 from .store import T0
+from .workload import LIMITS
 from .world import World
 
 TERMINAL = {
@@ -71,6 +74,33 @@ class Violation:
         return f"[{self.check}] {self.message}"
 
 
+def _holders(runs: dict[str, Run]) -> Counter[str]:
+    """Slots held per concurrency key, as the runs' documents say."""
+    return Counter(run.concurrency_key for run in runs.values() if run.holds_slot and run.concurrency_key)
+
+
+def _limit(key: str) -> int:
+    return LIMITS[key.partition("/")[0]]
+
+
+def quiet(world: World) -> bool:
+    """Every open run waits on a caller (a signal, an unpause) or on a run that does (a slot
+    held): nothing more happens on its own."""
+    runs = world.store.runs
+    held = _holders(runs)
+    return all(
+        not run.is_open
+        or run.status == "paused"
+        or (run.status == "waiting" and not run.timers() and run.fan is None)
+        or (
+            run.status == "queued"
+            and run.concurrency_key
+            and held[run.concurrency_key] >= _limit(run.concurrency_key)
+        )
+        for run in runs.values()
+    )
+
+
 def check(world: World, *, calm_since: int | None) -> list[Violation]:
     out: list[Violation] = []
     store = world.store
@@ -80,6 +110,7 @@ def check(world: World, *, calm_since: int | None) -> list[Violation]:
     out += _signals(world)
     out += _attempts(world)
     out += _timers(world)
+    out += _slots(world)
     out += _interventions(world)
     if calm_since is not None:
         out += _liveness(world, calm_since)
@@ -360,6 +391,27 @@ def _timers(world: World) -> list[Violation]:
     return out
 
 
+# ---------------------------------------------------------------------- concurrency keys
+
+
+def _slots(world: World) -> list[Violation]:
+    """Never more runs holding a key's slots than its limit, at any commit."""
+    out = []
+    docs: dict[str, Run] = {}
+    over: set[str] = set()
+    for _, unit in world.units:
+        for one in (unit, *unit.children):
+            docs[one.run.run_id] = one.run
+        for key, n in _holders(docs).items():
+            if n > _limit(key) and key not in over:
+                over.add(key)
+                holding = tuple(r.run_id for r in docs.values() if r.holds_slot and r.concurrency_key == key)
+                out.append(
+                    Violation("slots", f"{n} runs hold a slot of {key} (limit {_limit(key)})", holding)
+                )
+    return out
+
+
 # ---------------------------------------------------------------------- interventions
 
 
@@ -429,9 +481,13 @@ def _liveness(world: World, calm_since: int) -> list[Violation]:
             )
         )
 
+    held = _holders(runs)
     for run in runs.values():
         if not run.is_open:
             continue
+        key = run.concurrency_key
+        if run.status == "queued" and key is not None and held[key] < _limit(key):
+            bad(run, f"queued for {key}, which has {held[key]} of {_limit(key)} slots held")
         for slot, timer in run.timers():
             if timer.due < end - OVERDUE_MS:
                 bad(run, f"{slot} timer {timer.kind} {timer.key} due {timer.due - T0} never fired")

@@ -31,7 +31,7 @@ import trio
 import trio._core._run as trio_run
 from trio.testing import MockClock
 
-from .checker import Violation, check
+from .checker import Violation, check, quiet
 from .store import T0
 from .workload import WORKFLOWS, Clients, Op, operations, worker
 from .world import World
@@ -90,9 +90,10 @@ async def _world(world: World, ops: list[Op]) -> int:
         with trio.move_on_after(CALM_S):
             while True:  # until every open run waits on a caller (or the calm period ends)
                 await trio.sleep(30)
-                if world.quiet():
+                if quiet(world):
                     break
-        world.ended = world.now()
+        up = world.incarnation
+        world.ended = up.node.clock.now() if up is not None else world.now()  # the node's own time
         world.crash("the simulation ends")  # nothing more is written: the checks read a still store
         nursery.cancel_scope.cancel()
     return calm_since

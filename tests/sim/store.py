@@ -1,8 +1,9 @@
 """A store in memory with the real stores' constraints: what the run kind reads and writes.
 
 The run row is guarded by `seq`, one open run per (app, workflow, business key), one live
-record per Idempotency-Key, a signalId taken once per run; a unit of work and the child runs it
-starts are checked as a whole, then applied as a whole. Documents cross the boundary as the real
+record per Idempotency-Key, a signalId taken once per run, a concurrency slot taken only while
+one is free and no older run waits for it; a unit of work and the child runs it starts are
+checked as a whole, then applied as a whole. Documents cross the boundary as the real
 stores' do, through their JSON text (`run_json`, `run_from_dict`), so a field that does not
 survive storage shows. The events, tasks and idempotency records are kept for the checkers
 (tests/sim/checker.py); timers are derived from the stored runs, as the real stores derive
@@ -25,6 +26,7 @@ from foliot.core.workflow.definition import canonical_json
 from foliot.core.workflow.model import Event, Run, TaskRow, run_from_dict
 from foliot.storage.base import (
     SIGNAL_ID_UNIQUE,
+    SLOT_TAKEN,
     AppRecord,
     CommitObserver,
     IdempotencyRecord,
@@ -58,6 +60,9 @@ class FakeStore:
         self.secrets: dict[str, list[SecretRecord]] = {}
         self.idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
         self.signal_ids: set[tuple[str, str]] = set()
+        # Concurrency keys (the `runs.slot_key` and `runs.queue_key` columns): run id -> key.
+        self.slot_key: dict[str, tuple[str, str]] = {}
+        self.queue_key: dict[str, tuple[str, str]] = {}
         self.commits: list[UnitOfWork] = []  # committed, in order
         self.refused: list[UnitOfWork] = []
         self.fail_commits = 0  # the next commits fail, nothing written
@@ -146,7 +151,19 @@ class FakeStore:
             expired = unit.idempotency_expired_before
             if taken is not None and (expired is None or taken.created_at >= expired):
                 raise UniqueViolation("idempotency")
-        assert unit.slot is None and unit.debounce is None and unit.fire is None, "not simulated"
+        slot = unit.slot
+        if slot is not None and slot.kind == "admit":  # `run_sql.slot_tx`
+            key = (run.app, slot.key)
+            if sum(1 for k in self.slot_key.values() if k == key) >= slot.limit:
+                raise UniqueViolation(SLOT_TAKEN, f"all {slot.limit} slots of {slot.key!r} are taken")
+            head = self._heads(key, 1)
+            if head and head[0] != run.run_id:
+                raise UniqueViolation(SLOT_TAKEN, f"an older run waits for a slot of {slot.key!r}")
+        assert unit.debounce is None and unit.fire is None, "not simulated"
+
+    def _heads(self, key: tuple[str, str], limit: int) -> list[str]:
+        waiting = [run_id for run_id, k in self.queue_key.items() if k == key]
+        return sorted(waiting, key=lambda run_id: (self.runs[run_id].created_at, run_id))[:limit]
 
     def _write(self, unit: UnitOfWork) -> None:
         run = unit.run
@@ -157,6 +174,14 @@ class FakeStore:
         if unit.idempotency is not None:
             record = unit.idempotency
             self.idempotency[(record.app, record.key)] = record
+        slot = unit.slot
+        if slot is not None:
+            self.slot_key.pop(run.run_id, None)
+            self.queue_key.pop(run.run_id, None)
+            if slot.kind == "admit":
+                self.slot_key[run.run_id] = (run.app, slot.key)
+            elif slot.kind == "queue":
+                self.queue_key[run.run_id] = (run.app, slot.key)
 
     # ------------------------------------------------------------------ reads
 
@@ -234,11 +259,11 @@ class FakeStore:
 
     async def queued_keys(self) -> list[tuple[str, str]]:
         await trio.lowlevel.checkpoint()
-        return []  # no workflow of the simulation has `concurrency`
+        return sorted(set(self.queue_key.values()))
 
     async def queue_heads(self, app: str, key: str, limit: int) -> list[str]:
         await trio.lowlevel.checkpoint()
-        return []
+        return self._heads((app, key), limit)
 
     async def get_app(self, name: str) -> AppRecord | None:
         await trio.lowlevel.checkpoint()

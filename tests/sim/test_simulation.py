@@ -22,17 +22,34 @@ CHUNKS = 8
 SEEDS = int(os.environ.get("FOLIOT_SIM_SEEDS", DEFAULT_SEEDS))
 FIRST = int(os.environ.get("FOLIOT_SIM_FIRST", 0))
 
-# (seed, operations kept or None for all, the defect it showed): each is fixed in foliot.
-# Commits written with their reply lost (the connection lost during the commit) lost their
-# effects until the next restart, and their callers were told "nothing was changed":
+# (seed, the operations kept, a fault the seed must inject, the defect it showed): each fails
+# on the code before its fix (checked by running it there) and passes now; the fault is checked
+# so that a change to the world or the workload that moves the seed away is noticed.
+LOST = "commit_lost"  # a commit written, then failing: its reply lost
 DEFECTS = [
-    (93, [12], "a start's commit written, reply lost: its first push never sent (the retry replayed)"),
-    (1, None, "a start's commit written, reply lost (no Idempotency-Key): its push never sent"),
-    (1, [5, 6, 14, 15, 20], "a child's closing commit written, reply lost: its parent never told"),
-    (51, [9, 10, 14, 15, 16, 17, 36], "a commit written, reply lost: the wheel never armed its sleep"),
-    (51, None, "a sleep's firing written, reply lost: the next step's push never sent"),
-    (60, [0, 1, 3], "a retry timer's commit written, reply lost: the next attempt never pushed"),
-    (136, [0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11, 17], "a failure written, reply lost: its retry never armed"),
+    # A commit written with its reply lost (the connection lost during it): its effects waited
+    # for the next restart, and its caller was told nothing was changed.
+    (108, [6], LOST, "a start: its first push never sent"),
+    (7, [15, 16], LOST, "a child's close: its parent never told"),
+    (
+        51,
+        [4, 5, 6, 7, 14, 15, 18, 19, 20, 21, 22, 23],
+        LOST,
+        "a task's answer: its next step's sleep never armed",
+    ),
+    (127, [20, 21, 23, 24, 25, 26], LOST, "a failed attempt: its retry never armed"),
+    (160, [1, 3, 7, 8, 10, 11, 12, 13], LOST, "a retry's firing: the next attempt never pushed"),
+    (163, [10, 11, 12, 13, 14, 15], LOST, "a claim: the task's deadline never armed"),
+    (
+        283,
+        [0, 2, 3, 4, 5, 7, 9, 11, 13, 14, 15, 16, 17, 18, 19, 21, 22],
+        LOST,
+        "a heartbeat (no event: seq unchanged): the actor's older copy timed out the task before its"
+        " new deadline",
+    ),
+    # A caller's copy seeding a passivated run's actor, kept after a message that committed
+    # nothing (refused, or storage failed): the run's next timer judged stale, never fired.
+    (425, [12, 13, 15, 17, 27, 29, 31, 33, 34, 35, 36], None, "a stale copy kept: a sleep never fired"),
 ]
 
 
@@ -58,11 +75,12 @@ def test_replay() -> None:
         pytest.fail(report(result), pytrace=False)
 
 
-@pytest.mark.parametrize(("seed", "ops", "defect"), DEFECTS, ids=[f"seed{d[0]}" for d in DEFECTS])
-def test_defect_found(seed: int, ops: list[int] | None, defect: str) -> None:
+@pytest.mark.parametrize(("seed", "ops", "fault", "defect"), DEFECTS, ids=[f"seed{d[0]}" for d in DEFECTS])
+def test_defect_found(seed: int, ops: list[int], fault: str | None, defect: str) -> None:
     result = simulate(seed, ops)
     if not result.ok:
         pytest.fail(f"{defect}\n{report(result)}", pytrace=False)
+    assert fault is None or result.world.counts.get(fault), f"seed {seed} no longer injects {fault}"
 
 
 def _digest(result: Result) -> str:

@@ -77,8 +77,29 @@ LEAF = {
     "name": "leaf",
     "steps": [{"name": "work", "type": "task", "timeout": "5s", "retry": {"maxAttempts": 3}}],
 }
-WORKFLOWS = (ORDER, PICK, NAP, FRAGILE, FANOUT, LEAF)
-STARTED = (("order", 4), ("pick", 2), ("nap", 1), ("fragile", 2), ("fanout", 1))
+LIMITED = {  # one run per customer at a time; the others wait in its FIFO
+    "name": "limited",
+    "concurrency": {"limit": 1, "key": "input.customer"},
+    "steps": [
+        {"name": "sync", "type": "task", "timeout": "5s"},
+        {"name": "settle", "type": "sleep", "duration": "5s"},
+    ],
+}
+TURNS = {  # one run per tenant at its `sync` step at a time
+    "name": "turns",
+    "steps": [
+        {
+            "name": "sync",
+            "type": "task",
+            "timeout": "5s",
+            "concurrency": {"limit": 1, "key": "input.customer"},
+        },
+        {"name": "after", "type": "wait", "signal": "paid", "timeout": "30s", "onTimeout": "$end"},
+    ],
+}
+WORKFLOWS = (ORDER, PICK, NAP, FRAGILE, FANOUT, LEAF, LIMITED, TURNS)
+STARTED = (("order", 4), ("pick", 2), ("nap", 1), ("fragile", 2), ("fanout", 1), ("limited", 2), ("turns", 1))
+LIMITS = {"limited": 1, "turns#sync": 1}  # concurrency limits, by the key's prefix
 SIGNALS = ("paid", "shipped")
 KINDS = {
     "start": 40,
@@ -99,6 +120,16 @@ INTERVENTIONS: dict[str, Callable[[str], machine.Message]] = {
     "skip": lambda reason: machine.Skip({"skipped": True}, reason),
 }
 QUEUE = "warehouse"
+_OPEN = frozenset({"queued", "running", "waiting", "sleeping", "stuck", "paused"})
+AIMED_AT = {  # the statuses a client or an operator usually aims each operation at
+    "signal": _OPEN,
+    "cancel": _OPEN,
+    "pause": _OPEN - {"paused"},
+    "unpause": frozenset({"paused"}),
+    "redrive": frozenset({"failed", "stuck", "timed_out"}),
+    "rewind": frozenset({"completed", "failed", "running", "waiting", "sleeping"}),
+    "skip": frozenset({"failed", "running", "waiting", "sleeping"}),
+}
 
 
 @attrs.frozen
@@ -115,7 +146,7 @@ class Op:
     signal_id: str | None = None
     by_key: bool = False  # a signal naming its run by workflow + businessKey
     stale: bool = False  # a signal carrying a copy of the run read earlier
-    items: int = 0  # a fanout's items
+    items: int = 0  # a fanout's items; a limited run's customer
 
     def line(self) -> str:
         fields = attrs.asdict(self)
@@ -142,7 +173,7 @@ def operations(seed: int, span_ms: int) -> list[Op]:
                     workflow=workflow,
                     idempotency_key=f"idem-{index}" if rng.random() < 0.7 else None,
                     business_key=f"bk-{rng.randrange(4)}" if rng.random() < 0.4 else None,
-                    items=rng.randrange(0, 4) if workflow == "fanout" else 0,
+                    items=rng.randrange(0, 4) if workflow == "fanout" else rng.randrange(2),
                 )
             )
         elif kind == "signal":
@@ -205,7 +236,13 @@ class Clients:
             return
         if not self.known:
             return  # nothing to name yet
-        target = self.known[int(rng.random() * len(self.known))]
+        # Mostly a run the operation applies to, as a client or an operator listing runs by
+        # status would pick one; else any run it knows of (a refusal, checked too).
+        runs = self.world.store.runs
+        wanted = AIMED_AT.get(op.kind, frozenset())
+        fitting = [k for k in self.known if k.run_id in runs and runs[k.run_id].status in wanted]
+        pool = fitting if fitting and rng.random() < 0.8 else self.known
+        target = pool[int(rng.random() * len(pool))]
         if op.kind == "signal":
             await self._signal(op, target, rng)
         else:
@@ -237,6 +274,8 @@ class Clients:
         payload: dict[str, Any] = {"op": op.index}
         if op.workflow == "fanout":
             payload["items"] = list(range(op.items))
+        if op.workflow in ("limited", "turns"):
+            payload["customer"] = f"c{op.items}"
         args = {"workflow": op.workflow, "key": op.idempotency_key, "bk": op.business_key}
 
         def fn(node: Any) -> Any:

@@ -13,8 +13,9 @@ dispatcher, pull queues, recovery) under `trio.testing.MockClock(autojump_thresh
   refused before it reached the handler, delivered twice, or its answer lost;
 - **crashes**: at seeded times, and right after a commit was applied (between the commit and
   its effects), the node is torn down at once (its connection and network severed, its tasks
-  cancelled, its callers left without an answer) and a new node is started on the same store
-  after a while, recovering from its durable state as a restart does.
+  cancelled, its callers left without an answer; a commit it had in flight applied or not) and
+  a new node is started on the same store after a while, recovering from its durable state as a
+  restart does, its wall clock perhaps stepped forward or back.
 
 Everything random is drawn from generators seeded by the seed (the faults', the handlers', the
 workload's, and Trio's own scheduling order), ids and tokens are counters, and time is virtual:
@@ -70,6 +71,7 @@ class Profile:
     outages: tuple[tuple[int, int], ...]  # (start, end) ms of virtual time: the database is away
     crashes: tuple[int, ...]  # ms of virtual time at which the node dies
     downtime_ms: tuple[int, int]  # how long a dead node stays down (a range)
+    clock_steps: int  # a restarted node's wall clock is off by up to this much (ms), either way
     push: tuple[tuple[str, float], ...]  # handler behaviours and their weights
     settings: Settings
 
@@ -121,6 +123,7 @@ class Profile:
             outages=() if calm else windows(rng.choice((0, 1, 2)), 30_000),
             crashes=tuple(sorted(rng.randrange(span_ms) for _ in range(rng.choice((0, 1, 2, 3))))),
             downtime_ms=(100, rng.choice((1_000, 20_000))),
+            clock_steps=rng.choice((0, 0, 30_000, 600_000)),
             push=push,
             settings=settings,
         )
@@ -349,7 +352,7 @@ class Incarnation:
         self.node = Node(
             world.profile.settings,
             self.connection,  # type: ignore[arg-type]  # the reads and the commit the node makes
-            clock=Clock(world.now()),
+            clock=Clock(world.now() + world.skew(number)),
             vault=world.vault,
             http_client=self.network,
         )
@@ -434,14 +437,13 @@ class World:
         weights = [weight for _, weight in self.profile.push]
         return self.handlers.choices(names, weights)[0]
 
-    def quiet(self) -> bool:
-        """Every open run waits on a caller (a signal, an unpause): nothing happens on its own."""
-        return all(
-            not run.is_open
-            or run.status == "paused"
-            or (run.status == "waiting" and not run.timers() and run.fan is None)
-            for run in self.store.runs.values()
-        )
+    def skew(self, incarnation: int) -> int:
+        """How far node `incarnation`'s wall clock is off (ms): the first one is right; a
+        restarted one may have been stepped forward or back (NTP, a VM moved)."""
+        steps = self.profile.clock_steps
+        if incarnation == 1 or not steps or self.calm:
+            return 0
+        return self.faults.randrange(-steps, steps + 1)
 
     def new_run_id(self) -> str:
         return f"run_{next(self._run_ids):05d}"

@@ -60,6 +60,13 @@ CHARGE = {"name": "charge", "steps": [{"name": "charge", "type": "task"}]}
 PICK = {"name": "pick", "steps": [{"name": "pick", "type": "task", "queue": "warehouse"}]}
 NAP = {"name": "nap", "steps": [{"name": "nap", "type": "sleep", "duration": "1h"}]}
 BLINK = {"name": "blink", "steps": [{"name": "blink", "type": "sleep", "duration": "10s"}]}
+DOZE = {
+    "name": "doze",
+    "steps": [
+        {"name": "go", "type": "wait", "signal": "go"},
+        {"name": "doze", "type": "sleep", "duration": "5m"},
+    ],
+}
 ASK_S = 600  # no answer within this (virtual) time is a hang: fail rather than wait forever
 
 
@@ -208,7 +215,7 @@ class Rig:
 @pytest.fixture
 async def rig(autojump_clock: MockClock) -> AsyncIterator[Rig]:
     store = FakeStore()
-    for definition in (ORDER, CHARGE, PICK, NAP, BLINK):
+    for definition in (ORDER, CHARGE, PICK, NAP, BLINK, DOZE):
         store.add_workflow(definition)
     host = FakeKindHost(Settings(), store)
     # `KindHost` types `store` as the whole `Store` protocol and `dispatcher` as the concrete
@@ -474,3 +481,48 @@ async def test_a_start_in_doubt_is_adopted_once_its_run_is_read(rig: Rig, autoju
         (unit.run.run_id, unit.tasks[0].token, "/foliot/charge/charge", True)
     ]
     assert rig.runs.live(unit.run.run_id) == rig.store.runs[unit.run.run_id]
+
+
+# Found by the simulation (tests/sim, seed 40057): a caller's copy of a passivated run seeds its
+# actor (`Supervisor.ask`); when that message committed nothing (refused, a no-op, or storage
+# failed), the actor kept the copy, stale or not, and the run's next timer was judged against it:
+# found stale, settled, never fired again.
+
+
+async def _kept_busy_past_its_sleep(rig: Rig, run_id: str) -> None:
+    """Messages that commit nothing (heartbeats for no task) every 30 s: the actor stays live."""
+    for _ in range(12):
+        await advance(30)
+        reply, _ = await rig.ask(run_id, machine.Heartbeat("tt_none"))
+        assert isinstance(reply, machine.Rejected)
+
+
+async def test_a_copy_no_commit_confirmed_is_read_again_before_the_next_message(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
+    body, _ = await rig.start("doze")
+    run_id = body["runId"]
+    stale = rig.store.runs[run_id]  # waiting at `go`
+    assert await rig.signal(run_id, "go") == machine.Ok("delivered")
+    await advance(61)  # sleeping (5 min, beyond the wheel's window): passivated
+    assert rig.runs.live(run_id) is None and rig.store.runs[run_id].status == "sleeping"
+    reply, _ = await rig.ask(run_id, machine.Heartbeat("tt_none"), stale)  # refused: nothing committed
+    assert isinstance(reply, machine.Rejected) and reply.code == "task_closed"
+    assert rig.runs.live(run_id) is None  # the copy was not kept
+    await _kept_busy_past_its_sleep(rig, run_id)
+    assert rig.store.runs[run_id].status == "completed"
+
+
+async def test_a_copy_whose_commit_failed_is_read_again_before_the_next_message(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
+    body, _ = await rig.start("doze")
+    run_id = body["runId"]
+    stale = rig.store.runs[run_id]
+    assert await rig.signal(run_id, "go") == machine.Ok("delivered")
+    await advance(61)
+    rig.store.fail_commits = 1  # read back: not written (the store holds a later document)
+    with pytest.raises(Unavailable, match="nothing was changed"):
+        await rig.ask(run_id, machine.SignalIn("go", None, "s-2"), stale)
+    await _kept_busy_past_its_sleep(rig, run_id)
+    assert rig.store.runs[run_id].status == "completed"
