@@ -97,15 +97,26 @@ class FakeStore:
                 await trio.sleep(self.commit_delay)
             else:
                 await trio.lowlevel.checkpoint()
-            self.apply(unit)
+            written = self.apply(unit)
             committed = True
-            return True  # no concurrency keys here: a unit is written as given
+            return written
         finally:
             if observer is not None:
                 observer.commit_ended(unit, started, committed)
 
-    def apply(self, unit: UnitOfWork) -> None:
-        """Check the unit (and the child runs it starts) as a whole, then write it: atomic."""
+    def apply(self, unit: UnitOfWork) -> bool:
+        """Check the unit (and the child runs it starts) as a whole, then write it: atomic.
+        False: its slot admission was refused and its `otherwise` (the run queued) written."""
+        try:
+            self._apply(unit)
+        except UniqueViolation as exc:
+            if exc.constraint != SLOT_TAKEN or unit.otherwise is None:
+                raise
+            self._apply(unit.otherwise)
+            return False
+        return True
+
+    def _apply(self, unit: UnitOfWork) -> None:
         units = flatten([unit])
         try:
             if self.fail_commits:

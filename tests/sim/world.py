@@ -243,9 +243,9 @@ class Connection:
         started = observer.commit_started() if observer is not None else 0.0
         committed = False
         try:
-            await self._commit(unit)
+            written = await self._commit(unit)
             committed = True
-            return True  # no concurrency keys here: a unit is written as given
+            return written
         finally:
             if observer is not None:
                 observer.commit_ended(unit, started, committed)
@@ -264,7 +264,7 @@ class Connection:
                 self.world.committed(unit)
         self.in_flight.clear()
 
-    async def _commit(self, unit: UnitOfWork) -> None:
+    async def _commit(self, unit: UnitOfWork) -> bool:
         world = self.world
         profile = world.profile
         slow = world.faulty(profile.commit_slow)
@@ -278,14 +278,16 @@ class Connection:
         if unit.expected_seq is not None and world.faulty(profile.commit_stale):
             world.count("commit_stale")
             raise StaleWrite(f"run {unit.run.run_id}: refused as stale (injected)")
-        self.store.apply(unit)  # StaleWrite, UniqueViolation: refused, nothing written
-        world.committed(unit)
+        # StaleWrite, UniqueViolation: refused, nothing written; False: `unit.otherwise` written.
+        written = self.store.apply(unit)
+        world.committed(unit if written or unit.otherwise is None else unit.otherwise)
         if world.faulty(profile.commit_lost):
             world.count("commit_lost")
             raise StorageUnavailable("the commit's reply was lost (it was applied)")
         if world.faulty(profile.crash_after_commit):
             world.crash("right after a commit was applied")
             raise StorageUnavailable("connection lost: the node is down")
+        return written
 
 
 # ---------------------------------------------------------------------- the handlers
