@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import attrs
 import trio
 
-from ..core.errors import Fenced, StaleWrite, StorageError, Unavailable
+from ..core.errors import CommitUnknown, Fenced, StaleWrite, StorageError, Unavailable
 from .messages import Envelope
 
 if TYPE_CHECKING:
@@ -246,8 +246,20 @@ class Actor(Generic[S]):
 
     def _storage_failed(self, envelope: Envelope, exc: StorageError) -> None:
         log.warning("%s %s: storage failed (%s)", self.kind.name, self.id, exc)
+        if isinstance(exc, CommitUnknown):
+            # The document may be ahead of the one in hand: the next message reloads it.
+            self.state = None
         if envelope.reply is not None:
-            envelope.reply.fail(Unavailable("storage is unavailable; nothing was changed, retry"))
+            if isinstance(exc, CommitUnknown):
+                envelope.reply.fail(
+                    Unavailable(
+                        "storage failed while the change was being committed: it may or may not have"
+                        " been applied; retry with the same Idempotency-Key or signalId",
+                        code="commit_unknown",
+                    )
+                )
+            else:
+                envelope.reply.fail(Unavailable("storage is unavailable; nothing was changed, retry"))
             return
         fired = self.kind.fired(envelope.message)
         if fired is not None:

@@ -129,6 +129,12 @@ class StorageUnavailable(StorageError):
     """The database cannot be reached right now."""
 
 
+class CommitUnknown(StorageUnavailable):
+    """The connection failed (or the answer did not come in time) once the commit had been
+    sent: the write may or may not have been applied. Whoever made it reads it back before
+    answering (a caller told "nothing was changed" must be able to rely on it)."""
+
+
 class UniqueViolation(StorageError):
     """A uniqueness constraint refused the write."""
 

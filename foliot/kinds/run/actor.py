@@ -17,7 +17,14 @@ import attrs
 
 from ...actors.messages import Envelope, Redeliver
 from ...actors.runtime import Actor
-from ...core.errors import Fenced, StaleWrite, UniqueViolation
+from ...core.errors import (
+    CommitUnknown,
+    Fenced,
+    StaleWrite,
+    StorageError,
+    StorageUnavailable,
+    UniqueViolation,
+)
 from ...core.logs import log_transition
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
@@ -212,6 +219,9 @@ class RunKind:
                 raise  # another node owns the run now: the runtime drops the actor
             except StaleWrite:
                 return True
+            except CommitUnknown:
+                if not await self._landed(run, tr):
+                    raise StorageUnavailable("storage is unavailable; the change was not applied") from None
             actor.state = tr.run
             self.perform(run, tr)
             runs.adopt_children(started)
@@ -227,6 +237,16 @@ class RunKind:
         if slot is not None:
             slot.put(tr.reply, tr.run)
         return False
+
+    async def _landed(self, run: Run, tr: Transition) -> bool:
+        """After a commit whose answer was lost: did it land? Read back (the run's seq is its
+        last event's). A read that fails too leaves it unknown: `CommitUnknown` goes to the
+        caller (503 `commit_unknown`) and the actor reloads from storage next time."""
+        try:
+            stored = await self.host.store.get_run(run.run_id)
+        except StorageError as exc:
+            raise CommitUnknown(f"the commit's answer was lost and reading it back failed ({exc})") from exc
+        return stored is not None and stored.seq == tr.run.seq
 
     def _unique_reply(self, exc: UniqueViolation, run: Run) -> Reply:
         if exc.constraint == SIGNAL_ID_UNIQUE:

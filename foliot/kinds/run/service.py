@@ -19,7 +19,15 @@ from ...actors.dispatcher import Call
 from ...actors.messages import ActorMessage, Envelope, ReplySlot
 from ...actors.placement import check_local
 from ...actors.queues import Reservation
-from ...core.errors import Conflict, Fenced, NotFound, StorageError, Unavailable, UniqueViolation
+from ...core.errors import (
+    CommitUnknown,
+    Conflict,
+    Fenced,
+    NotFound,
+    StorageError,
+    Unavailable,
+    UniqueViolation,
+)
 from ...core.tracing import NO_TRACER, Tracer
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
@@ -419,6 +427,19 @@ class Runs:
             await self.commit(unit)
         except Fenced as exc:  # the partition moved to another node between the id and the commit
             raise Unavailable("this node no longer owns the new run's partition; retry") from exc
+        except CommitUnknown as exc:
+            # The commit's answer was lost: the run exists if it landed (then it is answered as
+            # started), else nothing was changed.
+            try:
+                landed = await self.host.store.get_run(run_id) is not None
+            except StorageError:
+                raise Unavailable(
+                    "storage failed while the start was being committed: it may or may not have been"
+                    " applied; retry with the same Idempotency-Key",
+                    code="commit_unknown",
+                ) from exc
+            if not landed:
+                raise Unavailable("storage is unavailable; nothing was changed, retry") from exc
         except UniqueViolation as exc:
             if exc.constraint == "schedule_fire":
                 raise  # that scheduled time started its run before: the schedule's to answer
