@@ -180,6 +180,8 @@ class Actor(Generic[S]):
                     # Cannot rehydrate now: answer or re-schedule what waits, and leave quietly.
                     self._drain_after_storage_failure(exc)
                     return
+                if not self.mailbox:
+                    break  # dropped while it loaded (its partition left): refused, nothing to do
             envelope = self.mailbox.popleft()
             self._wake_waiters()
             self.current = envelope

@@ -733,7 +733,7 @@ class Env:
             before = sum(self.handler.faults.values())
             self.handler.misbehave = cfg.misbehave
             await trio.sleep(rng.uniform(3, 6))
-            with trio.move_on_after(20):
+            with trio.move_on_after(8):
                 while sum(self.handler.faults.values()) < before + 2:
                     await trio.sleep(0.2)
             self.handler.misbehave = 0.0
