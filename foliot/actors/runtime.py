@@ -186,6 +186,8 @@ class Actor(Generic[S]):
                     # Cannot rehydrate now: answer or re-schedule what waits, and leave quietly.
                     self._drain_after_storage_failure(exc)
                     return
+                if not self.mailbox:
+                    break  # dropped while it loaded (its partition left): refused, nothing to do
             envelope = self.mailbox.popleft()
             self._wake_waiters()
             self.current = envelope
@@ -276,11 +278,23 @@ class Actor(Generic[S]):
         while mailbox:
             self._storage_failed(mailbox.popleft(), exc)
 
-    def refuse_pending(self, error: BaseException) -> None:
+    def refuse_pending(self, error: BaseException, *, keep_current: bool = False) -> None:
         """Shutdown: fail the message in hand and every queued one (callers get `error`); what
-        they would have done is re-created from storage at the next start."""
-        current, self.current = self.current, None
-        if current is not None and current.reply is not None and not current.reply.event.is_set():
+        they would have done is re-created from storage at the next start.
+
+        `keep_current`: the actor leaves while its drain still runs (its partition left this
+        node): the message in hand may be in the middle of its commit, which can still land,
+        so its caller waits for the drain's own answer (the commit's, or `Fenced`'s 503)
+        rather than being told now that nothing was changed."""
+        current = self.current
+        if not keep_current:
+            self.current = None
+        if (
+            current is not None
+            and not keep_current
+            and current.reply is not None
+            and not current.reply.event.is_set()
+        ):
             current.reply.fail(error)
         mailbox, self.mailbox = self.mailbox, None
         self._wake_waiters()

@@ -223,7 +223,12 @@ class Supervisor:
             del self.actors[actor.id]
             self.passivated += 1
         self._crashes.pop(actor.id, None)
-        actor.refuse_pending(Unavailable(f"{actor.kind.name} {actor.id} moved to another node; retry"))
+        # The message in hand, if a drain is handling it, is answered by that drain (its
+        # commit may still land); the queued ones never reached storage.
+        actor.refuse_pending(
+            Unavailable(f"{actor.kind.name} {actor.id} moved to another node; retry"),
+            keep_current=actor.draining,
+        )
 
     def _droppable(self, actor: Actor[Any]) -> bool:
         return actor.idle and actor.parked

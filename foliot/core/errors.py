@@ -129,6 +129,13 @@ class StorageUnavailable(StorageError):
     """The database cannot be reached right now."""
 
 
+class CommitUnknown(StorageUnavailable):
+    """The connection failed (or the answer did not come in time) once the commit had been
+    sent: the write may or may not have been applied. The run kind reads the run back before
+    answering (`RunKind.applied`): a caller told "nothing was changed" must be able to rely on
+    it, and one whose change landed is answered as if the reply had come."""
+
+
 class CommitInDoubt(StorageUnavailable):
     """A commit failed without saying whether it was applied (the connection was lost during
     it: its reply lost), and reading the document back could not tell either: the caller is
@@ -138,7 +145,7 @@ class CommitInDoubt(StorageUnavailable):
         super().__init__(message or DOUBT)
 
 
-# What a caller is told of a commit in doubt (503 `unavailable`).
+# What a caller is told of a commit in doubt (503 `commit_unknown`).
 DOUBT = (
     "storage failed during the commit: the change may have been made; retry with the same"
     " Idempotency-Key or signalId, or read the run"
@@ -148,7 +155,7 @@ DOUBT = (
 def storage_refusal(error: StorageError) -> Unavailable:
     """What a caller is told when storage failed under its request (503 `unavailable`)."""
     if isinstance(error, CommitInDoubt):
-        return Unavailable(DOUBT)
+        return Unavailable(DOUBT, code="commit_unknown")
     return Unavailable("storage is unavailable; nothing was changed, retry")
 
 

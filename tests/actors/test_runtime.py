@@ -257,3 +257,39 @@ async def test_actors_of_two_kinds_share_the_supervisor_and_the_wheel(
         probe.tell(run_id, Add(1))  # a run's id is not a counter's
     await env.until(run_id, "completed", days=1)
     assert counters.firings == [("ctr_a", "tick#1")]
+
+
+async def test_an_actor_dropped_while_its_drain_loads_it_leaves_quietly(
+    env: Env, autojump_clock: MockClock, counters: CounterKind, probe: Probe
+) -> None:
+    """Found by the fault harness (bench/faults.py, PostgreSQL, `clock`, seed 2102): a node
+    losing its leases dropped actors whose drain was loading their document; the drain then
+    took the next message from the mailbox the drop had emptied and crashed (AttributeError),
+    which counted towards giving the run up as stuck."""
+    counters.docs["ctr_d"] = Counter()
+    loading, go_on = trio.Event(), trio.Event()
+    real_load = counters.load
+
+    async def slow_load(actor_id: str) -> Counter | None:
+        loading.set()
+        await go_on.wait()
+        return await real_load(actor_id)
+
+    counters.load = slow_load  # type: ignore[method-assign]
+    answers: list[Any] = []
+
+    async def ask() -> None:
+        try:
+            answers.append(await probe.ask("ctr_d", Add(1)))
+        except Unavailable as exc:
+            answers.append(exc)
+
+    restarts = env.engine.supervisor.restarts
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        await loading.wait()
+        env.engine.supervisor.drop(lambda actor_id: actor_id == "ctr_d")  # its partition left
+        go_on.set()
+    assert isinstance(answers[0], Unavailable)  # never handled: nothing was changed
+    assert env.engine.supervisor.restarts == restarts  # no crash
+    assert counters.docs["ctr_d"].total == 0

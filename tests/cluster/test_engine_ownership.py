@@ -367,3 +367,50 @@ async def test_a_start_whose_partition_leaves_during_its_commit_pushes_nothing_f
     await a.ownership.gained({p: cluster.fake.leases[p].epoch})
     await a.runs.wait_for(run_id, lambda r: r.status == "completed", 600)
     assert [(x.node, x.key) for x in cluster.pushes] == [("a", f"{run_id}:1:t:1")]
+
+
+async def test_a_signal_whose_lease_is_lost_during_its_commit_is_answered_as_committed(
+    cluster: Cluster, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the fault harness (bench/faults.py, PostgreSQL, `pg_restart`, seed 1103:
+    `failed_signal_applied`): the node's leases ran out on its own clock while a signal's
+    commit was under way (PostgreSQL, slow after a restart, still held the lease), so the node
+    dropped the run's actor and told the caller 503 `unavailable` ("nothing was changed"),
+    and the commit then landed: the signal was received although every send of it had been
+    refused. The message in hand keeps its own answer: the commit's."""
+    a = await cluster.boot("a")
+    await cluster.register(WAIT)
+    ids = run_ids_in([9])
+    a.runs.new_run_id = lambda: next(ids)
+    run_id = await cluster.start(a, "wait")
+    await a.runs.wait_for(run_id, lambda r: r.status == "waiting", 60)
+    committing, release = trio.Event(), trio.Event()
+    commit = cluster.store.commit
+
+    async def slow_commit(unit: UnitOfWork) -> None:
+        committing.set()
+        await release.wait()
+        await commit(unit)
+
+    monkeypatch.setattr(cluster.store, "commit", slow_commit)
+    answers: list[Any] = []
+
+    async def signal() -> None:
+        try:
+            answers.append(await a.runs.ask(run_id, SignalIn("go", signal_id="s-1")))
+        except Unavailable as exc:
+            answers.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(signal)
+        await committing.wait()
+        a.ownership.lost(frozenset({9}))  # the keeper gave the leases up on its own clock
+        await advance(0.1)
+        release.set()
+    monkeypatch.setattr(cluster.store, "commit", commit)
+    assert "signal_received" in await cluster.events(run_id)  # the commit landed
+    (answer,) = answers
+    assert not isinstance(answer, Unavailable), answer  # so "nothing was changed" is no answer
+    reply, _ = answer
+    assert getattr(reply, "value", None) == "delivered", reply
+    assert run_id not in a.supervisor.actors and cluster.pushes == []  # it acts on nothing more

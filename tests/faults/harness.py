@@ -728,10 +728,16 @@ class Env:
             node.resume()
             return f"{node.name} {length:.1f}s"
         if kind == "handler":
+            # A few seconds, and until it misbehaved at least twice (bounded): a window with no
+            # push in it would be no fault at all.
+            before = sum(self.handler.faults.values())
             self.handler.misbehave = cfg.misbehave
             await trio.sleep(rng.uniform(3, 6))
+            with trio.move_on_after(8):
+                while sum(self.handler.faults.values()) < before + 2:
+                    await trio.sleep(0.2)
             self.handler.misbehave = 0.0
-            return "misbehaving"
+            return f"misbehaved {sum(self.handler.faults.values()) - before} times"
         if kind == "clock":
             # The engine reads the wall clock once, at its first reading, and counts on with the
             # monotonic clock (foliot/actors/clock.py): a step matters to a node started while
@@ -1114,20 +1120,39 @@ class Env:
         return out
 
     async def one_owner_each(self) -> list[str]:
-        """After healing: every partition held, unexpired, by exactly one live node."""
+        """After healing: every partition held, unexpired, by one of the live nodes, and every
+        node telling the same owners (`/admin/cluster`) as the database holds them (polled,
+        bounded: the nodes' views refresh at each lease tick)."""
         if self.pg is None:
             return []
-        now_ms, rows = await self.sql(
-            "SELECT json_build_array((extract(epoch FROM clock_timestamp()) * 1000)::bigint,"
-            " json_agg(json_build_array(partition, node_id, epoch, expires_at))) FROM cluster_leases"
-        )
-        held = {int(p): n for p, n, _, x in rows if n is not None and int(x) > now_ms}
-        problems = []
-        if len(held) != PARTITIONS:
-            problems.append(f"{PARTITIONS - len(held)} partitions unowned after healing")
         names = {n.name for n in self.nodes}
-        if set(held.values()) - names:
-            problems.append(f"partitions held by unknown nodes {set(held.values()) - names}")
+        problems: list[str] = []
+        with trio.move_on_after(30):
+            while True:
+                now_ms, rows = await self.sql(
+                    "SELECT json_build_array((extract(epoch FROM clock_timestamp()) * 1000)::bigint,"
+                    " json_agg(json_build_array(partition, node_id, epoch, expires_at))) FROM cluster_leases"
+                )
+                held = {int(p): n for p, n, _, x in rows if n is not None and int(x) > now_ms}
+                problems = []
+                if len(held) != PARTITIONS:
+                    problems.append(f"{PARTITIONS - len(held)} partitions unowned after healing")
+                if set(held.values()) - names:
+                    problems.append(f"partitions held by unknown nodes {set(held.values()) - names}")
+                counts = {n: sum(1 for h in held.values() if h == n) for n in names}
+                if len(self.nodes) > 1:
+                    for i, node in enumerate(self.nodes):
+                        r = await self.clients[i].get(
+                            node.url + "/admin/cluster", headers={"Authorization": f"Bearer {ADMIN}"}
+                        )
+                        shown = (
+                            {v["nodeId"]: v["partitions"] for v in r.json()["nodes"]} if r.is_success else {}
+                        )
+                        if {k: v for k, v in shown.items() if v} != {k: v for k, v in counts.items() if v}:
+                            problems.append(f"{node.name} tells {shown}, the database {counts}")
+                if not problems:
+                    return []
+                await trio.sleep(0.5)
         return problems
 
 

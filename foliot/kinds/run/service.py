@@ -19,7 +19,14 @@ from ...actors.dispatcher import Call
 from ...actors.messages import ActorMessage, Envelope, ReplySlot
 from ...actors.placement import check_local
 from ...actors.queues import Reservation
-from ...core.errors import Conflict, Fenced, NotFound, StorageError, Unavailable, UniqueViolation
+from ...core.errors import (
+    Conflict,
+    Fenced,
+    NotFound,
+    StorageError,
+    Unavailable,
+    UniqueViolation,
+)
 from ...core.tracing import NO_TRACER, Tracer
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition

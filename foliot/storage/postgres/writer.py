@@ -25,7 +25,14 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from ...core.errors import Fenced, StaleWrite, StorageError, StorageUnavailable, UniqueViolation
+from ...core.errors import (
+    CommitUnknown,
+    Fenced,
+    StaleWrite,
+    StorageError,
+    StorageUnavailable,
+    UniqueViolation,
+)
 from ..base import UnitOfWork
 from ..batch import BatchPlan, BatchRows, plan_batch
 from ..fence import Fence
@@ -263,14 +270,17 @@ class Driver:
         unit saved); when a job refuses (stale write, unique violation, a bug of its own) the
         transaction rolls back, that job gets its error, and the rest is run again with each
         job in its own SAVEPOINT, so one refused write doesn't sink its neighbours. Connection
-        trouble or a timeout fails the whole batch, which then changed nothing."""
+        trouble or a timeout fails the whole batch: it changed nothing when it came before the
+        commit was sent, and may have been applied when it came after (`CommitUnknown`: the
+        single statements, and the transaction's COMMIT, whose answer was lost)."""
         savepoints = False
         # A refused job is answered only once the rest is committed: its refusal may be a
         # neighbour's row (two starts with one business key), which must be visible by then.
         refused_jobs: list[tuple[_Job, BaseException]] = []
         while batch:
+            sent: list[bool] = []  # set once the batch's commit is on its way
             try:
-                results = await self._try_batch(batch, savepoints)
+                results = await self._try_batch(batch, savepoints, sent)
             except _Refused as refused:
                 if refused.job is not None:  # else the units' set was refused: find out who
                     refused_jobs.append((refused.job, refused.error))
@@ -289,6 +299,9 @@ class Driver:
                     if isinstance(exc, TimeoutError)
                     else exc
                 )
+                if sent and not isinstance(exc, asyncpg.PostgresError | asyncio.CancelledError):
+                    # No answer to the commit: the database may have applied it.
+                    error = CommitUnknown(f"the commit's answer was lost ({type(exc).__name__}: {exc})")
                 for job in batch:
                     job.settle(error=error)
                 for job, _ in refused_jobs:  # what refused them was not committed either
@@ -305,7 +318,7 @@ class Driver:
             job.settle(error=err)
 
     async def _try_batch(
-        self, batch: list[_Job], savepoints: bool
+        self, batch: list[_Job], savepoints: bool, sent: list[bool]
     ) -> list[tuple[_Job, Any, BaseException | None]]:
         assert self.pool is not None
         deadline = max(job.deadline for job in batch)
@@ -325,6 +338,7 @@ class Driver:
                 # no COMMIT); refused as a set, they are written one by one in savepoints.
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                     try:
+                        sent.append(True)  # one statement: it commits on its own
                         if not fences:
                             await conn.execute(INSERT_NEW_RUNS, *new_run_columns(rows))
                         elif not await conn.fetchval(
@@ -341,9 +355,11 @@ class Driver:
                 # Runs moving on (signals, task answers, timers): one statement as well. A unit
                 # whose run moved underneath its seq writes nothing (every row it would add is
                 # joined to the runs the UPDATE matched) and gets its StaleWrite; the rest commit.
+                sent.append(True)  # one statement: it commits on its own
                 return await self._update_batch(conn, batch, rows, fences, deadline)
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
                 results += await self._fenced_transaction(conn, batch, fences, units, plan, savepoints)
+                sent.append(True)  # leaving the block sends COMMIT
         finally:
             await self.pool.release(conn)
         return results
