@@ -414,3 +414,28 @@ async def test_a_signal_whose_lease_is_lost_during_its_commit_is_answered_as_com
     reply, _ = answer
     assert getattr(reply, "value", None) == "delivered", reply
     assert run_id not in a.supervisor.actors and cluster.pushes == []  # it acts on nothing more
+
+
+async def test_an_attempt_redelivered_after_its_partition_left_is_not_pushed_from_here(
+    cluster: Cluster, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the fault harness (bench/faults.py, 3 nodes, `handler`, seed 2200:
+    `push_unleased`): a node re-sent an open attempt (a `Redeliver` its recovery had queued,
+    handled across an await while the partition moved on) after another node held the lease;
+    every path to a push or an offer now asks whether the run is still this node's."""
+    cluster.hang.add("a")
+    a = await cluster.boot("a")
+    await cluster.register(TASK)
+    ids = run_ids_in([11])
+    monkeypatch.setattr(runs_module, "new_run_id", lambda: next(ids))
+    run_id = await cluster.start(a, "job")
+    with trio.fail_after(60):
+        while not cluster.pushes:
+            await advance(0.1)
+    run = await cluster.store.get_run(run_id)
+    assert run is not None and run.task is not None
+    definition = await a.directory.definition(run.app, run.workflow, run.version)
+    a.ownership.lost(frozenset({11}))
+    a.runs.kind.redeliver(run, definition, run.task.token)
+    await advance(5)
+    assert [p.key for p in cluster.pushes] == [f"{run_id}:1:t:1"]  # the first send only

@@ -100,7 +100,8 @@ class Report:
         head = f"seed {seed}: " if seed is not None else ""
         if self.ok:
             return f"{head}no violation ({self.counts})"
-        text = [f"{head}{len(self.violations)} violation(s) ({self.counts}); the shortest histories:"]
+        kinds = Counter(v.kind for v in self.violations)
+        text = [f"{head}{len(self.violations)} violation(s) {dict(kinds)} ({self.counts}); the shortest:"]
         for v in sorted(self.violations, key=lambda v: len(v.evidence))[:limit]:
             text.append(v.render())
         return "\n".join(text)

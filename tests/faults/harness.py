@@ -54,7 +54,10 @@ FLOW = {
         {"name": "a", "type": "task", "timeout": "2s", "retry": RETRY},
         {"name": "nap", "type": "sleep", "duration": "300ms"},
         {"name": "go", "type": "wait", "signal": "go", "timeout": "1h"},
-        {"name": "pick", "type": "task", "queue": "picking", "timeout": "3s", "retry": RETRY},
+        # Pulled by the workers. A claim's deadline counts from the claim's commit, so on an
+        # overloaded machine (poll answer and `complete` several seconds each) a short timeout
+        # times every attempt out before its `complete` lands: 3 s did, at load average 11.
+        {"name": "pick", "type": "task", "queue": "picking", "timeout": "8s", "retry": RETRY},
         {"name": "b", "type": "task", "timeout": "2s", "retry": RETRY},
     ],
 }

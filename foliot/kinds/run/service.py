@@ -137,7 +137,13 @@ class Runs:
     ) -> None:
         """Push the task to `path` (its deadline counts from the send), or offer it to its
         queue until a poller claims it; by `priority`, once a token of each rate-limit bucket
-        is taken (a gated offer waits in the dispatcher, see `Dispatcher.call`)."""
+        is taken (a gated offer waits in the dispatcher, see `Dispatcher.call`).
+
+        Nothing goes out for a run whose partition is not this node's (any more): a message
+        handled while the partition left (a `Redeliver` from a recovery, a commit under way)
+        must not push or offer from here; the owner's recovery does."""
+        if not self.host.accepts(run.run_id):
+            return
         if task.queue is not None:
             if task.claimed_by is None:
                 self._offer(run.app, task.queue, task.token, run.run_id, priority, buckets)
