@@ -427,7 +427,7 @@ async def test_an_attempt_redelivered_after_its_partition_left_is_not_pushed_fro
     a = await cluster.boot("a")
     await cluster.register(TASK)
     ids = run_ids_in([11])
-    monkeypatch.setattr(runs_module, "new_run_id", lambda: next(ids))
+    a.runs.new_run_id = lambda: next(ids)
     run_id = await cluster.start(a, "job")
     with trio.fail_after(60):
         while not cluster.pushes:
