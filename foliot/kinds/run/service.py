@@ -49,7 +49,6 @@ from .debounce import DebouncedStart
 from .ids import new_run_id, new_task_token
 
 _PUMP_S = 2.0  # how often waiting concurrency keys are re-tried (a lost wake-up's bound)
-_WOKEN_MAX = 10_000  # keys remembered as woken lately, past which the old ones are forgotten
 
 
 P = ParamSpec("P")
@@ -90,9 +89,6 @@ class Runs:
         # seed instead, so a run of it is reproduced exactly (tests/sim).
         self.new_run_id: Callable[[], str] = new_run_id
         self.new_token: Callable[[], str] = new_task_token
-        # (app, key) -> Trio time of the key's last wake-up by a slot freed or taken: the pump
-        # leaves such a key alone for one period (its queue moves on by itself).
-        self._woken: dict[tuple[str, str], float] = {}
 
     # ------------------------------------------------------------------ for the run's actor
 
@@ -210,11 +206,6 @@ class Runs:
         """A slot of `key` may be free: the oldest run waiting for one tries to take it
         (`local_only`: only when this node owns it, as each node's pump wakes its own)."""
         self._queueing.set()
-        if not local_only:
-            now = trio.current_time()
-            self._woken[(app, key)] = now
-            if len(self._woken) > _WOKEN_MAX:
-                self._forget_woken(now)
 
         async def wake() -> None:
             try:
@@ -229,10 +220,7 @@ class Runs:
 
     async def pump(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Every few seconds, the oldest run of each concurrency key with runs waiting tries to
-        take a slot: what a lost wake-up (a crash, a message between nodes) would leave waiting.
-        A key woken by a slot freed or taken within the last period is left out (its queue
-        moves on by itself; one that missed a run is tried the period after), so a standing
-        queue on every key costs no admission attempt a period per key."""
+        take a slot: what a lost wake-up (a crash, a message between nodes) would leave waiting."""
         task_status.started()
         while True:
             await self._queueing.wait()
@@ -244,14 +232,8 @@ class Runs:
             if not keys:
                 self._queueing = trio.Event()  # nothing waits: sleep until something queues
                 continue
-            now = trio.current_time()
-            self._forget_woken(now)
             for app, key in keys:
-                if (app, key) not in self._woken:
-                    self.wake_queued(app, key, local_only=True)
-
-    def _forget_woken(self, now: float) -> None:
-        self._woken = {k: t for k, t in self._woken.items() if now - t < _PUMP_S}
+                self.wake_queued(app, key, local_only=True)
 
     async def reconcile(self, only: Callable[[str], bool]) -> tuple[int, int]:
         """After a restart: what parents and children may not have been told (`children`)."""
