@@ -234,12 +234,16 @@ def one_mode(mode: str, args: argparse.Namespace) -> tuple[list[list[Any]], list
     notes.append(f"{mode}: live actors before the signals: {live:.0f}; server RSS {server.rss():.0f} MB")
     floor = c.Floor(work, key)
     body = {"runId": run_ids[0], "name": "go"}
+    floor_cpu0 = c.cpu_seconds(floor.pid)
     f = (
         c.wrk_post(f"{floor.url}/apps/bench/signals", body, key, seconds=args.seconds, connections=16)
         if (c.have_wrk())
         else None
     )
     floor_rps = f["rps"] if f else float("nan")
+    if f:
+        floor_cpu_ms = 1000 * (c.cpu_seconds(floor.pid) - floor_cpu0) / max(1, f["requests"])
+        notes.append(f"{mode}: floor CPU per request {floor_cpu_ms:.2f} ms (serving process, all threads)")
     floor.child.stop()
     rows = []
     profile = c.Profile(server.pid, Path(args.profile) / f"signal-{mode}.txt") if args.profile else None
