@@ -262,6 +262,10 @@ class EdgeTCPServer(TCPServer):
 
     async def protocol_send(self, event: Event) -> None:
         if isinstance(event, RawData):
+            if not event.data and not self._out_closed:
+                # Nothing to write (h11's end of a Content-Length body, once per response): no
+                # lock, scopes or checkpoint; a closed stream is found by the next write or read.
+                return
             failed = False
             async with self.send_lock:
                 if self._out_closed:
