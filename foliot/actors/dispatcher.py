@@ -377,10 +377,19 @@ class Dispatcher:
         else:
             del self._app_queued[app]
 
+    def app_cap(self) -> int:
+        """The pushes one app may have in flight now: FOLIOT_PUSH_CONCURRENCY_PER_APP's share of
+        the senders allowed now (`limit`, which the pacer shrinks while the loop lags), so the
+        senders it keeps for other apps shrink with the limit instead of vanishing (with 48 of
+        64 and the limit at 4, an app gets 3 and the fourth stays free for the others)."""
+        if self.per_app >= self.concurrency:
+            return self.per_app
+        return max(1, self.limit * self.per_app // self.concurrency)
+
     def _make_ready(self, app: str) -> None:
         """Put the app in the ready-queue if it has pushes and room: at the head while its
         round-robin turn goes on, else at the back."""
-        if app not in self._in_ready and app in self._fifo and self._app_sending.get(app, 0) < self.per_app:
+        if app not in self._in_ready and app in self._fifo and self._app_sending.get(app, 0) < self.app_cap():
             if app in self._turn:
                 self._ready.appendleft(app)
             else:
@@ -412,7 +421,7 @@ class Dispatcher:
             if (
                 used < self._weights.get(app, 1)
                 and app in self._fifo
-                and self._app_sending[app] < self.per_app
+                and self._app_sending[app] < self.app_cap()
             ):
                 self._turn[app] = used  # its turn goes on: it stays at the head
                 self._ready.appendleft(app)
@@ -455,6 +464,8 @@ class Dispatcher:
                 self.limit = max(floor, self.limit * 2 // 3)
             elif lag < 0.02 and self.limit < self.concurrency:
                 self.limit += 1
+                for app in list(self._fifo):  # an app held at its cap may have room again
+                    self._make_ready(app)
                 self._idle.unpark()
 
     async def _sender(self) -> None:

@@ -153,6 +153,26 @@ async def test_weighted_round_robin_an_apps_backlog_cannot_hold_back_another(
     assert rig.dispatcher.backlog > 99_990
 
 
+@pytest.mark.parametrize("limits", [{"concurrency": 64, "per_app": 48}])
+async def test_the_per_app_cap_keeps_a_sender_free_while_the_pacer_holds_the_limit_low(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
+    """At the pacer's slow start (4 senders allowed, as after a lagging loop) an app with slow
+    pushes gets 3 of them, and another app's push goes out at once, not after a slow one."""
+    rig.handler_s[0] = 5.0
+    assert (rig.dispatcher.limit, rig.dispatcher.app_cap()) == (4, 3)
+    for n in range(1000):
+        rig.push("a", n)
+    await rig.until(3)
+    rig.push("b", 0)
+    await rig.until(4)
+    at, token = rig.sent[3]
+    assert token == "tok-b-0" and at < T0 + 100  # before any of a's ended, before the limit grew
+    await advance(7.0)  # the loop keeps up: the limit grows to 64, the cap with it
+    assert (rig.dispatcher.limit, rig.dispatcher.app_cap()) == (64, 48)
+    assert rig.dispatcher.inflight == 48
+
+
 async def test_weights_share_the_senders_turns(rig: Rig, autojump_clock: MockClock) -> None:
     rig.targets["a"] = Target("http://handler.test", ("whsec_test",), weight=3)
     rig.dispatcher.set_weight("a", 3)

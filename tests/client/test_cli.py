@@ -174,6 +174,20 @@ async def test_apps_actors_timers_queues_as_admin(api: Api, run_cli: Cli) -> Non
         "apps", "create", "billing", "--handler-base-url", "http://127.0.0.1:1", env=admin
     )
     assert created["apiKey"].startswith("fk_") and created["signingSecret"]
+    assert (created["weight"], created["rateLimit"]) == (1, None)
+    flow = await run_cli.json(
+        "apps", "create", "billing", "--handler-base-url", "http://127.0.0.1:1",
+        "--weight", "4", "--rate-limit", "100/1m", env=admin,
+    )  # fmt: skip
+    assert (flow["weight"], flow["rateLimit"]) == (4, {"limit": 100, "periodMs": 60_000})
+    flow = await run_cli.json(
+        "apps", "create", "billing", "--handler-base-url", "http://127.0.0.1:1", "--no-rate-limit", env=admin
+    )
+    assert (flow["weight"], flow["rateLimit"]) == (4, None)
+    await run_cli(
+        "apps", "create", "billing", "--handler-base-url", "http://127.0.0.1:1", "--rate-limit", "100",
+        env=admin, code=2,
+    )  # fmt: skip
     key = await run_cli.json("apps", "keys", "create", "billing", env=admin)
     rotated = await run_cli.json("apps", "rotate-secret", "billing", "--grace", "60", env=admin)
     view = await run_cli.json("apps", "show", "billing", env=admin)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 from foliot_client import AsyncClient, Client, RetryPolicy, errors
-from foliot_client.models import App, AppCreated
+from foliot_client.models import App, AppCreated, RateLimit
 
 from ..conftest import ADMIN, Api
 from ..helpers import answer_json
@@ -145,8 +145,21 @@ async def test_admin_apps_keys_secrets_and_operator_reads(api: Api) -> None:
     async with client(api, token=ADMIN) as admin:
         created = await admin.put_app("billing", "http://127.0.0.1:1", description="money")
         assert isinstance(created, AppCreated) and created.api_key.startswith("fk_")
+        assert (created.weight, created.rate_limit) == (1, None)
         updated = await admin.put_app("billing", "http://127.0.0.1:2")
         assert isinstance(updated, App) and updated.handler_base_url == "http://127.0.0.1:2"
+        limited = await admin.put_app(
+            "billing", "http://127.0.0.1:2", weight=5, rate_limit={"limit": 100, "period": "1m"}
+        )
+        assert isinstance(limited, App) and limited.weight == 5
+        assert limited.rate_limit == RateLimit(100, 60_000)
+        kept = await admin.put_app("billing", "http://127.0.0.1:2")  # omitted: left as they are
+        assert (kept.weight, kept.rate_limit) == (5, RateLimit(100, 60_000))
+        cleared = await admin.put_app("billing", "http://127.0.0.1:2", rate_limit=None)
+        assert (cleared.weight, cleared.rate_limit) == (5, None)
+        with pytest.raises(errors.InvalidRequest) as refused:
+            await admin.put_app("billing", "http://127.0.0.1:2", weight=101)
+        assert refused.value.field == "weight"
         key = await admin.create_api_key(app="billing")
         secret = await admin.rotate_signing_secret(grace_seconds=60, app="billing")
         view = await admin.get_app(app="billing")

@@ -26,6 +26,7 @@ from .models import (
     NewApiKey,
     NewSigningSecret,
     Page,
+    RateLimit,
     Run,
     SignalResult,
     Task,
@@ -257,7 +258,8 @@ def _app_created_or_view(status: int, d: Any) -> AppCreated | App:
     if status == 201 and "apiKey" in d:
         return AppCreated(
             d["app"], d["handlerBaseUrl"], d.get("description"), d["apiKey"], d["keyId"],
-            d["signingSecret"], d["secretId"],
+            d["signingSecret"], d["secretId"], int(d.get("weight") or 1),
+            RateLimit.from_json(d.get("rateLimit")),
         )  # fmt: skip
     return App.from_json(d)
 
@@ -291,10 +293,23 @@ class BaseClient:
 
     # --- apps (admin) -------------------------------------------------------------------------
 
-    def b_put_app(self, app: str, handler_base_url: str, description: str | None) -> Call[AppCreated | App]:
+    def b_put_app(
+        self,
+        app: str,
+        handler_base_url: str,
+        description: str | None,
+        weight: int | None = None,
+        rate_limit: dict[str, Any] | None = UNSET,
+    ) -> Call[AppCreated | App]:
+        """`weight` and `rate_limit` (`{"limit": 100, "period": "1m"}`, None clears it) are left
+        as they are when omitted."""
         body: dict[str, Any] = {"handlerBaseUrl": handler_base_url}
         if description is not None:
             body["description"] = description
+        if weight is not None:
+            body["weight"] = weight
+        if rate_limit is not UNSET:
+            body["rateLimit"] = rate_limit
         return Call("PUT", self._app(app), _app_created_or_view, json=body)
 
     def b_get_app(self, app: str | None) -> Call[App]:

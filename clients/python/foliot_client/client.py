@@ -113,9 +113,19 @@ class Client(BaseClient):
                 attempt += 1
 
     # apps (admin token)
-    def put_app(self, app: str, handler_base_url: str, *, description: str | None = None) -> AppCreated | App:
-        """Create (`AppCreated`, with the key and secret shown once) or update (`App`) an app."""
-        return self.send(self.b_put_app(app, handler_base_url, description))
+    def put_app(
+        self,
+        app: str,
+        handler_base_url: str,
+        *,
+        description: str | None = None,
+        weight: int | None = None,
+        rate_limit: dict[str, Any] | None = UNSET,
+    ) -> AppCreated | App:
+        """Create (`AppCreated`, with the key and secret shown once) or update (`App`) an app;
+        `weight` (1..100) and `rate_limit` (`{"limit": 100, "period": "1m"}`, None clears it)
+        are its flow control, left as they are when omitted."""
+        return self.send(self.b_put_app(app, handler_base_url, description, weight, rate_limit))
 
     def get_app(self, *, app: str | None = None) -> App:
         return self.send(self.b_get_app(app))
@@ -570,9 +580,15 @@ class AsyncClient(BaseClient):
                 attempt += 1
 
     async def put_app(
-        self, app: str, handler_base_url: str, *, description: str | None = None
+        self,
+        app: str,
+        handler_base_url: str,
+        *,
+        description: str | None = None,
+        weight: int | None = None,
+        rate_limit: dict[str, Any] | None = UNSET,
     ) -> AppCreated | App:
-        return await self.send(self.b_put_app(app, handler_base_url, description))
+        return await self.send(self.b_put_app(app, handler_base_url, description, weight, rate_limit))
 
     async def get_app(self, *, app: str | None = None) -> App:
         return await self.send(self.b_get_app(app))

@@ -281,6 +281,8 @@ class App:
     api_keys: list[ApiKeyInfo]
     signing_secrets: list[SecretInfo]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    weight: int = 1  # its share of the dispatcher's round-robin between apps (1..100)
+    rate_limit: RateLimit | None = None  # spaces all the app's pushes
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> App:
@@ -298,7 +300,21 @@ class App:
                 for s in d.get("signingSecrets", [])
             ],
             raw=d,
+            weight=int(d.get("weight") or 1),
+            rate_limit=RateLimit.from_json(d.get("rateLimit")),
         )
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """An app's rate limit as the server shows it: `limit` sends per `period_ms`."""
+
+    limit: int
+    period_ms: int
+
+    @classmethod
+    def from_json(cls, d: Any) -> RateLimit | None:
+        return None if not d else cls(int(d["limit"]), int(d["periodMs"]))
 
 
 @dataclass(frozen=True)
@@ -312,6 +328,8 @@ class AppCreated:
     key_id: str
     signing_secret: str
     secret_id: str
+    weight: int = 1
+    rate_limit: RateLimit | None = None
 
 
 @dataclass(frozen=True)

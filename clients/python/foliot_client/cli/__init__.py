@@ -912,10 +912,32 @@ def apps() -> None:
 @click.argument("app")
 @click.option("--handler-base-url", required=True)
 @click.option("--description")
+@click.option("--weight", type=click.IntRange(1, 100), help="its share between apps' pushes (default 1)")
+@click.option("--rate-limit", metavar="N/PERIOD", help="space all its pushes, e.g. 100/1m")
+@click.option("--no-rate-limit", is_flag=True, help="remove its rate limit")
 @pass_session
-def apps_create(s: Session, app: str, handler_base_url: str, description: str | None) -> None:
-    """Create APP (or update its handler URL); a new app's key and secret are shown once."""
-    s.out.record(s.raw(s.client.b_put_app(app, handler_base_url, description)))
+def apps_create(
+    s: Session,
+    app: str,
+    handler_base_url: str,
+    description: str | None,
+    weight: int | None,
+    rate_limit: str | None,
+    no_rate_limit: bool,
+) -> None:
+    """Create APP (or update it); a new app's key and secret are shown once. --weight and
+    --rate-limit are its flow control, left as they are when omitted."""
+    if rate_limit is not None and no_rate_limit:
+        raise click.UsageError("--rate-limit and --no-rate-limit exclude each other")
+    limit: Any = UNSET
+    if no_rate_limit:
+        limit = None
+    elif rate_limit is not None:
+        count, slash, period = rate_limit.partition("/")
+        if not slash or not count.isdigit() or not period:
+            raise click.UsageError("--rate-limit is N/PERIOD, e.g. 100/1m")
+        limit = {"limit": int(count), "period": period}
+    s.out.record(s.raw(s.client.b_put_app(app, handler_base_url, description, weight, limit)))
 
 
 @apps.command("show")
