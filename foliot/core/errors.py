@@ -133,7 +133,16 @@ class CommitUnknown(StorageUnavailable):
     """The connection failed (or the answer did not come in time) once the commit had been
     sent: the write may or may not have been applied. The run kind reads the run back before
     answering (`RunKind.applied`): a caller told "nothing was changed" must be able to rely on
-    it, and one whose change landed is answered as if the reply had come."""
+    it, and one whose change landed is answered as if the reply had come.
+
+    `settled`: the database has finished with the commit (on PostgreSQL, the backend that ran
+    it has left `pg_stat_activity`), so a read-back tells whether it landed. Not settled, a
+    read-back could still see the old document of a commit about to land: the caller is told
+    the change may have been made (`CommitInDoubt`) and the document is read again later."""
+
+    def __init__(self, message: str = "", *, settled: bool = True) -> None:
+        super().__init__(message)
+        self.settled = settled
 
 
 class CommitInDoubt(StorageUnavailable):

@@ -94,6 +94,37 @@ async def test_when_reading_back_fails_too_the_answer_says_it_may_have_been_appl
     assert [e["type"] for e in await api.events(run_id)].count("signal_received") == 1
 
 
+async def test_a_commit_the_database_may_still_be_applying_is_not_read_back_at_once(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PostgreSQL may finish a COMMIT it has read after the connection is gone: a read-back
+    # made before that backend has left could see the old document and wrongly say "not
+    # applied". Such an error (`settled=False`) is answered commit_unknown, unread, and the
+    # run is read again later: its effects are performed then.
+    run_id = await waiting_run(api)
+    store = api.engine.store
+    real_commit, real_get = store.commit, store.get_run
+    reads: list[str] = []
+
+    async def lost_answer(unit: UnitOfWork) -> Any:
+        await real_commit(unit)
+        raise CommitUnknown("connection reset after COMMIT", settled=False)
+
+    async def counted(rid: str) -> Any:
+        reads.append(rid)
+        return await real_get(rid)
+
+    monkeypatch.setattr(store, "commit", lost_answer)
+    monkeypatch.setattr(store, "get_run", counted)
+    r = await api.call("POST", "/apps/orders/signals", {"runId": run_id, "name": "go", "signalId": "s1"})
+    monkeypatch.setattr(store, "commit", real_commit)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "commit_unknown", r.text
+    assert run_id not in reads  # not read back while the database may still be applying it
+    await api.until(run_id, "completed")  # read again later: it had landed, it moved on
+    monkeypatch.setattr(store, "get_run", real_get)
+    assert [e["type"] for e in await api.events(run_id)].count("signal_received") == 1
+
+
 async def test_a_start_whose_commit_landed_is_answered_created(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:

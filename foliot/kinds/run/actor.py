@@ -18,7 +18,7 @@ import trio
 
 from ...actors.messages import Envelope, Redeliver, Resolve
 from ...actors.runtime import Actor
-from ...core.errors import CommitInDoubt, Fenced, StaleWrite, StorageError, UniqueViolation
+from ...core.errors import CommitInDoubt, CommitUnknown, Fenced, StaleWrite, StorageError, UniqueViolation
 from ...core.logs import log_transition
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
@@ -121,24 +121,32 @@ class RunKind:
         return run
 
     async def applied(
-        self, run_id: str, before: Run | None, tr: Transition, started: list[Transition]
+        self,
+        run_id: str,
+        before: Run | None,
+        tr: Transition,
+        started: list[Transition],
+        error: StorageError,
     ) -> bool:
         """After the commit of `tr` failed with a storage error that does not say whether it was
         applied (the connection lost during the commit, its reply with it): the run read back.
         True: it was applied (go on as committed, effects and answer); False: it was not (the
         error stands, nothing changed). Unreadable too: `CommitInDoubt`, and the run's actor
         reads it again before it does anything else (`load`, through a `Resolve` if no other
-        message comes), performing `tr`'s effects then if it was applied."""
-        # Shielded: a caller going away must not leave the answer unknown and nothing noted.
-        with trio.CancelScope(shield=True), trio.move_on_after(_READ_BACK_S):
-            try:
-                stored = await self.host.store.get_run(run_id)
-            except StorageError:
-                pass
-            else:
-                # Anything but this very document: not applied (a run has one writer, its actor,
-                # so nothing else could have moved it on after this commit landed).
-                return _written(stored, tr.run)
+        message comes), performing `tr`'s effects then if it was applied. A commit the database
+        may still be applying (`CommitUnknown.settled` false) is not read back at once: that
+        read could see the old document of a commit about to land."""
+        if not (isinstance(error, CommitUnknown) and not error.settled):
+            # Shielded: a caller going away must not leave the answer unknown and nothing noted.
+            with trio.CancelScope(shield=True), trio.move_on_after(_READ_BACK_S):
+                try:
+                    stored = await self.host.store.get_run(run_id)
+                except StorageError:
+                    pass
+                else:
+                    # Anything but this very document: not applied (a run has one writer, its
+                    # actor, so nothing else could have moved it on after this commit landed).
+                    return _written(stored, tr.run)
         self._doubts[run_id] = _Doubt(before, tr, tuple(started))
         self.host.later(_RESOLVE_AFTER_S, self, run_id, Envelope(Resolve()))
         raise CommitInDoubt()
@@ -266,8 +274,8 @@ class RunKind:
                 raise  # another node owns the run now: the runtime drops the actor
             except StaleWrite:
                 return True
-            except StorageError:
-                if not await self.applied(actor.id, run, tr, started):
+            except StorageError as exc:
+                if not await self.applied(actor.id, run, tr, started, exc):
                     raise  # not applied: nothing changed
             actor.state = tr.run
             self.perform(run, tr)

@@ -497,12 +497,12 @@ class Runs:
             if exc.constraint == "business_key" and business_key is not None:
                 await self._refuse_business_key(app, workflow, business_key)
             raise Conflict(str(exc)) from exc
-        except StorageError:
-            if not await self.kind.applied(tr.run.run_id, None, tr, started):
+        except StorageError as exc:
+            if not await self.kind.applied(tr.run.run_id, None, tr, started, exc):
                 if len(prepared) == 1:
                     raise  # not applied: nothing changed
                 queued = prepared[1][0]
-                if not await self.kind.applied(tr.run.run_id, None, queued, prepared[1][3]):
+                if not await self.kind.applied(tr.run.run_id, None, queued, prepared[1][3], exc):
                     raise  # neither form was written
                 tr, _, body, started = prepared[1]
         self.adopt(tr)

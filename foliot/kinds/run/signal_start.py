@@ -159,8 +159,8 @@ async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
             await runs.commit(unit)
         except (UniqueViolation, StaleWrite):
             raise
-        except StorageError:
-            if not await runs.kind.applied(run_id, None, both, children):
+        except StorageError as exc:
+            if not await runs.kind.applied(run_id, None, both, children, exc):
                 raise  # not applied: nothing changed
         runs.adopt(both)
         runs.adopt_children(children)

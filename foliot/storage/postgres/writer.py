@@ -55,6 +55,9 @@ WRITERS = 2  # batches in flight at once (one commits while the next is written)
 BATCH_MAX = 256  # units of work in one transaction
 CONNECT_TIMEOUT_S = 5.0
 LIMIT_S = 10.0  # default bound on one call, queueing for a connection included
+_SETTLE_S = 5.0  # a commit whose answer was lost: how long its backend may take to leave
+_SETTLE_POLL_S = 0.05
+_BACKEND_ALIVE = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)"
 
 # Errors that mean "the database (or the way to it) is in trouble", not "this write is wrong".
 _CONNECTION_TROUBLE: tuple[type[BaseException], ...] = (
@@ -278,7 +281,7 @@ class Driver:
         # neighbour's row (two starts with one business key), which must be visible by then.
         refused_jobs: list[tuple[_Job, BaseException]] = []
         while batch:
-            sent: list[bool] = []  # set once the batch's commit is on its way
+            sent: list[int] = []  # the connection's backend pid, once the batch's commit is on its way
             try:
                 results = await self._try_batch(batch, savepoints, sent)
             except _Refused as refused:
@@ -300,8 +303,14 @@ class Driver:
                     else exc
                 )
                 if sent and not isinstance(exc, asyncpg.PostgresError | asyncio.CancelledError):
-                    # No answer to the commit: the database may have applied it.
-                    error = CommitUnknown(f"the commit's answer was lost ({type(exc).__name__}: {exc})")
+                    # No answer to the commit: the database may have applied it, and may still
+                    # be applying it (a COMMIT it has read is finished before its backend sees
+                    # the connection gone): a read-back is only an answer once that backend
+                    # has left.
+                    settled = await self._backend_gone(sent[0])
+                    error = CommitUnknown(
+                        f"the commit's answer was lost ({type(exc).__name__}: {exc})", settled=settled
+                    )
                 for job in batch:
                     job.settle(error=error)
                 for job, _ in refused_jobs:  # what refused them was not committed either
@@ -317,8 +326,26 @@ class Driver:
         for job, err in refused_jobs:
             job.settle(error=err)
 
+    async def _backend_gone(self, pid: int, bound_s: float = _SETTLE_S) -> bool:
+        """Whether the backend that ran a commit whose answer was lost has left
+        `pg_stat_activity` (so the commit is either durable or gone, and reading back tells
+        which), waiting for it at most `bound_s`. False when it is still there, or when no
+        other connection could ask: the read-back would not be an answer."""
+        assert self.pool is not None
+        deadline = time.monotonic() + bound_s
+        try:
+            async with asyncio.timeout(bound_s):
+                async with self.pool.acquire() as conn:
+                    while await conn.fetchval(_BACKEND_ALIVE, pid):
+                        if time.monotonic() + _SETTLE_POLL_S > deadline:
+                            return False
+                        await asyncio.sleep(_SETTLE_POLL_S)
+        except Exception:  # the database unreachable, the bound passed: it cannot say
+            return False
+        return True
+
     async def _try_batch(
-        self, batch: list[_Job], savepoints: bool, sent: list[bool]
+        self, batch: list[_Job], savepoints: bool, sent: list[int]
     ) -> list[tuple[_Job, Any, BaseException | None]]:
         assert self.pool is not None
         deadline = max(job.deadline for job in batch)
@@ -338,7 +365,7 @@ class Driver:
                 # no COMMIT); refused as a set, they are written one by one in savepoints.
                 async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
                     try:
-                        sent.append(True)  # one statement: it commits on its own
+                        sent.append(conn.get_server_pid())  # one statement: it commits on its own
                         if not fences:
                             await conn.execute(INSERT_NEW_RUNS, *new_run_columns(rows))
                         elif not await conn.fetchval(
@@ -355,11 +382,11 @@ class Driver:
                 # Runs moving on (signals, task answers, timers): one statement as well. A unit
                 # whose run moved underneath its seq writes nothing (every row it would add is
                 # joined to the runs the UPDATE matched) and gets its StaleWrite; the rest commit.
-                sent.append(True)  # one statement: it commits on its own
+                sent.append(conn.get_server_pid())  # one statement: it commits on its own
                 return await self._update_batch(conn, batch, rows, fences, deadline)
             async with asyncio.timeout(max(0.0, deadline - time.monotonic())), conn.transaction():
                 results += await self._fenced_transaction(conn, batch, fences, units, plan, savepoints)
-                sent.append(True)  # leaving the block sends COMMIT
+                sent.append(conn.get_server_pid())  # leaving the block sends COMMIT
         finally:
             await self.pool.release(conn)
         return results
