@@ -22,8 +22,16 @@ from quart import Blueprint, Response, current_app, request
 from werkzeug.datastructures import Headers as QuartHeaders
 
 from ..actors.placement import Elsewhere
+from ..core.errors import (
+    CommitInDoubt,
+    CommitUnknown,
+    InvalidRequest,
+    NotFound,
+    Refused,
+    StorageUnavailable,
+    Unavailable,
+)
 from ..core.errors import Conflict as ApiConflict
-from ..core.errors import InvalidRequest, NotFound, Refused, StorageUnavailable
 from ..core.swf import errors as swf_errors
 from ..core.swf import shapes, sigv4
 from ..core.swf.errors import (
@@ -198,8 +206,15 @@ async def answer(eng: Services, book: SwfKeys, scope: Any, raw_body: bytes) -> A
         return aws_answer(fault.body(), fault.status)
     except StorageUnavailable as exc:
         log.warning("SWF: storage unavailable: %s", exc)
-        down = ServiceUnavailable("Storage is unavailable; nothing was changed. Retry.")
+        down = ServiceUnavailable(
+            "Storage failed during the commit: the change may have been made. Read the execution."
+            if isinstance(exc, CommitUnknown | CommitInDoubt)
+            else "Storage is unavailable; nothing was changed. Retry."
+        )
         return aws_answer(down.body(), down.status)
+    except Unavailable as refused:  # an execution's actor could not commit (storage, shutdown)
+        log.warning("SWF: unavailable: %s", refused.message)
+        return aws_answer(ServiceUnavailable(refused.message).body(), status_of(refused))
     except Exception:
         log.exception("SWF: unhandled error for %s", header(scope["headers"], b"x-amz-target"))
         failure = InternalFailure("Internal failure; see the server log.")

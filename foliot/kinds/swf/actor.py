@@ -23,7 +23,16 @@ from ...actors.dispatcher import Call
 from ...actors.messages import Envelope, ReplySlot
 from ...actors.pushclient import PushError, post
 from ...actors.runtime import Actor
-from ...core.errors import Fenced, Refused, StaleWrite, StorageError, Unavailable, UniqueViolation
+from ...core.errors import (
+    CommitInDoubt,
+    CommitUnknown,
+    Fenced,
+    Refused,
+    StaleWrite,
+    StorageError,
+    Unavailable,
+    UniqueViolation,
+)
 from ...core.swf import lambdas, machine
 from ...core.swf import messages as m
 from ...core.swf.events import HistoryEvent
@@ -51,6 +60,7 @@ log = logging.getLogger("foliot.swf")
 
 KIND: Final = "swf"
 _RECOVERY_PAGE: Final = 500
+_READ_BACK_S: Final = 5.0  # a commit whose answer was lost: how long reading it back may take
 _CHILD_RETRY_S: Final = (0.1, 0.5, 2.0, 5.0)  # backoff while storage refuses a child's start
 _ASK_ATTEMPTS: Final = 30  # an owed message not answered after this many tries waits for a restart
 _PREFIX: Final = SWF_ACTOR_PREFIX
@@ -224,6 +234,9 @@ class SwfKind:
             raise  # another node owns the execution now: the runtime drops the actor
         except StaleWrite:
             return True
+        except CommitUnknown as exc:
+            if not await self._landed(actor, state.region, tr.execution.run_id, unit.version, exc):
+                raise  # not applied: nothing changed
         actor.state = SwfState(state.region, tr.execution, unit.version)
         decided = msg.decisions if isinstance(msg, m.CompleteDecision) and msg.decisions else ()
         self.swf.meter.swf_committed(tr.events, (d.get("decisionType", "") for d in decided))
@@ -235,6 +248,50 @@ class SwfKind:
         if envelope.reply is not None:
             envelope.reply.put(tr, actor.state)
         return False
+
+    async def _landed(
+        self, actor: Actor[SwfState], region: str, run_id: str, version: int, error: CommitUnknown
+    ) -> bool:
+        """After a commit whose answer was lost: the execution read back. True, it landed (go
+        on as committed: effects and answer); False, it did not (the error stands: nothing was
+        changed). Unreadable, or the database perhaps still applying it (`error.settled`
+        false): `CommitInDoubt` (the caller is told the change may have been made), the actor
+        forgets its document (its next message reads the execution again) and `_resolve`
+        performs the commit's effects later if it turns out to have landed."""
+        if error.settled:
+            # Shielded: a caller going away must not leave the answer unknown.
+            with trio.CancelScope(shield=True), trio.move_on_after(_READ_BACK_S):
+                try:
+                    stored = await self.store.swf_load(region, run_id)
+                except StorageError:
+                    pass
+                else:
+                    # One writer per execution (its actor), and every commit moves the version.
+                    return stored is not None and stored.version == version
+        actor.state = None
+        self.host.spawn(partial(self._resolve, region, run_id, version))
+        raise CommitInDoubt()
+
+    async def _resolve(self, region: str, run_id: str, version: int) -> None:
+        """A commit in doubt, settled later: read the execution again (after a second, then
+        with backoff while storage stays away); if the commit landed and nothing moved it on
+        since, arm its deadlines and perform what it owes, as a restart's recovery would
+        (offers are once per token; what it owes others was not performed yet)."""
+        for delay in (1.0, *_CHILD_RETRY_S[1:], *(_CHILD_RETRY_S[-1],) * 20):
+            await trio.sleep(delay)
+            try:
+                stored = await self.store.swf_load(region, run_id)
+                if stored is None or stored.version != version:
+                    return  # not applied (the caller was told it may not have been), or moved on
+                if stored.execution.is_open and await self.store.swf_get_parked(region, run_id):
+                    return  # parked since: an operator's resume recovers it
+                state = SwfState(region, stored.execution, stored.version)
+                self.host.timers.sync(self.name, actor_id(region, run_id), (), self.timers(state))
+                await self._recover_one(stored)
+                return
+            except StorageError as exc:
+                log.warning("SWF: reading back a commit in doubt failed (%s); retrying", exc)
+        log.error("SWF %s: a commit in doubt was never read back; the next start recovers it", run_id)
 
     def adopt(self, region: str, tr: m.Transition) -> None:
         """An execution just created and committed (a start, a continued run): its actor holds
