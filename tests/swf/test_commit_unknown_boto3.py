@@ -14,6 +14,7 @@ import pytest
 from botocore.config import Config
 
 from foliot.core.errors import CommitUnknown
+from foliot.kinds.swf import actor as swf_actor
 from foliot.storage.swf import SwfUnit
 
 from .conftest import PRESET_KEY, PRESET_SECRET, Swf, call, raises
@@ -95,3 +96,22 @@ async def test_a_decision_in_doubt_is_answered_so_and_its_effects_follow(
     assert work["activityId"] == "a1"
     assert (await history(c, "o-1", run_id)).count("DecisionTaskCompleted") == 1
     await raises("UnknownResourceFault", c.respond_decision_task_completed, taskToken=token, decisions=[])
+
+
+async def test_a_message_right_after_a_decision_in_doubt_reads_it_again_first(
+    swf: Swf, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The next message (a signal; the `Resolve` put off past the test) finds the commit in
+    # doubt: the execution is read again, the landed decision's activity offered, then the
+    # signal applied on top of it.
+    monkeypatch.setattr(swf_actor, "_RESOLVE_AFTER_S", 3600.0)
+    c, run_id, token = await decision_task(swf)
+    lose_answers(swf, monkeypatch, apply=True, settled=False)
+    decide = c.respond_decision_task_completed
+    await raises("ServiceUnavailable", decide, taskToken=token, decisions=[schedule("a1")])
+    await call(c.signal_workflow_execution, domain="d", workflowId="o-1", runId=run_id, signalName="s")
+    work = await call(c.poll_for_activity_task, domain="d", taskList={"name": "workers"})
+    assert work["activityId"] == "a1"
+    events = await history(c, "o-1", run_id)
+    assert events.count("DecisionTaskCompleted") == 1 and events.count("WorkflowExecutionSignaled") == 1
+    assert events.index("ActivityTaskScheduled") < events.index("WorkflowExecutionSignaled")

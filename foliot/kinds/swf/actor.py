@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from ...actors.dispatcher import Call
-from ...actors.messages import Envelope, ReplySlot
+from ...actors.messages import Envelope, ReplySlot, Resolve
 from ...actors.pushclient import PushError, post
 from ...actors.runtime import Actor
 from ...core.errors import (
@@ -61,6 +61,7 @@ log = logging.getLogger("foliot.swf")
 KIND: Final = "swf"
 _RECOVERY_PAGE: Final = 500
 _READ_BACK_S: Final = 5.0  # a commit whose answer was lost: how long reading it back may take
+_RESOLVE_AFTER_S: Final = 1.0  # a commit in doubt: the execution is read again this soon
 _CHILD_RETRY_S: Final = (0.1, 0.5, 2.0, 5.0)  # backoff while storage refuses a child's start
 _ASK_ATTEMPTS: Final = 30  # an owed message not answered after this many tries waits for a restart
 _PREFIX: Final = SWF_ACTOR_PREFIX
@@ -139,14 +140,27 @@ class SwfKind:
         self.host = swf.host
         self.store = store
         self.catalog = catalog  # the types a message may need, looked up before the machine
+        self._doubts: dict[str, int] = {}  # actor id -> the version of its commit in doubt
 
     async def load(self, actor: str) -> SwfState | None:
         region, run_id = parse_actor_id(actor)
         stored = await self.store.swf_load(region, run_id)
         if stored is None:
+            self._doubts.pop(actor, None)
             return None
         parked = await self.store.swf_get_parked(region, run_id) if stored.execution.is_open else None
-        return SwfState(region, stored.execution, stored.version, None if parked is None else parked.reason)
+        state = SwfState(region, stored.execution, stored.version, None if parked is None else parked.reason)
+        doubt = self._doubts.get(actor)
+        if doubt is not None:
+            if stored.version == doubt:
+                # The commit in doubt landed: its deadlines and effects are owed, before
+                # anything else (offers are once per token; what it owes others is re-derived
+                # from the document, as a restart's recovery does).
+                self.host.timers.sync(self.name, actor, (), self.timers(state))
+                if state.parked is None:
+                    await self._recover_one(stored)
+            del self._doubts[actor]
+        return state
 
     def timers(self, state: SwfState) -> Sequence[tuple[str, Deadline]]:
         if state.parked is not None:
@@ -169,7 +183,7 @@ class SwfKind:
         return unknown(f"Unknown execution: runId={parse_actor_id(actor)[1]}")
 
     def persistent(self, message: Any) -> bool:
-        return isinstance(message, _FROM_OTHERS)
+        return isinstance(message, _FROM_OTHERS) or type(message) is Resolve
 
     async def give_up(self, actor: Actor[SwfState], exc: Exception) -> None:
         """The execution's actor crashed `MAX_CRASHES` times: park it (an `swf_parked` row, listed
@@ -211,6 +225,10 @@ class SwfKind:
         state = actor.state
         assert state is not None
         msg = envelope.message
+        if actor.id in self._doubts:
+            return True  # a commit in doubt: the execution is read again first (`load`)
+        if type(msg) is Resolve:
+            return False  # read again already
         if state.parked is not None and not isinstance(msg, m.Terminate):
             if envelope.reply is not None:
                 envelope.reply.fail(
@@ -255,9 +273,10 @@ class SwfKind:
         """After a commit whose answer was lost: the execution read back. True, it landed (go
         on as committed: effects and answer); False, it did not (the error stands: nothing was
         changed). Unreadable, or the database perhaps still applying it (`error.settled`
-        false): `CommitInDoubt` (the caller is told the change may have been made), the actor
-        forgets its document (its next message reads the execution again) and `_resolve`
-        performs the commit's effects later if it turns out to have landed."""
+        false): `CommitInDoubt` (the caller is told the change may have been made) and the
+        actor reads the execution again before it does anything else (`load`, through a
+        `Resolve` within a second if no other message comes), performing the commit's
+        deadlines and effects then if it landed."""
         if error.settled:
             # Shielded: a caller going away must not leave the answer unknown.
             with trio.CancelScope(shield=True), trio.move_on_after(_READ_BACK_S):
@@ -268,30 +287,9 @@ class SwfKind:
                 else:
                     # One writer per execution (its actor), and every commit moves the version.
                     return stored is not None and stored.version == version
-        actor.state = None
-        self.host.spawn(partial(self._resolve, region, run_id, version))
+        self._doubts[actor.id] = version
+        self.host.later(_RESOLVE_AFTER_S, self, actor.id, Envelope(Resolve()))
         raise CommitInDoubt()
-
-    async def _resolve(self, region: str, run_id: str, version: int) -> None:
-        """A commit in doubt, settled later: read the execution again (after a second, then
-        with backoff while storage stays away); if the commit landed and nothing moved it on
-        since, arm its deadlines and perform what it owes, as a restart's recovery would
-        (offers are once per token; what it owes others was not performed yet)."""
-        for delay in (1.0, *_CHILD_RETRY_S[1:], *(_CHILD_RETRY_S[-1],) * 20):
-            await trio.sleep(delay)
-            try:
-                stored = await self.store.swf_load(region, run_id)
-                if stored is None or stored.version != version:
-                    return  # not applied (the caller was told it may not have been), or moved on
-                if stored.execution.is_open and await self.store.swf_get_parked(region, run_id):
-                    return  # parked since: an operator's resume recovers it
-                state = SwfState(region, stored.execution, stored.version)
-                self.host.timers.sync(self.name, actor_id(region, run_id), (), self.timers(state))
-                await self._recover_one(stored)
-                return
-            except StorageError as exc:
-                log.warning("SWF: reading back a commit in doubt failed (%s); retrying", exc)
-        log.error("SWF %s: a commit in doubt was never read back; the next start recovers it", run_id)
 
     def adopt(self, region: str, tr: m.Transition) -> None:
         """An execution just created and committed (a start, a continued run): its actor holds
