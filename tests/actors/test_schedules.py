@@ -12,7 +12,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from foliot.core.errors import StorageUnavailable
+from foliot.core.errors import CommitUnknown, StorageUnavailable
 from foliot.core.schedule.definition import parse_schedule
 from foliot.core.workflow.machine import Cancel
 from foliot.core.workflow.model import Run
@@ -208,3 +208,29 @@ async def test_a_crash_between_the_runs_commit_and_the_schedules_starts_no_secon
     first = next(r for r in found if r.schedule is not None and r.schedule.scheduled_time == T0 + MIN)
     fire = await store.get_schedule_fire("app", "tick", T0 + MIN)
     assert fire is not None and fire.run_id == first.run_id
+
+
+@pytest.mark.parametrize("settled", [True, False], ids=["read-back", "in-doubt"])
+async def test_a_fire_whose_commit_answer_was_lost_goes_on_firing(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch, settled: bool
+) -> None:
+    # The first fire's commit lands and its answer is lost (`CommitUnknown`). Read back (or,
+    # in doubt, its timers given to the wheel anyway), the next fires come on time; before,
+    # the landed document's next-fire timer was never armed (the wheel had paged that window
+    # already) and the schedule stopped firing until a restart.
+    await env.register(WAIT)
+    store = env.engine.store
+    real = store.put_schedule
+    lost: list[int] = []
+
+    async def lose_once(state: Any, expected: int | None) -> Any:
+        await real(state, expected)
+        if expected is not None and not lost:
+            lost.append(state.version)
+            raise CommitUnknown("connection reset after COMMIT", settled=settled)
+
+    monkeypatch.setattr(store, "put_schedule", lose_once)
+    await put(env, "tick", every="1m", overlap="allow")
+    found = await until_runs(env, 3, seconds=10 * 60)
+    assert lost and times(found)[:3] == [T0 + MIN, T0 + 2 * MIN, T0 + 3 * MIN]
+    once_each(found)

@@ -20,10 +20,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
+import trio
 
 from ...actors.messages import Envelope
 from ...actors.runtime import Actor
-from ...core.errors import Conflict, Fenced, NotFound, Refused, StaleWrite, StorageError, UniqueViolation
+from ...core.errors import (
+    CommitInDoubt,
+    CommitUnknown,
+    Conflict,
+    Fenced,
+    NotFound,
+    Refused,
+    StaleWrite,
+    StorageError,
+    UniqueViolation,
+)
 from ...core.schedule import machine as sm
 from ...core.schedule.definition import Schedule
 from ...core.schedule.machine import Action, ScheduleState
@@ -36,6 +47,8 @@ if TYPE_CHECKING:
     from ..host import KindHost
 
 log = logging.getLogger("foliot.schedule")
+
+_READ_BACK_S = 5.0  # a commit whose answer was lost: how long reading it back may take
 
 
 class RunStarter(Protocol):
@@ -237,11 +250,35 @@ class ScheduleKind:
             return after
         expected = before.version if isinstance(before, ScheduleState) else None
         after = attrs.evolve(after, version=(expected or 0) + 1)
-        await self.host.shielded(lambda: self.host.store.put_schedule(after, expected))
+        try:
+            await self.host.shielded(lambda: self.host.store.put_schedule(after, expected))
+        except CommitUnknown as exc:
+            if not await self._landed(actor, after, exc):
+                raise  # not written: nothing changed
         actor.state = after
         old = before.timers() if isinstance(before, ScheduleState) else ()
         self.host.timers.sync(self.name, actor.id, old, after.timers())
         return after
+
+    async def _landed(self, actor: Actor[Doc], after: ScheduleState, error: CommitUnknown) -> bool:
+        """After a commit whose answer was lost: the schedule read back. True, it landed (go on
+        as committed); False, it did not (the error stands). Unreadable, or the database
+        perhaps still applying it: `CommitInDoubt`, the actor reads the schedule again at its
+        next message, and the wheel is given `after`'s timers as well as the ones it holds
+        (a timer that did not land fires stale and is dropped; one that landed is not missed:
+        the wheel has paged its window already and would not read it again before a restart)."""
+        if error.settled:
+            with trio.CancelScope(shield=True), trio.move_on_after(_READ_BACK_S):
+                try:
+                    stored = await self.host.store.get_schedule(after.app, after.name)
+                except StorageError:
+                    pass
+                else:
+                    # One writer per schedule (its actor), and every commit moves the version.
+                    return stored is not None and stored.version == after.version
+        self.host.timers.sync(self.name, actor.id, (), after.timers())
+        actor.state = None
+        raise CommitInDoubt()
 
     async def _put(self, actor: Actor[Doc], state: Doc, msg: Put, now: int) -> dict[str, Any]:
         if isinstance(state, Missing):
