@@ -43,13 +43,16 @@ async def decision_task(swf: Swf) -> tuple[Any, str, str]:
     return c, started["runId"], task["taskToken"]
 
 
-def lose_answers(swf: Swf, monkeypatch: pytest.MonkeyPatch, *, apply: bool, settled: bool = True) -> None:
+def lose_answers(
+    swf: Swf, monkeypatch: pytest.MonkeyPatch, *, apply: bool, settled: bool = True, start: bool = False
+) -> None:
+    """The next commit of an update (or, `start`, of a start) loses its answer, once."""
     store = swf.running.engine.store
     real = store.swf_commit
 
     async def lost(unit: SwfUnit) -> Any:
-        if unit.expected_version is None:
-            return await real(unit)  # starts go through
+        if (unit.expected_version is None) != start:
+            return await real(unit)
         if apply:
             await real(unit)
         monkeypatch.setattr(store, "swf_commit", real)  # once
@@ -115,3 +118,32 @@ async def test_a_message_right_after_a_decision_in_doubt_reads_it_again_first(
     events = await history(c, "o-1", run_id)
     assert events.count("DecisionTaskCompleted") == 1 and events.count("WorkflowExecutionSignaled") == 1
     assert events.index("ActivityTaskScheduled") < events.index("WorkflowExecutionSignaled")
+
+
+@pytest.mark.parametrize("outcome", ["landed", "not-landed", "in-doubt"])
+async def test_a_start_whose_answer_was_lost(swf: Swf, monkeypatch: pytest.MonkeyPatch, outcome: str) -> None:
+    await setup(swf)
+    c = once(swf)
+    lose_answers(swf, monkeypatch, apply=outcome != "not-landed", settled=outcome != "in-doubt", start=True)
+    start = c.start_workflow_execution
+    if outcome == "landed":
+        run_id = (await call(start, domain="d", workflowId="o-1", workflowType=WF))["runId"]
+    else:
+        err = await raises("ServiceUnavailable", start, domain="d", workflowId="o-1", workflowType=WF)
+        said = err.response["Error"]["Message"]
+        if outcome == "not-landed":
+            assert "nothing was changed" in said
+            listed = await call(
+                c.list_open_workflow_executions, domain="d", startTimeFilter={"oldestDate": 0}
+            )
+            assert listed["executionInfos"] == []
+            return
+        assert "may have been made" in said
+        await raises(
+            "WorkflowExecutionAlreadyStartedFault", start, domain="d", workflowId="o-1", workflowType=WF
+        )
+        run_id = ""
+    # Landed: its first decision task is offered (in doubt, once the execution is read again).
+    task = await call(c.poll_for_decision_task, domain="d", taskList={"name": "deciders"})
+    assert task["workflowExecution"]["workflowId"] == "o-1"
+    assert not run_id or task["workflowExecution"]["runId"] == run_id

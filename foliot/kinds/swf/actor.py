@@ -253,7 +253,7 @@ class SwfKind:
         except StaleWrite:
             return True
         except CommitUnknown as exc:
-            if not await self._landed(actor, state.region, tr.execution.run_id, unit.version, exc):
+            if not await self.landed(actor.id, state.region, tr.execution.run_id, unit.version, exc):
                 raise  # not applied: nothing changed
         actor.state = SwfState(state.region, tr.execution, unit.version)
         decided = msg.decisions if isinstance(msg, m.CompleteDecision) and msg.decisions else ()
@@ -267,9 +267,7 @@ class SwfKind:
             envelope.reply.put(tr, actor.state)
         return False
 
-    async def _landed(
-        self, actor: Actor[SwfState], region: str, run_id: str, version: int, error: CommitUnknown
-    ) -> bool:
+    async def landed(self, actor: str, region: str, run_id: str, version: int, error: CommitUnknown) -> bool:
         """After a commit whose answer was lost: the execution read back. True, it landed (go
         on as committed: effects and answer); False, it did not (the error stands: nothing was
         changed). Unreadable, or the database perhaps still applying it (`error.settled`
@@ -287,8 +285,8 @@ class SwfKind:
                 else:
                     # One writer per execution (its actor), and every commit moves the version.
                     return stored is not None and stored.version == version
-        self._doubts[actor.id] = version
-        self.host.later(_RESOLVE_AFTER_S, self, actor.id, Envelope(Resolve()))
+        self._doubts[actor] = version
+        self.host.later(_RESOLVE_AFTER_S, self, actor, Envelope(Resolve()))
         raise CommitInDoubt()
 
     def adopt(self, region: str, tr: m.Transition) -> None:

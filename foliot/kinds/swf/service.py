@@ -18,7 +18,7 @@ from ...actors.messages import Envelope, ReplySlot
 from ...actors.placement import check_local
 from ...actors.pull import Pull
 from ...actors.queues import Reservation
-from ...core.errors import Fenced, StorageUnavailable, Unavailable
+from ...core.errors import CommitUnknown, Fenced, StorageUnavailable, Unavailable
 from ...core.swf import machine as swf_machine
 from ...core.swf import messages as swf_messages
 from ...core.swf.faults import Fault
@@ -83,10 +83,14 @@ class Swf:
         tr = swf_machine.start(request, catalog.workflow_type(t), run_id, self.host.clock.now())
         if isinstance(tr, Fault):
             return tr
+        unit = SwfUnit(region, tr.execution, None, tr.events)
         try:
-            await self.commit(SwfUnit(region, tr.execution, None, tr.events))
+            await self.commit(unit)
         except Fenced as exc:  # the partition moved to another node between the id and the commit
             raise StorageUnavailable("this node no longer owns the new execution's partition") from exc
+        except CommitUnknown as exc:  # read back; in doubt, `CommitInDoubt` and resolved later
+            if not await self.kind.landed(actor_id(region, run_id), region, run_id, unit.version, exc):
+                raise StorageUnavailable("storage is unavailable; nothing was changed") from exc
         self.kind.adopt(region, tr)
         return tr
 
