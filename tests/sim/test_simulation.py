@@ -17,7 +17,7 @@ import pytest
 
 from .runner import Result, report, shrink, simulate
 
-DEFAULT_SEEDS = 160
+DEFAULT_SEEDS = 1000
 CHUNKS = 8
 SEEDS = int(os.environ.get("FOLIOT_SIM_SEEDS", DEFAULT_SEEDS))
 FIRST = int(os.environ.get("FOLIOT_SIM_FIRST", 0))
