@@ -123,11 +123,11 @@ class ClusterPostgres(PgCalls):
             )
             return await _view(conn, now)
 
-        return await self._call(fn)
+        return await self._call(fn, lane=True)
 
     async def cluster_acquire(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
         try:
-            ended = await self._call(lambda c: c.fetch(_END_CUT_OFF, node_id, ttl_ms))
+            ended = await self._call(lambda c: c.fetch(_END_CUT_OFF, node_id, ttl_ms), lane=True)
         except asyncpg.InsufficientPrivilegeError as exc:  # another database role: leave them
             log.warning("cannot end a cut-off node's sessions: %s", exc)
         else:
@@ -155,7 +155,8 @@ class ClusterPostgres(PgCalls):
                 list(held),
                 list(held.values()),
                 ttl_ms,
-            )
+            ),
+            lane=True,
         )
         return {r["partition"] for r in rows}
 
@@ -165,7 +166,7 @@ class ClusterPostgres(PgCalls):
     async def _new_epochs(
         self, sql: str, node_id: str, partitions: Sequence[int], ttl_ms: int
     ) -> dict[int, int]:
-        rows = await self._call(lambda c: c.fetch(sql, node_id, list(partitions), ttl_ms))
+        rows = await self._call(lambda c: c.fetch(sql, node_id, list(partitions), ttl_ms), lane=True)
         return {r["partition"]: r["epoch"] for r in rows}
 
     async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
@@ -179,7 +180,8 @@ class ClusterPostgres(PgCalls):
                 node_id,
                 list(held),
                 list(held.values()),
-            )
+            ),
+            lane=True,
         )
 
     async def cluster_leave(self, node_id: str) -> None:
@@ -190,7 +192,7 @@ class ClusterPostgres(PgCalls):
                 )
                 await conn.execute("DELETE FROM cluster_nodes WHERE node_id = $1", node_id)
 
-        await self._call(fn)
+        await self._call(fn, lane=True)
 
 
 async def _view(conn: asyncpg.Connection, now: int) -> View:
