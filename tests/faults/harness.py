@@ -430,8 +430,8 @@ def _process_of_port(port: int, pids: dict[int, str], server_port: int | None = 
     /proc/net/tcp's inode. Both ends count: Linux gives one local port to several connections at
     once when their destinations differ (a node's connection to PostgreSQL or to a peer may use
     the port another node pushes from), so matching the local port alone named the wrong node
-    whenever the real sender's socket was gone by the time of the look-up (found by a 3-node
-    `kill` run, seed 23200: a push "by n1" while n0 held the lease)."""
+    when that node came first in `pids`, or when the real sender's socket was already gone
+    (found by a 3-node `kill` run, seed 23200: a push "by n1" while n0 held the lease)."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as f:
