@@ -67,6 +67,14 @@ _ACQUIRE = _take("node_id = $1, ", f"(node_id IS NULL OR expires_at <= {NOW_MS})
 _ADOPT = _take("", f"node_id = $1 AND expires_at > {NOW_MS}")
 
 
+def _answer_within(ttl_ms: int) -> float:
+    """How long a lease statement may hold the keeper's connection: no longer than its answer
+    could still be used (the keeper trusts a renewal for the TTL less a second,
+    `cluster.keeper.MARGIN_MS`), so one stuck behind a row lock or a lost network does not hold
+    up the next ticks' statements."""
+    return max(1.0, (ttl_ms - 1_000) / 1000)
+
+
 class ClusterStore(Protocol):
     async def cluster_heartbeat(self, node_id: str, address: str, live_actors: int) -> View:
         """Announce `node_id` (at the database's now) and read the cluster: nodes and leases."""
@@ -123,11 +131,11 @@ class ClusterPostgres(PgCalls):
             )
             return await _view(conn, now)
 
-        return await self._call(fn)
+        return await self._call(fn, lane=True)
 
     async def cluster_acquire(self, node_id: str, partitions: Sequence[int], ttl_ms: int) -> dict[int, int]:
         try:
-            ended = await self._call(lambda c: c.fetch(_END_CUT_OFF, node_id, ttl_ms))
+            ended = await self._call(lambda c: c.fetch(_END_CUT_OFF, node_id, ttl_ms), lane=True)
         except asyncpg.InsufficientPrivilegeError as exc:  # another database role: leave them
             log.warning("cannot end a cut-off node's sessions: %s", exc)
         else:
@@ -155,7 +163,9 @@ class ClusterPostgres(PgCalls):
                 list(held),
                 list(held.values()),
                 ttl_ms,
-            )
+            ),
+            lane=True,
+            limit_s=_answer_within(ttl_ms),
         )
         return {r["partition"] for r in rows}
 
@@ -165,7 +175,11 @@ class ClusterPostgres(PgCalls):
     async def _new_epochs(
         self, sql: str, node_id: str, partitions: Sequence[int], ttl_ms: int
     ) -> dict[int, int]:
-        rows = await self._call(lambda c: c.fetch(sql, node_id, list(partitions), ttl_ms))
+        rows = await self._call(
+            lambda c: c.fetch(sql, node_id, list(partitions), ttl_ms),
+            lane=True,
+            limit_s=_answer_within(ttl_ms),
+        )
         return {r["partition"]: r["epoch"] for r in rows}
 
     async def cluster_release(self, node_id: str, held: Mapping[int, int]) -> None:
@@ -179,7 +193,8 @@ class ClusterPostgres(PgCalls):
                 node_id,
                 list(held),
                 list(held.values()),
-            )
+            ),
+            lane=True,
         )
 
     async def cluster_leave(self, node_id: str) -> None:
@@ -190,7 +205,7 @@ class ClusterPostgres(PgCalls):
                 )
                 await conn.execute("DELETE FROM cluster_nodes WHERE node_id = $1", node_id)
 
-        await self._call(fn)
+        await self._call(fn, lane=True)
 
 
 async def _view(conn: asyncpg.Connection, now: int) -> View:

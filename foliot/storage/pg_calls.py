@@ -24,5 +24,6 @@ class PgCalls:
             write: bool = False,
             limit_s: float | None = None,
             fences: tuple[Fence, ...] = (),
+            lane: bool = False,
         ) -> T:
             raise NotImplementedError

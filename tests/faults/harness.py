@@ -321,11 +321,11 @@ class FaultyHandler:
     bad_signatures: int = 0
     nursery: trio.Nursery | None = None
 
-    def sender(self, port: int) -> str | None:
+    def sender(self, port: int, server_port: int | None) -> str | None:
         pids = self.node_pids()
         if not pids:
             return None
-        return _process_of_port(port, pids)
+        return _process_of_port(port, pids, server_port)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -336,6 +336,11 @@ class FaultyHandler:
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+        # Who sent it, looked up before the body is read: the sender's socket may be gone later
+        # (a node killed, a push aborted), and a connection nobody holds is not judged.
+        client = scope.get("client") or ("", 0)
+        server = scope.get("server") or ("", None)
+        sender = self.sender(int(client[1]), server[1])
         raw = b""
         while True:
             message = await receive()
@@ -352,7 +357,6 @@ class FaultyHandler:
             await _respond(send, 401, b'{"error":{"class":"bad_signature","retryable":false}}')
             return
         body = json.loads(raw)
-        client = scope.get("client") or ("", 0)
         # When the node sent it, on its clock: the push's deadline is its send + the timeout.
         sent = datetime.fromisoformat(body["deadline"].replace("Z", "+00:00")).timestamp() - TASK_TIMEOUT_S
         delivery = {
@@ -362,7 +366,7 @@ class FaultyHandler:
             "step": body["step"],
             "attempt": body["attempt"],
             "at": now(),
-            "node": self.sender(int(client[1])),
+            "node": sender,
             "sentAt": sent,
         }
         self.deliveries.append(delivery)
@@ -420,16 +424,23 @@ async def _respond(send: Any, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _process_of_port(port: int, pids: dict[int, str]) -> str | None:
-    """The node whose process holds the local TCP socket bound to `port` (the sender of a
-    request the handler received from 127.0.0.1:`port`), by /proc/net/tcp's inode."""
+def _process_of_port(port: int, pids: dict[int, str], server_port: int | None = None) -> str | None:
+    """The node whose process holds the local TCP socket of the connection from 127.0.0.1:`port`
+    to the handler's `server_port` (the sender of a request the handler received), by
+    /proc/net/tcp's inode. Both ends count: Linux gives one local port to several connections at
+    once when their destinations differ (a node's connection to PostgreSQL or to a peer may use
+    the port another node pushes from), so matching the local port alone named the wrong node
+    when that node came first in `pids`, or when the real sender's socket was already gone
+    (found by a 3-node `kill` run, seed 23200: a push "by n1" while n0 held the lease)."""
     inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with contextlib.suppress(OSError), open(table) as f:
             next(f)
             for line in f:
                 fields = line.split()
-                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                if int(fields[1].rsplit(":", 1)[1], 16) != port:
+                    continue
+                if server_port is None or int(fields[2].rsplit(":", 1)[1], 16) == server_port:
                     inodes.add(fields[9])
     wanted = {f"socket:[{inode}]" for inode in inodes}
     for pid, name in pids.items():

@@ -82,15 +82,19 @@ class PostgresStore(
         limit_s: float | None = None,
         unit: UnitOfWork | None = None,
         fences: tuple[Fence, ...] = (),
+        lane: bool = False,
     ) -> T:
         """Run `fn(conn)` on the asyncio side (in the group-committed transaction when it
         writes); one crossing. Bounded by `limit_s`, queueing for a connection included.
-        A write with `fences` is refused (`Fenced`, nothing written) unless those leases hold."""
+        A write with `fences` is refused (`Fenced`, nothing written) unless those leases hold.
+        `lane`: on the lease keeper's own connection, outside the pool (`lane.py`)."""
         limit = self._limit_s if limit_s is None else limit_s
         driver = self._driver
         try:
             if write:
                 return await self._bridge.run(lambda: driver.write(fn, limit, unit, fences), limit)
+            if lane:
+                return await self._bridge.run(lambda: driver.on_lane(fn, limit), limit)
             return await self._bridge.run(lambda: driver.read(fn, limit), limit)
         except StorageError:
             raise

@@ -37,6 +37,7 @@ from ..base import UnitOfWork
 from ..batch import BatchPlan, BatchRows, plan_batch
 from ..fence import Fence
 from .fencing import FENCED_NEW_RUNS, FENCED_UPDATE_RUNS_SET, RAN_OUT, fence_columns, held_fences
+from .lane import Lane
 from .units import (
     INSERT_NEW_RUNS,
     UPDATE_RUNS_SET,
@@ -159,6 +160,7 @@ class Driver:
         self.units_together = 0  # units written by the batch's set statements (not one by one)
         self._expired_at = 0.0
         self._background: set[asyncio.Task[None]] = set()
+        self.lane = Lane(url, self.session, CONNECT_TIMEOUT_S)  # the lease keeper's, outside the pool
 
     async def start(self) -> None:
         # min_size=0: nothing connects here, so a database still booting is not an error yet.
@@ -214,6 +216,21 @@ class Driver:
             if isinstance(exc, asyncio.CancelledError) and _cancelling():
                 raise  # the loop is shutting down
             self._trouble(exc)
+            if isinstance(exc, TimeoutError):
+                raise StorageUnavailable(f"the database did not answer within {limit_s:.1f}s") from None
+            raise translate(exc) from exc
+
+    async def on_lane(self, fn: Callable[[asyncpg.Connection], Awaitable[T]], limit_s: float) -> T:
+        """`fn(conn)` on the lease keeper's own connection (`lane.py`), never a pool's."""
+        if self.closed:
+            raise StorageUnavailable("the store is closed")
+        try:
+            return await self.lane.call(fn, limit_s)
+        except StorageError:
+            raise
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError) and _cancelling():
+                raise  # the loop is shutting down
             if isinstance(exc, TimeoutError):
                 raise StorageUnavailable(f"the database did not answer within {limit_s:.1f}s") from None
             raise translate(exc) from exc
@@ -499,6 +516,7 @@ class Driver:
         await asyncio.gather(*self.writers, return_exceptions=True)
         while self.queue:
             self.queue.popleft().settle(error=StorageUnavailable("the store is closing"))
+        await self.lane.close()
         if self.pool is not None:
             try:
                 await asyncio.wait_for(self.pool.close(), 5)
