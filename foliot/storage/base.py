@@ -306,6 +306,11 @@ class RunStore(Protocol):
         """The oldest runs waiting for a slot of a concurrency key."""
         ...
 
+    async def queue_room(self, app: str, key: str, limit: int) -> tuple[int, list[tuple[str, int]]]:
+        """(slots of a concurrency key held, its oldest `limit` runs waiting for one as
+        `(run_id, workflow version)`), in one read; (0, []) when none waits."""
+        ...
+
     async def get_debounce(self, app: str, workflow: str, key: str) -> DebounceRow | None: ...
 
     async def extend_debounce(self, app: str, workflow: str, key: str, run_id: str, until: int) -> bool:

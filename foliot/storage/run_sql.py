@@ -104,6 +104,12 @@ COUNT_SLOTS: Final = "SELECT COUNT(*) AS n FROM runs WHERE app = ? AND slot_key 
 QUEUE_HEADS: Final = (
     "SELECT run_id FROM runs WHERE app = ? AND queue_key = ? ORDER BY created_at, run_id LIMIT ?"
 )
+# (app, key, app, key, limit): the oldest runs waiting for a slot of a key and their versions,
+# each with the slots of the key held (no row: none waits), in one read.
+QUEUE_ROOM: Final = (
+    "SELECT run_id, workflow_version, (SELECT COUNT(*) FROM runs WHERE app = ? AND slot_key = ?) AS n"
+    " FROM runs WHERE app = ? AND queue_key = ? ORDER BY created_at, run_id LIMIT ?"
+)
 QUEUE_AHEAD: Final = (
     "SELECT COUNT(*) AS n FROM runs WHERE app = ? AND queue_key = ? AND (created_at, run_id) < (?, ?)"
 )

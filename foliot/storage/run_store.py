@@ -182,6 +182,10 @@ class SqlRunStore:
     async def queue_heads(self, app: str, key: str, limit: int) -> list[str]:
         return [r["run_id"] for r in await self._all(run_sql.QUEUE_HEADS, (app, key, limit))]
 
+    async def queue_room(self, app: str, key: str, limit: int) -> tuple[int, list[tuple[str, int]]]:
+        rows = await self._all(run_sql.QUEUE_ROOM, (app, key, app, key, limit))
+        return (int(rows[0]["n"]) if rows else 0), [(r["run_id"], int(r["workflow_version"])) for r in rows]
+
     async def queue_ahead(self, run: Run) -> tuple[int, int]:
         """(runs queued before `run` for its key, slots of the key held)."""
         assert run.concurrency_key is not None

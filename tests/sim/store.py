@@ -276,6 +276,12 @@ class FakeStore:
         await trio.lowlevel.checkpoint()
         return self._heads((app, key), limit)
 
+    async def queue_room(self, app: str, key: str, limit: int) -> tuple[int, list[tuple[str, int]]]:
+        await trio.lowlevel.checkpoint()
+        heads = [(run_id, self.runs[run_id].version) for run_id in self._heads((app, key), limit)]
+        held = sum(1 for k in self.slot_key.values() if k == (app, key))
+        return (held if heads else 0), heads
+
     async def get_app(self, name: str) -> AppRecord | None:
         await trio.lowlevel.checkpoint()
         return self.apps.get(name)

@@ -188,6 +188,7 @@ _READS = frozenset(
         "child_links",
         "queued_keys",
         "queue_heads",
+        "queue_room",
         "get_app",
         "list_signing_secrets",
         "get_app_flow",

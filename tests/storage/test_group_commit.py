@@ -533,6 +533,10 @@ async def test_guarded_units_do_not_sink_the_set_and_a_refused_one_writes_nothin
     assert sorted(await store.key_counts("app", "wf", 10)) == [("a", 1, 0), ("b", 1, 1)]
     assert await store.queue_heads("app", "wf/a", 5) == []
     assert await store.queue_heads("app", "wf/b", 5) == ["n4"]
+    # A wake-up's read: the slots held beside the oldest runs waiting (none waits: nothing held
+    # is said, nothing is to be told).
+    assert await store.queue_room("app", "wf/b", 5) == (1, [("n4", 1)])
+    assert await store.queue_room("app", "wf/a", 5) == (0, [])
     assert await store.get_debounce("app", "wf", "d1") == DebounceRow("m1", "trailing", T0 + 9)
     assert await store.get_debounce("app", "wf", "d2") == DebounceRow("m2", "leading", T0 + 9)
 

@@ -301,9 +301,12 @@ class NotifyParent:
 
 @attrs.frozen
 class WakeQueued:
-    """A slot of this concurrency key may be free: the oldest queued run of it should try."""
+    """A slot of this concurrency key may be free: its oldest queued runs should try, as many
+    as `limit` leaves room for (the limit of the run that emits it; None: unknown, the oldest
+    one tries)."""
 
     key: str
+    limit: int | None = None
 
 
 Effect = Dispatch | Abort | Claimed | Withdraw | CancelChildren | NotifyParent | WakeQueued
@@ -495,6 +498,11 @@ class _Tx:
     def set(self, **changes: Any) -> None:
         self._changes.update(changes)
 
+    def wake(self, key: str) -> None:
+        """`WakeQueued` for `key`, with the limit this run's definition gives it."""
+        concurrency = self.definition.concurrency_for(key)
+        self.effects.append(WakeQueued(key, concurrency.limit if concurrency is not None else None))
+
     def emit(
         self,
         type_: str,
@@ -578,7 +586,7 @@ class _Tx:
             data = {"class": error.cls, "message": error.message, **data}
         self.emit(event, self.run.current_step, **data)
         if self.run.concurrency_key is not None:
-            self.effects.append(WakeQueued(self.run.concurrency_key))  # its slot is free
+            self.wake(self.run.concurrency_key)  # its slot is free
         parent = self.run.parent
         if parent is not None:
             closed = ChildRunClosed(self.run.run_id, parent, status, output, error)
@@ -669,7 +677,7 @@ class _Tx:
         key = self.run.concurrency_key
         if key is not None and "#" in key.partition("/")[0]:
             self.set(concurrency_key=None)
-            self.effects.append(WakeQueued(key))
+            self.wake(key)
 
     def queue_at_step(self, step: Step) -> None:
         """A task step with `concurrency`: wait for a slot of its key (`Admit` sends the first
@@ -678,7 +686,7 @@ class _Tx:
         key = step_concurrency_key(self.definition, step, self.scope())
         self.park("queued", concurrency_key=key, attempt=None)
         self.emit("step_queued", step.name, key=key.partition("/")[2], limit=step.concurrency.limit)
-        self.effects.append(WakeQueued(key))  # a slot may be free: the key's oldest run tries
+        self.wake(key)  # a slot may be free: the key's oldest run tries
 
     def start_attempt(self, step: Step, attempt: int) -> None:
         """Record the attempt (durable before effect) with no deadline yet: a push's deadline
@@ -1404,7 +1412,7 @@ def _on_unpause(tx: _Tx, msg: Unpause) -> Reply | None:
     tx.set(status=run.paused_from or "running", paused_from=None, held=None)
     tx.emit("run_unpaused", run.current_step, reason=msg.reason, toStatus=tx.run.status)
     if tx.run.status == "queued" and run.concurrency_key is not None:
-        tx.effects.append(WakeQueued(run.concurrency_key))
+        tx.wake(run.concurrency_key)
         tx.reply = Ok(tx.run)
         return None
     _resume(tx, run.held)
@@ -1481,7 +1489,7 @@ def _on_admit(tx: _Tx, msg: Admit) -> Reply | None:
         return Ok("not_queued")
     tx.set(status="running")
     key = run.concurrency_key.partition("/")[2]
-    tx.effects.append(WakeQueued(run.concurrency_key))  # the next one may fit too
+    tx.wake(run.concurrency_key)  # the next one may fit too
     if run.current_step is not None and run.current_step in tx.definition.index:
         since = run.step_since if run.step_since is not None else run.created_at
         tx.emit("step_admitted", run.current_step, key=key, waitedMs=tx.ctx.now - since)

@@ -358,7 +358,7 @@ class RunKind:
             elif isinstance(effect, machine.NotifyParent):
                 runs.tell(effect.parent_run_id, effect.message)
             elif isinstance(effect, machine.WakeQueued):
-                runs.wake_queued(tr.run.app, effect.key)
+                runs.wake_queued(tr.run.app, effect.key, effect.limit)
         runs.notify(tr.run)
 
     def redeliver(self, run: Run, definition: Definition, token: str) -> None:

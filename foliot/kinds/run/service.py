@@ -202,25 +202,45 @@ class Runs:
         self._check_ready()
         return await debounce.debounced_start(self, req, render)
 
-    def wake_queued(self, app: str, key: str, *, local_only: bool = False) -> None:
-        """A slot of `key` may be free: the oldest run waiting for one tries to take it
-        (`local_only`: only when this node owns it, as each node's pump wakes its own)."""
+    def wake_queued(self, app: str, key: str, limit: int | None = None, *, local_only: bool = False) -> None:
+        """A slot of `key` may be free: its oldest runs waiting for one try to take it, up to
+        `limit` of them (None: the oldest), each only if its guard would let it (`_fits`);
+        `local_only`: only those this node owns, as each node's pump wakes its own. An `Admit`
+        the guard refuses costs an actor and a transaction under the key's lock; the read that
+        spares it is one statement. An admission wakes the key again: more may fit."""
         self._queueing.set()
 
         async def wake() -> None:
             try:
-                heads = await self.host.store.queue_heads(app, key, 1)
+                held, heads = await self.host.store.queue_room(app, key, limit or 1)
             except StorageError:
                 return  # the pump tries again shortly
-            for run_id in heads:
+            for place, (run_id, version) in enumerate(heads):
+                if not await self._fits(app, key, version, held + place):
+                    break  # nor may a run behind it: a start never overtakes a queued run
                 if not local_only or self.host.accepts(run_id):
                     self.tell(run_id, machine.Admit())
 
         self.host.spawn(wake)
 
+    async def _fits(self, app: str, key: str, version: int, held: int) -> bool:
+        """Whether a queued run of `version` would be admitted beside `held` slots of `key`: the
+        limit is its own version's (as `slot_of` gives its admission); unknown here (a
+        definition not read): let its guard decide."""
+        workflow = key.partition("/")[0].partition("#")[0]
+        try:
+            definition = await self.host.directory.maybe_definition(app, workflow, version)
+        except StorageError:
+            return True
+        if definition is None:
+            return True
+        concurrency = definition.concurrency_for(key)
+        return held < (concurrency.limit if concurrency is not None else 1)
+
     async def pump(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Every few seconds, the oldest run of each concurrency key with runs waiting tries to
-        take a slot: what a lost wake-up (a crash, a message between nodes) would leave waiting."""
+        take a slot, if one is free: what a lost wake-up (a crash, a message between nodes)
+        would leave waiting."""
         task_status.started()
         while True:
             await self._queueing.wait()
