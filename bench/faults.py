@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -81,44 +82,65 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 async def main(args: argparse.Namespace) -> int:
+    """The run, stopped cleanly by SIGTERM or SIGINT: the scenario in hand is cancelled, so its
+    nodes, proxies and PostgreSQL are torn down rather than left running."""
+    code = 130
+    async with trio.open_nursery() as nursery:
+
+        async def stop_on_signal() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    print(f"signal {signum}: stopping", flush=True)
+                    nursery.cancel_scope.cancel()
+                    return
+
+        nursery.start_soon(stop_on_signal)
+        code = await run(args)
+        nursery.cancel_scope.cancel()
+    return code
+
+
+async def run(args: argparse.Namespace) -> int:
     stores = ["sqlite", "postgres", "cluster"] if args.store == "all" else [args.store]
     out = Path(args.out)
     rows: list[dict[str, Any]] = []
     failed = 0
     pg: Cluster | None = None
-    for store in stores:
-        classes = list(playable(CLASSES[store]))
-        if args.faults:
-            classes = [c for c in classes if c in args.faults.split(",")]
-        segment = args.minutes * 60 / len(classes)
-        for k, fault in enumerate(classes):
-            seed = args.seed * 1000 + k + {"sqlite": 0, "postgres": 100, "cluster": 200}[store]
-            work = Path(tempfile.mkdtemp(prefix=f"foliot-faults-{store}-{fault}-"))
-            if store != "sqlite" and pg is None:
-                pg = await trio.to_thread.run_sync(lambda: Cluster(durable=True).start())
-            items = max(10, round(args.runs_per_minute * segment / 60))
-            scenario = Scenario(
-                store=store, seed=seed, faults=(fault,), duration_s=segment, items=items,
-                fault_gap_s=(2.0, 5.0), pg_down_s=(10.0, 30.0), settle_s=180, workdir=work,
-                pg=pg if fault not in ("pg_restart", "pg_down") else None, verbose=args.verbose,
-            )  # fmt: skip
-            t0 = time.monotonic()
-            print(
-                f"{NAMES[store]} / {fault}: {segment:.0f}s of faults, {items} runs, seed {seed}", flush=True
-            )
-            result = await run_scenario(scenario)
-            r = row(store, result, time.monotonic() - t0)
-            rows.append(r)
-            print(f"  {r}", flush=True)
-            if not result.report.ok:
-                failed += 1
-                print(result.render(), flush=True)
-                history = out.with_name(f"{out.stem}-{store}-{fault}-{seed}-history.json")
-                history.write_text(json.dumps(result.history.ops))
-                print(f"  history saved to {history}")
-            out.write_text(json.dumps(rows, indent=1))
-    if pg is not None:
-        await trio.to_thread.run_sync(pg.destroy)
+    try:
+        for store in stores:
+            classes = list(playable(CLASSES[store]))
+            if args.faults:
+                classes = [c for c in classes if c in args.faults.split(",")]
+            segment = args.minutes * 60 / len(classes)
+            for k, fault in enumerate(classes):
+                seed = args.seed * 1000 + k + {"sqlite": 0, "postgres": 100, "cluster": 200}[store]
+                work = Path(tempfile.mkdtemp(prefix=f"foliot-faults-{store}-{fault}-"))
+                if store != "sqlite" and pg is None:
+                    pg = await trio.to_thread.run_sync(lambda: Cluster(durable=True).start())
+                items = max(10, round(args.runs_per_minute * segment / 60))
+                scenario = Scenario(
+                    store=store, seed=seed, faults=(fault,), duration_s=segment, items=items,
+                    fault_gap_s=(2.0, 5.0), pg_down_s=(10.0, 30.0), settle_s=180, workdir=work,
+                    pg=pg if fault not in ("pg_restart", "pg_down") else None, verbose=args.verbose,
+                )  # fmt: skip
+                t0 = time.monotonic()
+                label = f"{NAMES[store]} / {fault}"
+                print(f"{label}: {segment:.0f}s of faults, {items} runs, seed {seed}", flush=True)
+                result = await run_scenario(scenario)
+                r = row(store, result, time.monotonic() - t0)
+                rows.append(r)
+                print(f"  {r}", flush=True)
+                if not result.report.ok:
+                    failed += 1
+                    print(result.render(), flush=True)
+                    history = out.with_name(f"{out.stem}-{store}-{fault}-{seed}-history.json")
+                    history.write_text(json.dumps(result.history.ops))
+                    print(f"  history saved to {history}")
+                out.write_text(json.dumps(rows, indent=1))
+    finally:
+        if pg is not None:
+            with trio.CancelScope(shield=True):  # stopped by a signal too
+                await trio.to_thread.run_sync(pg.destroy)
     print("\n" + table(rows))
     return 1 if failed else 0
 
