@@ -105,12 +105,27 @@ class Page:
     def go(self, css: str, then: str = "h1") -> None:
         """Click something that loads a new page; wait until the old page is gone, the new one
         is loaded, and `then` is on it."""
-        from selenium.webdriver.support import expected_conditions
-
         old = self.find("html")
         self.find(css).click()
-        self.wait.until(expected_conditions.staleness_of(old))
+        self.wait.until(lambda _driver: _left(old))
         self._loaded(then)
+
+
+def _left(element: Any) -> bool:
+    """Whether `element`'s document is gone (selenium's `staleness_of`, but also taking
+    Chromium's answer for a node asked about in the middle of the navigation: "Node with given
+    id does not belong to the document", an unknown error rather than a stale element)."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 async def until(api: Api, run_id: str, status: str) -> dict[str, Any]:
