@@ -24,13 +24,12 @@ from typing import Protocol
 import trio
 
 from ..core.errors import StorageError
-from ..core.leases import PARTITIONS, View, plan
+from ..core.leases import MARGIN_MS, PARTITIONS, View, plan
 from ..storage.cluster import ClusterStore
 
 log = logging.getLogger("foliot.cluster")
 
 DEFAULT_TTL_MS = 10_000
-MARGIN_MS = 1_000
 
 
 class Ownership(Protocol):

@@ -24,6 +24,9 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 PARTITIONS = 256
+# A node trusts a lease this much less than the database keeps it (its renewal's answer may
+# have taken that long): past `sent + ttl - MARGIN_MS` with no newer renewal, it stops acting.
+MARGIN_MS = 1_000
 
 
 def partition_of(key: str, partitions: int = PARTITIONS) -> int:

@@ -28,7 +28,7 @@ from typing import Protocol
 
 import asyncpg
 
-from ..core.leases import Lease, Node, View
+from ..core.leases import MARGIN_MS, Lease, Node, View
 from .pg_calls import PgCalls
 
 NOW_MS = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint"
@@ -69,10 +69,9 @@ _ADOPT = _take("", f"node_id = $1 AND expires_at > {NOW_MS}")
 
 def _answer_within(ttl_ms: int) -> float:
     """How long a lease statement may hold the keeper's connection: no longer than its answer
-    could still be used (the keeper trusts a renewal for the TTL less a second,
-    `cluster.keeper.MARGIN_MS`), so one stuck behind a row lock or a lost network does not hold
-    up the next ticks' statements."""
-    return max(1.0, (ttl_ms - 1_000) / 1000)
+    could still be used (the keeper trusts a renewal for the TTL less `MARGIN_MS`), so one
+    stuck behind a row lock or a lost network does not hold up the next ticks' statements."""
+    return max(1.0, (ttl_ms - MARGIN_MS) / 1000)
 
 
 class ClusterStore(Protocol):

@@ -8,7 +8,8 @@ import pytest
 import trio
 import trio.testing
 
-from foliot.cluster.keeper import MARGIN_MS, LeaseKeeper
+from foliot.cluster.keeper import LeaseKeeper
+from foliot.core.leases import MARGIN_MS
 
 from .fake import FakeCluster, FakeClusterStore, advance
 

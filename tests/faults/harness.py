@@ -984,6 +984,9 @@ class Env:
         # Until it closes; a failed run (its refused step b) is redriven once.
         redriven = False
         while True:
+            # Real processes on loopback (tests/faults is marked e2e): the client polls its run
+            # over HTTP at a client's pace, part of the workload the faults meet; the API has
+            # no event to wait on for a run's close from another process.
             await trio.sleep(1.0 + rng.random())
             run = await self.run_of(run_id)
             if run is None:

@@ -89,7 +89,7 @@ async def _world(world: World, ops: list[Op]) -> int:
         calm_since = world.now()
         with trio.move_on_after(CALM_S):
             while True:  # until every open run waits on a caller (or the calm period ends)
-                await trio.sleep(30)
+                await trio.sleep(30)  # virtual: the whole world runs under MockClock (see `simulate`)
                 if quiet(world):
                     break
         up = world.incarnation

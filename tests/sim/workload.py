@@ -327,7 +327,7 @@ async def worker(world: World, number: int) -> None:
     rng = world.handlers
     while True:
         if world.incarnation is None:
-            await trio.sleep(1.0)
+            await trio.sleep(1.0)  # virtual time (MockClock): the node is down, poll again soon
             continue
         call = await world.call(
             -1,
@@ -337,7 +337,7 @@ async def worker(world: World, number: int) -> None:
             log=False,
         )
         if call.outcome != "ok":
-            await trio.sleep(1.0)
+            await trio.sleep(1.0)  # virtual time (MockClock): a worker's back-off after a failed poll
             continue
         for run, task in call.value:
             body = task_body(run, task)

@@ -284,6 +284,12 @@ class Definition:
         step = self.index.get(head.partition("#")[2])
         return step.concurrency if step is not None else None
 
+    def slot_limit(self, key: str) -> int:
+        """How many runs may hold a slot of `key` at once under this definition (1 when the
+        `concurrency` the key was made from is gone from it)."""
+        concurrency = self.concurrency_for(key)
+        return concurrency.limit if concurrency is not None else 1
+
     def has_target(self, name: str) -> bool:
         return name in SENTINELS or name in self.index
 
@@ -652,3 +658,8 @@ def _child_step(s: StepSpec, at: str, common: dict[str, Any], target: Any) -> St
     fields["tolerated_failures"] = s.tolerated_failures
     fields["tolerated_failure_percentage"] = pct
     return Step(**common, **fields)
+
+
+def slot_workflow(key: str) -> str:
+    """The workflow a run's slot key belongs to (`<workflow>/…` or `<workflow>#<step>/…`)."""
+    return key.partition("/")[0].partition("#")[0]

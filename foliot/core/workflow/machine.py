@@ -302,8 +302,8 @@ class NotifyParent:
 @attrs.frozen
 class WakeQueued:
     """A slot of this concurrency key may be free: its oldest queued runs should try, as many
-    as `limit` leaves room for (the limit of the run that emits it; None: unknown, the oldest
-    one tries)."""
+    as `limit` leaves room for (the limit the emitting run's definition gives the key; None:
+    unknown, the oldest one tries)."""
 
     key: str
     limit: int | None = None
@@ -500,8 +500,7 @@ class _Tx:
 
     def wake(self, key: str) -> None:
         """`WakeQueued` for `key`, with the limit this run's definition gives it."""
-        concurrency = self.definition.concurrency_for(key)
-        self.effects.append(WakeQueued(key, concurrency.limit if concurrency is not None else None))
+        self.effects.append(WakeQueued(key, self.definition.slot_limit(key)))
 
     def emit(
         self,

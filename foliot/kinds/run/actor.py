@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
-import trio
 
 from ...actors.messages import Envelope, Redeliver, Resolve
 from ...actors.runtime import Actor
-from ...core.errors import CommitInDoubt, CommitUnknown, Fenced, StaleWrite, StorageError, UniqueViolation
+from ...core.errors import CommitInDoubt, Fenced, StaleWrite, StorageError, UniqueViolation
 from ...core.logs import log_transition
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
@@ -34,6 +33,7 @@ from ...core.workflow.machine import (
 )
 from ...core.workflow.model import Run, Timer
 from ...storage.base import SIGNAL_ID_UNIQUE, SLOT_TAKEN, DebounceChange, SlotChange, UnitOfWork, run_json
+from ..readback import read_back
 
 if TYPE_CHECKING:
     from .service import Runs
@@ -45,7 +45,6 @@ _SIGNAL_REFUSALS = frozenset({"run_closed", "signal_buffer_full", "signal_buffer
 RunActor = Actor[Run]
 _MAX_BATCHED_CLOSES = 256  # child closes applied in one commit
 _RESOLVE_AFTER_S = 1.0  # a commit in doubt: its run is read again this soon (then with backoff)
-_READ_BACK_S = 5.0  # how long reading a run back after a failed commit may take
 
 
 @attrs.frozen
@@ -70,9 +69,7 @@ def slot_of(before: Run | None, after: Run, definition: Definition) -> SlotChang
     held_before = before is not None and before.holds_slot
     waited_before = before is not None and before.waits_for_slot
     if after.holds_slot and not held_before:
-        concurrency = definition.concurrency_for(key)
-        limit = concurrency.limit if concurrency is not None else 1
-        return SlotChange("admit", key, limit)
+        return SlotChange("admit", key, definition.slot_limit(key))
     if after.waits_for_slot and not waited_before:
         return SlotChange("queue", key)
     if (held_before or waited_before) and not (after.holds_slot or after.waits_for_slot):
@@ -136,17 +133,11 @@ class RunKind:
         message comes), performing `tr`'s effects then if it was applied. A commit the database
         may still be applying (`CommitUnknown.settled` false) is not read back at once: that
         read could see the old document of a commit about to land."""
-        if not (isinstance(error, CommitUnknown) and not error.settled):
-            # Shielded: a caller going away must not leave the answer unknown and nothing noted.
-            with trio.CancelScope(shield=True), trio.move_on_after(_READ_BACK_S):
-                try:
-                    stored = await self.host.store.get_run(run_id)
-                except StorageError:
-                    pass
-                else:
-                    # Anything but this very document: not applied (a run has one writer, its
-                    # actor, so nothing else could have moved it on after this commit landed).
-                    return _written(stored, tr.run)
+        read, stored = await read_back(lambda: self.host.store.get_run(run_id), error)
+        if read:
+            # Anything but this very document: not applied (a run has one writer, its actor, so
+            # nothing else could have moved it on after this commit landed).
+            return _written(stored, tr.run)
         self._doubts[run_id] = _Doubt(before, tr, tuple(started))
         self.host.later(_RESOLVE_AFTER_S, self, run_id, Envelope(Resolve()))
         raise CommitInDoubt()

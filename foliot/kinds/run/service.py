@@ -29,7 +29,7 @@ from ...core.errors import (
 )
 from ...core.tracing import NO_TRACER, Tracer
 from ...core.workflow import machine
-from ...core.workflow.definition import Definition
+from ...core.workflow.definition import Definition, slot_workflow
 from ...core.workflow.flow import DEFAULT_PRIORITY, Bucket
 from ...core.workflow.machine import Context, Reply
 from ...core.workflow.model import Run, ScheduleRef, TaskRef, TaskRow, replace_run
@@ -227,15 +227,11 @@ class Runs:
         """Whether a queued run of `version` would be admitted beside `held` slots of `key`: the
         limit is its own version's (as `slot_of` gives its admission); unknown here (a
         definition not read): let its guard decide."""
-        workflow = key.partition("/")[0].partition("#")[0]
         try:
-            definition = await self.host.directory.maybe_definition(app, workflow, version)
+            definition = await self.host.directory.maybe_definition(app, slot_workflow(key), version)
         except StorageError:
             return True
-        if definition is None:
-            return True
-        concurrency = definition.concurrency_for(key)
-        return held < (concurrency.limit if concurrency is not None else 1)
+        return definition is None or held < definition.slot_limit(key)
 
     async def pump(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Every few seconds, the oldest run of each concurrency key with runs waiting tries to

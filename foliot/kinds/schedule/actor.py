@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
-import trio
 
 from ...actors.messages import Envelope
 from ...actors.runtime import Actor
@@ -42,13 +41,12 @@ from ...core.workflow.duration import format_timestamp
 from ...core.workflow.machine import Cancel
 from ...core.workflow.model import Run, ScheduleRef, Timer
 from ...storage.schedules import ACTOR_KIND, ScheduleFire
+from ..readback import read_back
 
 if TYPE_CHECKING:
     from ..host import KindHost
 
 log = logging.getLogger("foliot.schedule")
-
-_READ_BACK_S = 5.0  # a commit whose answer was lost: how long reading it back may take
 
 
 class RunStarter(Protocol):
@@ -267,15 +265,10 @@ class ScheduleKind:
         next message, and the wheel is given `after`'s timers as well as the ones it holds
         (a timer that did not land fires stale and is dropped; one that landed is not missed:
         the wheel has paged its window already and would not read it again before a restart)."""
-        if error.settled:
-            with trio.CancelScope(shield=True), trio.move_on_after(_READ_BACK_S):
-                try:
-                    stored = await self.host.store.get_schedule(after.app, after.name)
-                except StorageError:
-                    pass
-                else:
-                    # One writer per schedule (its actor), and every commit moves the version.
-                    return stored is not None and stored.version == after.version
+        read, stored = await read_back(lambda: self.host.store.get_schedule(after.app, after.name), error)
+        if read:
+            # One writer per schedule (its actor), and every commit moves the version.
+            return stored is not None and stored.version == after.version
         self.host.timers.sync(self.name, actor.id, (), after.timers())
         actor.state = None
         raise CommitInDoubt()

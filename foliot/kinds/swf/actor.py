@@ -52,6 +52,7 @@ from ...storage.swf import (
     SwfUnit,
     swf_actor_id,
 )
+from ..readback import read_back
 
 if TYPE_CHECKING:
     from .service import Swf
@@ -60,7 +61,6 @@ log = logging.getLogger("foliot.swf")
 
 KIND: Final = "swf"
 _RECOVERY_PAGE: Final = 500
-_READ_BACK_S: Final = 5.0  # a commit whose answer was lost: how long reading it back may take
 _RESOLVE_AFTER_S: Final = 1.0  # a commit in doubt: the execution is read again this soon
 _CHILD_RETRY_S: Final = (0.1, 0.5, 2.0, 5.0)  # backoff while storage refuses a child's start
 _ASK_ATTEMPTS: Final = 30  # an owed message not answered after this many tries waits for a restart
@@ -253,7 +253,7 @@ class SwfKind:
         except StaleWrite:
             return True
         except CommitUnknown as exc:
-            if not await self.landed(actor.id, state.region, tr.execution.run_id, unit.version, exc):
+            if not await self.landed(state.region, tr.execution.run_id, unit.version, exc):
                 raise  # not applied: nothing changed
         actor.state = SwfState(state.region, tr.execution, unit.version)
         decided = msg.decisions if isinstance(msg, m.CompleteDecision) and msg.decisions else ()
@@ -267,7 +267,7 @@ class SwfKind:
             envelope.reply.put(tr, actor.state)
         return False
 
-    async def landed(self, actor: str, region: str, run_id: str, version: int, error: CommitUnknown) -> bool:
+    async def landed(self, region: str, run_id: str, version: int, error: CommitUnknown) -> bool:
         """After a commit whose answer was lost: the execution read back. True, it landed (go
         on as committed: effects and answer); False, it did not (the error stands: nothing was
         changed). Unreadable, or the database perhaps still applying it (`error.settled`
@@ -275,16 +275,11 @@ class SwfKind:
         actor reads the execution again before it does anything else (`load`, through a
         `Resolve` within a second if no other message comes), performing the commit's
         deadlines and effects then if it landed."""
-        if error.settled:
-            # Shielded: a caller going away must not leave the answer unknown.
-            with trio.CancelScope(shield=True), trio.move_on_after(_READ_BACK_S):
-                try:
-                    stored = await self.store.swf_load(region, run_id)
-                except StorageError:
-                    pass
-                else:
-                    # One writer per execution (its actor), and every commit moves the version.
-                    return stored is not None and stored.version == version
+        read, stored = await read_back(lambda: self.store.swf_load(region, run_id), error)
+        if read:
+            # One writer per execution (its actor), and every commit moves the version.
+            return stored is not None and stored.version == version
+        actor = actor_id(region, run_id)
         self._doubts[actor] = version
         self.host.later(_RESOLVE_AFTER_S, self, actor, Envelope(Resolve()))
         raise CommitInDoubt()

@@ -89,7 +89,7 @@ class Swf:
         except Fenced as exc:  # the partition moved to another node between the id and the commit
             raise StorageUnavailable("this node no longer owns the new execution's partition") from exc
         except CommitUnknown as exc:  # read back; in doubt, `CommitInDoubt` and resolved later
-            if not await self.kind.landed(actor_id(region, run_id), region, run_id, unit.version, exc):
+            if not await self.kind.landed(region, run_id, unit.version, exc):
                 raise StorageUnavailable("storage is unavailable; nothing was changed") from exc
         self.kind.adopt(region, tr)
         return tr
