@@ -810,7 +810,11 @@ class Env:
             return f"{node.name} cut from PostgreSQL ({direction}) {length:.1f}s"
         if kind == "peer_partition":
             length = lease_s * 1.5
-            mine = await self.runs_held_by(node.name)
+            # The node cut off must hold runs to show it keeps serving them: the seed's pick,
+            # else the node holding the most (a node just killed or paused may hold none yet;
+            # the leases settle within one).
+            victim, mine = await self.holder(victim, within_s=lease_s * 2)
+            node = self.nodes[victim]
             self.cut_from_peers(victim)
             with trio.move_on_after(length):
                 await trio.sleep(lease_s / 2)
@@ -841,15 +845,33 @@ class Env:
                 pass
             await trio.sleep(0.05)
 
-    async def runs_held_by(self, node_id: str) -> list[str]:
-        """The acknowledged runs whose partition `node_id` holds now."""
+    async def holder(self, victim: int, within_s: float) -> tuple[int, list[str]]:
+        """Node `victim` and its runs if it holds any, else the node holding the most; waits
+        (bounded) while no node holds an acknowledged run."""
+        deadline = trio.current_time() + within_s
+        while True:
+            by_node = await self.runs_held()
+            held = [by_node.get(n.name, []) for n in self.nodes]
+            if held[victim]:
+                return victim, held[victim]
+            best = max(range(len(held)), key=lambda i: len(held[i]))
+            if held[best] or trio.current_time() >= deadline:
+                return best, held[best]
+            await trio.sleep(0.2)
+
+    async def runs_held(self) -> dict[str, list[str]]:
+        """The acknowledged runs, by the node holding their partition now."""
         now_ms, rows = await self.sql(
             "SELECT json_build_array((extract(epoch FROM clock_timestamp()) * 1000)::bigint,"
             " json_agg(json_build_array(partition, node_id, expires_at))) FROM cluster_leases"
         )
-        held = {int(p) for p, n, x in rows if n == node_id and int(x) > now_ms}
+        owner = {int(p): n for p, n, x in rows or [] if int(x) > now_ms}
         runs = [op["result"]["runId"] for op in self.history.ops if op["f"] == "start" and op["type"] == "ok"]
-        return [r for r in dict.fromkeys(runs) if partition_of(r) in held]
+        held: dict[str, list[str]] = {}
+        for run_id in dict.fromkeys(runs):
+            if (n := owner.get(partition_of(run_id))) is not None:
+                held.setdefault(n, []).append(run_id)
+        return held
 
     def step_clock(self, node: Node, offset_s: float) -> None:
         path = Path(node.env["FAKETIME_TIMESTAMP_FILE"])
