@@ -447,10 +447,17 @@ class _Check:
             lease = seen.leases.at(partition, sent_us)
             if lease is None or lease.node_id != node or lease.expires_at * 1000 <= sent_us:
                 holder = None if lease is None else (lease.node_id, lease.epoch, lease.expires_at)
+                near = [
+                    (c.node_id, c.epoch, c.expires_at, c.at_us)
+                    for c in seen.leases.changes.get(partition, [])
+                    if abs(c.at_us - sent_us) < 15_000_000
+                ]
                 self.bad(
                     "push_unleased",
                     d["key"],
-                    f"pushed by {node} while the lease was {holder}",
+                    f"pushed by {node} at {sent_us} (arrived {int(d['at'] * 1e6)}) while the lease of "
+                    f"partition {partition} was {holder}; its changes within 15 s (node, epoch, "
+                    f"expires ms, at us): {near}",
                     self.story([d["runId"]], keys=[d["key"]]),
                 )
 
