@@ -113,6 +113,7 @@ class Node:
             limiter=RateLimiter(store, self.clock.now),
             rate_delay=self.metrics.rate_delayed,
             tracer=self.tracer,
+            may_send=self.ownership.accepts,
         )
         self.admission = Admission(settings, self.dispatcher, store)
         self.runs = Runs(self, self.tracer)

@@ -218,8 +218,10 @@ class Dispatcher:
         aging: float = AGING_SECONDS,
         rate_delay: Callable[[float], None] = lambda seconds: None,
         tracer: Tracer = NO_TRACER,
+        may_send: Callable[[str], bool] = lambda owner: True,
     ) -> None:
         self._client = client
+        self._may_send = may_send  # is the owner's actor still this node's (its lease trusted)
         self._tracer = tracer  # a `task.push` span per push sent
         self._limiter = limiter
         self.aging = aging
@@ -547,7 +549,7 @@ class Dispatcher:
             try:
                 outcome = await self._attempt(item)
                 if outcome is None:
-                    return  # held for its rate-limit slot: not sent yet
+                    return  # held for its rate-limit slot, or dropped: not sent
             except Exception as exc:  # never let one push take a sender down
                 log.exception("push of %s failed unexpectedly", item.task.idempotency_key(item.run.run_id))
                 outcome = connection_failure(f"dispatch error: {type(exc).__name__}")
@@ -590,6 +592,11 @@ class Dispatcher:
             url = push_url(target.handler_base_url, item.path)
         except HandlerPathError as exc:
             return Failed("invalid_handler", f"handler path {item.path[:200]!r} {exc}", False)
+        if not self._may_send(item.owner):
+            # Its partition left this node (or its lease is no longer trusted) while the push
+            # waited for its target: the next owner sends it, with the same idempotency key.
+            item.dropped = True
+            return None
         run, task = self._document(item), item.task
         sent_at = self._now()
         deadline = sent_at + item.timeout_ms  # counted from now, never from when it was queued

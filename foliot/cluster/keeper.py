@@ -82,6 +82,11 @@ class LeaseKeeper:
         share, or none when the cluster has more nodes than partitions): what `/readyz` reports."""
         return self.ticked.is_set() and trio.current_time() < self.valid_until
 
+    def trusted(self) -> bool:
+        """Are the held leases still trusted now (the keeper drops them at `valid_until`, but
+        other tasks may run first once that time has passed)."""
+        return trio.current_time() < self.valid_until
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         started = False
         while True:

@@ -103,11 +103,17 @@ class Ownership:
         """May this node run the actor now."""
         if self.keeper is None:
             return True
-        p = partition_of(actor_id, self.partitions)
-        return p in self.held and p not in self.leaving
+        return self.owns_partition(partition_of(actor_id, self.partitions))
 
     def owns_partition(self, partition: int) -> bool:
-        return self.keeper is None or (partition in self.held and partition not in self.leaving)
+        """Held, not being released, and its lease still trusted: past the keeper's
+        `valid_until` the lease may have ended in the database before the keeper's own task has
+        run to drop it (a node resumed from SIGSTOP, or a loop running late), and nothing may be
+        started or sent on it in that gap."""
+        keeper = self.keeper
+        return keeper is None or (
+            partition in self.held and partition not in self.leaving and keeper.trusted()
+        )
 
     def fences(self, *actor_ids: str) -> tuple[Fence, ...]:
         """What a write of these actors carries; `Fenced` when one's partition is not held."""

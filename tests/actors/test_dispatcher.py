@@ -64,6 +64,7 @@ class Rig:
     in_flight: list[int]  # [now, max]
     handler: list[Handler]
     answered: list[trio.Event]
+    gone: set[str]  # runs whose partition left this node: `may_send` says no
 
     def push(self, app: str, n: int, timeout_ms: int = 10_000) -> TaskRef:
         run, task = make_run(app, n)
@@ -97,6 +98,7 @@ async def rig(autojump_clock: MockClock, limits: dict[str, int]) -> AsyncIterato
 
     handler: list[Handler] = [default]
     answered = [trio.Event()]
+    gone: set[str] = set()
 
     def answer(run_id: str, outcome: TaskAnswer) -> None:
         answers.append((run_id, outcome))
@@ -124,11 +126,12 @@ async def rig(autojump_clock: MockClock, limits: dict[str, int]) -> AsyncIterato
             sync_cap_ms=30_000,
             max_body=1 << 20,
             metrics=Metrics(),
+            may_send=lambda owner: owner not in gone,
             **limits,
         )
         async with trio.open_nursery() as nursery:
             await nursery.start(dispatcher.serve)
-            yield Rig(dispatcher, clock, sent, answers, in_flight, handler, answered)
+            yield Rig(dispatcher, clock, sent, answers, in_flight, handler, answered, gone)
             nursery.cancel_scope.cancel()
 
 
@@ -235,6 +238,31 @@ async def test_abort_drops_a_queued_push_and_cancels_one_in_flight(
     answered = sorted(run_id for run_id, _ in rig.answers)
     assert answered == ["run-a-1", "run-a-2", "run-a-3", "run-a-5"]
     assert "tok-a-4" not in [s.body["taskToken"] for s in rig.sent]
+
+
+async def test_a_push_whose_run_left_this_node_while_queued_is_never_sent(
+    rig: Rig, autojump_clock: MockClock
+) -> None:
+    # Checked at the send, not only when queued: a node resumed after its lease ended (SIGSTOP,
+    # a late loop) may run a sender before its lease keeper has dropped the partition.
+    release = trio.Event()
+
+    async def hold(body: dict[str, Any]) -> httpx.Response:
+        await release.wait()
+        return reply()
+
+    rig.handler[0] = hold
+    for n in range(5):
+        rig.push("a", n)
+    await trio.testing.wait_all_tasks_blocked()
+    assert rig.dispatcher.inflight == 3 and rig.dispatcher.backlog == 2
+    rig.gone.add("run-a-3")
+    release.set()
+    await rig.until_answers(4)
+    await trio.testing.wait_all_tasks_blocked()
+    assert sorted(r for r, _ in rig.answers) == ["run-a-0", "run-a-1", "run-a-2", "run-a-4"]
+    assert "tok-a-3" not in [s.body["taskToken"] for s in rig.sent]
+    assert rig.dispatcher.inflight == 0 and rig.dispatcher.backlog == 0
 
 
 async def test_a_202_carries_the_send_time_deadline(rig: Rig, autojump_clock: MockClock) -> None:

@@ -9,7 +9,8 @@ import trio
 import trio.testing
 
 from foliot.cluster.keeper import LeaseKeeper
-from foliot.core.leases import MARGIN_MS
+from foliot.cluster.ownership import Ownership
+from foliot.core.leases import MARGIN_MS, PARTITIONS, partition_of
 
 from .fake import FakeCluster, FakeClusterStore, advance
 
@@ -267,3 +268,32 @@ async def test_a_node_restarted_under_its_id_takes_its_leases_back_at_once_with_
         # The dead process's epochs are over: its renewal (or any write under them) is refused.
         assert await store.cluster_renew("a", old, TTL) == set()
         nursery.cancel_scope.cancel()
+
+
+async def test_past_the_trusted_time_the_engine_refuses_its_actors_before_the_keeper_drops_them(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A node resumed from SIGSTOP (or a loop running late) may run its dispatcher before the
+    # keeper's own task has dropped the leases: `accepts` must already say no (found by the
+    # 3-node fault test: a push sent on a lease the database had already ended).
+    class Owner:
+        def spawn(self, fn: Callable[[], object]) -> bool:
+            return False
+
+        async def recover(self, partitions: frozenset[int] | None = None) -> None: ...
+
+        async def passivate(self, partitions: frozenset[int]) -> None: ...
+
+        def drop(self, partitions: frozenset[int]) -> None: ...
+
+    ownership = Ownership(Owner())
+    keeper = LeaseKeeper(FakeClusterStore(FakeCluster(db_now)), "a", "http://a", ownership, ttl_ms=TTL)
+    ownership.keeper = keeper
+    actor = "run_0123"
+    p = partition_of(actor, PARTITIONS)
+    ownership.held[p] = keeper.held[p] = 1
+    keeper.valid_until = trio.current_time() + 1
+    assert ownership.accepts(actor) and ownership.owns_partition(p)
+    await trio.sleep(1)  # the keeper is not running: nothing dropped the lease yet
+    assert p in ownership.held
+    assert not ownership.accepts(actor) and not ownership.owns_partition(p)
