@@ -455,7 +455,8 @@ class _Check:
                 self.bad(
                     "push_unleased",
                     d["key"],
-                    f"pushed by {node} at {sent_us} (arrived {int(d['at'] * 1e6)}) while the lease of "
+                    f"pushed by {node} at {sent_us} (arrived {int(d['at'] * 1e6)}; its clock"
+                    f" {d.get('clockLag', 0.0) * 1000:.0f} ms behind the wall clock) while the lease of "
                     f"partition {partition} was {holder}; its changes within 15 s (node, epoch, "
                     f"expires ms, at us): {near}",
                     self.story([d["runId"]], keys=[d["key"]]),

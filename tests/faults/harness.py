@@ -100,6 +100,15 @@ def now() -> float:
     return time.time()
 
 
+def wall_offset() -> float:
+    """The wall clock less the monotonic clock, now. A node's engine reads the wall clock once
+    and counts on with the monotonic one (foliot/actors/clock.py), so when the machine's wall
+    clock is stepped (a VM's guest time sync: this one is a Firecracker guest), the node's
+    readings differ from the database's and this process's by the change of this offset since
+    the node started."""
+    return time.time() - time.monotonic()
+
+
 # ---------------------------------------------------------------------------- history
 
 
@@ -170,6 +179,7 @@ class Node:
     process: trio.Process | None = None
     paused: bool = False
     down: bool = False
+    started_offset: float = 0.0  # `wall_offset()` as this incarnation started (its clock's anchor)
 
     @property
     def url(self) -> str:
@@ -183,6 +193,7 @@ class Node:
         with open(self.log, "ab") as log:
             log.write(f"\n--- start {datetime.now().isoformat()}\n".encode())
             log.flush()
+            self.started_offset = wall_offset()
             self.process = await trio.lowlevel.open_process(
                 [*self.prefix, sys.executable, "-m", "foliot.cli", "serve"],
                 env=self.env,
@@ -318,6 +329,7 @@ class FaultyHandler:
     url: str = ""
     api: Callable[[str, str, Any], Awaitable[tuple[str, dict[str, Any]]]] | None = None
     node_pids: Callable[[], dict[int, str]] = dict
+    node_offset: Callable[[str], float | None] = lambda name: None  # its `started_offset`
     bad_signatures: int = 0
     nursery: trio.Nursery | None = None
 
@@ -357,8 +369,12 @@ class FaultyHandler:
             await _respond(send, 401, b'{"error":{"class":"bad_signature","retryable":false}}')
             return
         body = json.loads(raw)
-        # When the node sent it, on its clock: the push's deadline is its send + the timeout.
+        # When the node sent it: the push's deadline is its send + the timeout, on the node's
+        # clock, brought to the wall clock (the database's) by any step of it since the node
+        # started (`wall_offset`).
         sent = datetime.fromisoformat(body["deadline"].replace("Z", "+00:00")).timestamp() - TASK_TIMEOUT_S
+        started = None if sender is None else self.node_offset(sender)
+        lag = 0.0 if started is None else wall_offset() - started
         delivery = {
             "key": body["idempotencyKey"],
             "runId": body["runId"],
@@ -367,7 +383,8 @@ class FaultyHandler:
             "attempt": body["attempt"],
             "at": now(),
             "node": sender,
-            "sentAt": sent,
+            "sentAt": sent + lag,
+            "clockLag": lag,
         }
         self.deliveries.append(delivery)
         out = json.dumps({"step": body["step"], "key": body["idempotencyKey"]}).encode()
@@ -613,9 +630,23 @@ class Env:
         self.handler.nursery = self.nursery
         if cfg.store == "cluster":
             self.handler.node_pids = lambda: {n.pid: n.name for n in self.nodes if n.pid is not None}
+            offsets = {n.name: n for n in self.nodes}
+            self.handler.node_offset = lambda name: offsets[name].started_offset if name in offsets else None
+        self.nursery.start_soon(self.watch_wall_clock)
         binds = await self.nursery.start(serve, self.handler, _handler_config())
         self.handler.url = binds[0]
         await self.setup_app()
+
+    async def watch_wall_clock(self) -> None:
+        """Record every step of the machine's wall clock against its monotonic one (over 20 ms):
+        the pushes' send times are corrected by them (`wall_offset`), and a failure shows them."""
+        last = wall_offset()
+        while True:
+            await trio.sleep(0.1)
+            offset = wall_offset()
+            if abs(offset - last) > 0.02:
+                self.measures.append({"what": "wall_clock_step", "at": now(), "ms": (offset - last) * 1000})
+            last = offset
 
     async def setup_app(self) -> None:
         admin = {"Authorization": f"Bearer {ADMIN}"}
