@@ -71,6 +71,17 @@ class Rig:
         self.dispatcher.push(run, task, "/foliot/wf/t", timeout_ms)
         return task
 
+    def hold(self) -> trio.Event:
+        """The handler answers 200 only once the returned event is set."""
+        release = trio.Event()
+
+        async def hold(body: dict[str, Any]) -> httpx.Response:
+            await release.wait()
+            return reply()
+
+        self.handler[0] = hold
+        return release
+
     async def until_answers(self, count: int) -> None:
         while len(self.answers) < count:
             self.answered[0] = trio.Event()
@@ -216,13 +227,7 @@ async def test_round_robin_across_apps(rig: Rig, autojump_clock: MockClock) -> N
 async def test_abort_drops_a_queued_push_and_cancels_one_in_flight(
     rig: Rig, autojump_clock: MockClock
 ) -> None:
-    release = trio.Event()
-
-    async def hold(body: dict[str, Any]) -> httpx.Response:
-        await release.wait()
-        return reply()
-
-    rig.handler[0] = hold
+    release = rig.hold()
     tasks = [rig.push("a", n) for n in range(6)]
     await trio.testing.wait_all_tasks_blocked()
     assert rig.dispatcher.inflight == 3 and rig.dispatcher.backlog == 3
@@ -245,13 +250,7 @@ async def test_a_push_whose_run_left_this_node_while_queued_is_never_sent(
 ) -> None:
     # Checked at the send, not only when queued: a node resumed after its lease ended (SIGSTOP,
     # a late loop) may run a sender before its lease keeper has dropped the partition.
-    release = trio.Event()
-
-    async def hold(body: dict[str, Any]) -> httpx.Response:
-        await release.wait()
-        return reply()
-
-    rig.handler[0] = hold
+    release = rig.hold()
     for n in range(5):
         rig.push("a", n)
     await trio.testing.wait_all_tasks_blocked()
@@ -302,13 +301,7 @@ async def test_a_queued_push_costs_little_memory(rig: Rig, autojump_clock: MockC
     import tracemalloc
 
     runs = [make_run("a", n) for n in range(2000)]
-    release = trio.Event()
-
-    async def hold(body: dict[str, Any]) -> httpx.Response:
-        await release.wait()
-        return reply()
-
-    rig.handler[0] = hold
+    release = rig.hold()
     tracemalloc.start()
     try:
         before = tracemalloc.take_snapshot()
