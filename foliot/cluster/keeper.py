@@ -80,7 +80,7 @@ class LeaseKeeper:
     def ready(self) -> bool:
         """In touch with the database within the leases' life, so holding what it holds (its
         share, or none when the cluster has more nodes than partitions): what `/readyz` reports."""
-        return self.ticked.is_set() and trio.current_time() < self.valid_until
+        return self.ticked.is_set() and self.trusted()
 
     def trusted(self) -> bool:
         """Are the held leases still trusted now (the keeper drops them at `valid_until`, but
@@ -113,7 +113,7 @@ class LeaseKeeper:
         self._expire()
 
     def _expire(self) -> None:
-        if self.held and trio.current_time() >= self.valid_until:
+        if self.held and not self.trusted():
             self._lose(frozenset(self.held))
 
     async def _exchange(self) -> None:

@@ -630,8 +630,9 @@ class Env:
         self.handler.nursery = self.nursery
         if cfg.store == "cluster":
             self.handler.node_pids = lambda: {n.pid: n.name for n in self.nodes if n.pid is not None}
-            offsets = {n.name: n for n in self.nodes}
-            self.handler.node_offset = lambda name: offsets[name].started_offset if name in offsets else None
+            self.handler.node_offset = lambda name: next(
+                (n.started_offset for n in self.nodes if n.name == name), None
+            )
         self.nursery.start_soon(self.watch_wall_clock)
         binds = await self.nursery.start(serve, self.handler, _handler_config())
         self.handler.url = binds[0]
