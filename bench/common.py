@@ -734,6 +734,9 @@ def summarize(results: list[list[Any]], wall: float) -> dict[str, Any]:
         "429": codes.get(429, 0),
         "503": codes.get(503, 0),
         "refused_p99": pct([r[2] for r in refused], 99),
+        # How late the client itself sent (schedule -> send): past a few ms the client, not the
+        # server, is what the latencies measure (an httpx client on a busy 2-core machine).
+        "send_lag_p99": pct([r[1] - r[2] for r in results if r[3] != -2], 99),
         "retry_after": sum(1 for r in refused if r[4]),
         "other": sum(v for k, v in codes.items() if k >= 300 and k not in (429, 503)),
         "codes": dict(codes),
