@@ -7,10 +7,10 @@ Creates the app and the workflow (`wait "go"` with a 14-day timeout, then a task
 local handler process) through the API, stops the server, and writes N started runs straight
 into the store in bulk (the rows `Node.start_run` commits; see `common.seed_bulk`). Then:
 `foliot serve` on it (spawn -> /readyz, RSS), signals to random runs open-loop at `--rate`
-for `--seconds` from the lean client (`rawclient.py`; its own lag, schedule -> send, is printed
-so a client that fell behind is seen) (answer p50/p99, signal -> task push p99, timeouts,
-429/503), `kill -9` and a
-restart (-> /readyz), and EXPLAIN (QUERY PLAN) with timings of the hot queries at that size.
+for `--seconds` from the lean client (`rawclient.py`): answer p50/p99, the client's own
+schedule -> send lag (a client that fell behind measures itself), signal -> task push p99,
+timeouts, 429/503. Then `kill -9` and a restart (-> /readyz), and EXPLAIN (QUERY PLAN) with
+timings of the hot queries at that size.
 Targets (issue 9): RSS <= 1 GB, p99 <= 100 ms at 100/s, restart -> ready <= 5 s, plans
 index-backed (no full scan of runs/timers/tasks).
 """
@@ -177,9 +177,8 @@ def main() -> None:
         c.AcceptQueueSampler(server.port) as backlog,
         profile or contextlib.nullcontext(),
     ):
-        # The lean client (bench/rawclient.py): an httpx client costs 2-3 ms of CPU a request
-        # and, on this 2-core machine beside a busy server, fell tens of seconds behind its own
-        # timetable at 270/s: that lag, not the server, was the "p50 13 s" measured before.
+        # Not httpx: at 2-3 ms of CPU a request it falls behind its own timetable beside a busy
+        # server on 2 cores (bench/README.md, "the million-parked waits were the client's").
         results, wall = rawclient.run_open(
             server.url,
             c.bearer(key),
