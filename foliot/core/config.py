@@ -97,6 +97,9 @@ class Settings:
     secret_key: str | None = None
     payload_max_bytes: int = 262_144
     sync_task_max_ms: int = 30_000
+    # Runs one unit of work may create: a run, map or parallel step's children and theirs
+    # (`too_many_runs` past it; kinds/run/children.py).
+    max_tree_runs: int = 10_000
     max_live_actors: int = 100_000
     passivate_after_ms: int = 60_000
     mailbox_size: int = 64
@@ -206,6 +209,7 @@ class Settings:
             secret_key=e.get("FOLIOT_SECRET_KEY") or None,
             payload_max_bytes=payload_max,
             sync_task_max_ms=_int(e, "FOLIOT_SYNC_TASK_MAX_MS", 30_000),
+            max_tree_runs=max(1, _int(e, "FOLIOT_MAX_TREE_RUNS", 10_000)),
             max_live_actors=_int(e, "FOLIOT_MAX_LIVE_ACTORS", 100_000),
             passivate_after_ms=_int(e, "FOLIOT_PASSIVATE_AFTER_MS", 60_000),
             mailbox_size=_int(e, "FOLIOT_MAILBOX_SIZE", 64),

@@ -184,6 +184,19 @@ class ChildRunClosed:
 
 
 @attrs.frozen
+class TreeTooLarge:
+    """The child runs a transition asked for would, with their own children, create more runs in
+    one unit of work than the node allows (`FOLIOT_MAX_TREE_RUNS`): the step that asked fails
+    with `too_many_runs` (not retried: the same input asks for the same tree) and none of them
+    is created."""
+
+    step: str
+    generation: int
+    attempt: int
+    message: str
+
+
+@attrs.frozen
 class Gathered:
     """The outputs of a map's or parallel step's children, read from storage once the last of
     them closed (`Transition.gather`), in item order; None for a child that did not complete."""
@@ -223,6 +236,7 @@ Message = (
     | Unpause
     | MarkStuck
     | ChildRunClosed
+    | TreeTooLarge
     | Gathered
     | Admit
     | Debounce
@@ -1597,6 +1611,22 @@ def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
     return None
 
 
+def _on_tree_too_large(tx: _Tx, msg: TreeTooLarge) -> Reply | None:
+    """The step's fan-out would create too many runs: it fails (no retry), nothing is started."""
+    run = tx.run
+    fan = run.fan
+    if (
+        not run.is_open
+        or fan is None
+        or (fan.step, fan.generation, fan.attempt) != (msg.step, msg.generation, msg.attempt)
+    ):
+        return Ok("stale")
+    step = tx.definition.step(fan.step)
+    tx.set(fan=None, timer=None, wake_at=None)
+    tx.step_failed_or_hold(step, ErrorInfo(step.name, "too_many_runs", msg.message))
+    return None
+
+
 def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
     """The outputs of a map's or parallel step's children: the step's result, and on."""
     run = tx.run
@@ -1643,6 +1673,7 @@ _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
     Admit: _on_admit,
     Debounce: _on_debounce,
     ChildRunClosed: _on_child_closed,
+    TreeTooLarge: _on_tree_too_large,
     Gathered: _on_gathered,
     TaskAnswer: _on_answer,
     TimerFired: _on_timer,

@@ -31,9 +31,40 @@ if TYPE_CHECKING:
 _MAX_ROUNDS: Final = 20_000
 
 
+class _TreeTooLarge(Exception):
+    """More runs than the budget: unwinds to the `settle` that began the tree."""
+
+
 async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Transition, list[Transition]]:
     """`tr` with its gathers applied and its children resolved, and the child runs' own start
-    transitions (parents before their children) to commit with it."""
+    transitions (parents before their children) to commit with it.
+
+    At most `FOLIOT_MAX_TREE_RUNS` runs are created in one unit of work (children, their own
+    children, ...): past it, nothing is created and the step that asked fails with
+    `too_many_runs`. The count stops the walk as soon as it passes the limit, so a definition
+    whose tree is exponential costs no more than the limit to refuse."""
+    if not tr.children and tr.gather is None:
+        return tr, []
+    budget = [runs.host.settings.max_tree_runs]
+    try:
+        return await _settle(runs, tr, definition, budget)
+    except _TreeTooLarge:
+        pass
+    fan = tr.run.fan
+    if fan is None:  # pragma: no cover - children are only asked for by a fan-out step
+        raise AssertionError("a tree of child runs without a fan-out")
+    limit = runs.host.settings.max_tree_runs
+    text = (
+        f"step {fan.step!r} would start more than {limit} runs in one go (its children and theirs;"
+        " FOLIOT_MAX_TREE_RUNS): none was started"
+    )
+    refused = machine.TreeTooLarge(fan.step, fan.generation, fan.attempt, text)
+    return machine.chain(tr, machine.transition(tr.run, definition, refused, runs.context())), []
+
+
+async def _settle(
+    runs: Runs, tr: Transition, definition: Definition, budget: list[int]
+) -> tuple[Transition, list[Transition]]:
     if not tr.children and tr.gather is None:
         return tr, []
     ctx = runs.context()
@@ -62,24 +93,25 @@ async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Tr
         tr = machine.chain(tr, machine.transition(tr.run, definition, message, ctx))
     started: list[Transition] = []
     for request in tr.children:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _TreeTooLarge()
         found = resolved[(request.workflow, request.version)]
         assert found is not None
         child_definition, version = found
-        child = machine.start(
+        child = runs.begin(
             run_id=request.run_id,
             app=app,
             definition=child_definition,
             version=version,
             input=request.input,
-            business_key=None,
-            run_timeout_ms=None,
             trace_id=tr.run.trace_id,  # one trace across a parent and its children
             ctx=ctx,
             parent=request.parent,
             depth=request.depth,
             priority=tr.run.priority,  # a child run inherits its parent's priority
         )
-        child, grandchildren = await settle(runs, child, child_definition)
+        child, grandchildren = await _settle(runs, child, child_definition, budget)
         started.append(child)
         started.extend(grandchildren)
     return tr, started
