@@ -298,8 +298,11 @@ class RunStore(Protocol):
 
     async def list_runs(self, flt: RunFilter, limit: int, after: tuple[int, str] | None) -> list[Run]: ...
 
-    async def children_of(self, parent_run_id: str) -> list[Run]:
-        """Every child run of a run (all its steps and generations), oldest first."""
+    async def children_of(
+        self, parent_run_id: str, after: tuple[int, str] | None = None, limit: int | None = None
+    ) -> list[Run]:
+        """The child runs of a run (all its steps and generations), oldest first (`created_at`,
+        `run_id`): those after the keyset cursor `after`, at most `limit` (None: every one)."""
         ...
 
     async def queue_heads(self, app: str, key: str, limit: int) -> list[str]:

@@ -220,8 +220,11 @@ class SqlRunStore:
     async def queued_keys(self) -> list[tuple[str, str]]:
         return [(r["app"], r["queue_key"]) for r in await self._all(run_sql.QUEUED_KEYS, scan=True)]
 
-    async def children_of(self, parent_run_id: str) -> list[Run]:
-        return [_run(r["doc"]) for r in await self._all(run_sql.CHILDREN_OF, (parent_run_id,), scan=True)]
+    async def children_of(
+        self, parent_run_id: str, after: tuple[int, str] | None = None, limit: int | None = None
+    ) -> list[Run]:
+        sql, args = run_sql.children_of_sql(parent_run_id, after, limit)
+        return [_run(r["doc"]) for r in await self._all(sql, args, scan=True)]
 
     async def child_links(self) -> list[tuple[Run, Run]]:
         found = await self._all(run_sql.CHILD_LINKS, (True, True, False), scan=True)

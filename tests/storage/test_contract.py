@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from foliot.core.errors import StaleWrite, UniqueViolation
-from foliot.core.workflow.model import Event, Run, TaskRow, Timer, run_to_dict
+from foliot.core.workflow.model import Event, ParentRef, Run, TaskRow, Timer, run_to_dict
 from foliot.storage.base import (
     SIGNAL_ID_UNIQUE,
     ApiKeyRecord,
@@ -207,6 +207,25 @@ async def test_list_runs_filters_and_pages(store: Store) -> None:
     assert [r.run_id for r in waiting] == ["r5", "r3", "r1"]
     assert await store.list_runs(RunFilter("other"), 10, None) == []
     assert await store.count_open_runs() == {"waiting": 3}
+
+
+async def test_children_are_paged_by_keyset(store: Store) -> None:
+    """A fan-out's outputs are read a page at a time (`children_of` with a cursor), oldest first,
+    only the parent's children."""
+    await store.commit(UnitOfWork(make_run("p"), None))
+    await store.commit(UnitOfWork(make_run("other"), None))
+    for i in range(7):
+        ref = ParentRef("p" if i != 3 else "other", "fan", 1, 1, i, "cancel")
+        await store.commit(UnitOfWork(make_run(f"c{i}", created=T0 + i // 2, parent=ref), None))
+    pages, after = [], None
+    while True:
+        page = await store.children_of("p", after, 2)
+        pages.append([r.run_id for r in page])
+        if len(page) < 2:
+            break
+        after = (page[-1].created_at, page[-1].run_id)
+    assert pages == [["c0", "c1"], ["c2", "c4"], ["c5", "c6"], []]
+    assert [r.run_id for r in await store.children_of("p")] == ["c0", "c1", "c2", "c4", "c5", "c6"]
 
 
 async def test_timer_paging_is_keyset(store: Store) -> None:

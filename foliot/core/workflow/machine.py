@@ -205,6 +205,9 @@ class Gathered:
     generation: int
     attempt: int
     outputs: tuple[Any, ...]
+    # Not 0: the outputs read so far already passed the payload limit (this many bytes), and the
+    # rest were not read; `outputs` is empty.
+    too_large: int = 0
 
 
 @attrs.frozen
@@ -1648,12 +1651,15 @@ def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
         value = list(msg.outputs)
     tx.set(fan=None)
     try:
-        size = payload_size(value)
+        size = msg.too_large or payload_size(value)
     except PayloadError:
         size = tx.ctx.payload_max + 1
     if size > tx.ctx.payload_max:
         limit = tx.ctx.payload_max
-        text = f"the children's outputs of step {step.name!r} are {size} bytes, over the {limit}-byte limit"
+        which = "are" if not msg.too_large else "pass, with some still unread,"
+        text = (
+            f"the children's outputs of step {step.name!r} {which} {size} bytes, over the {limit}-byte limit"
+        )
         tx.step_failed(step, ErrorInfo(step.name, "output_too_large", text))
         return None
     tx.set(state={**run.state, step.name: value}, carried_error=None)
