@@ -424,7 +424,8 @@ def children_of_sql(
     parent_run_id: str, after: tuple[int, str] | None, limit: int | None
 ) -> tuple[str, list[Any]]:
     """A run's children, oldest first, after the keyset cursor `after`, at most `limit`."""
-    sql, args = "SELECT doc FROM runs WHERE parent_run_id = ?", [parent_run_id]
+    sql = "SELECT doc FROM runs WHERE parent_run_id = ?"
+    args: list[Any] = [parent_run_id]
     if after is not None:
         sql += " AND (created_at, run_id) > (?, ?)"
         args.extend(after)
