@@ -870,3 +870,65 @@ def test_migrate_at_a_child_step_without_children_follows_the_old_rules() -> Non
     tr = kit.send(machine.Migrate(wf({"name": "one", "type": "run", "workflow": "other"}), 2, ()))
     assert isinstance(tr.reply, machine.Ok) and kit.run.generation == 2
     assert [c.workflow for c in tr.children] == ["other"]
+
+
+def test_the_dry_run_says_what_migrate_does_to_runs_mid_map() -> None:
+    """The plan of a group is what the machine's Migrate does to each of its runs: the issue's
+    run keeps 12 completed items and 2 running, 6 items not started follow the new version."""
+    kit = map_midway(items=20, completed=12)
+    fan = kit.run.fan
+    assert fan is not None and (fan.completed, len(fan.open), fan.total - fan.started) == (12, 2, 6)
+    wider = wf({**MAP, "maxConcurrency": 4}, {"name": "after", "type": "task"})
+    agg = deploy.OpenRuns(wider)
+    agg.add("run1", 1, "m", "waiting", kit.definition, fan=fan)
+    [group] = agg.groups()
+    assert group["verdict"] == MOVES and [d["field"] for d in group["differences"]] == ["maxConcurrency"]
+    assert group["migrate"] == [
+        {
+            "outcome": "stays",
+            "runs": 1,
+            "code": None,
+            "message": "stays at map step 'm' with its children: keeps 12 completed items and 2 running;"
+            " 6 items not started follow the candidate (maxConcurrency 2 → 4)",
+        }
+    ]
+    assert isinstance(kit.send(machine.Migrate(wider, 2, ())).reply, machine.Ok)
+    other = wf({**MAP, "itemsPath": "input.other"}, {"name": "after", "type": "task"})
+    agg = deploy.OpenRuns(other)
+    agg.add("a", 1, "m", "waiting", kit.definition, fan=fan)
+    agg.add("b", 1, "m", "waiting", kit.definition, fan=fan)
+    [group] = agg.groups()
+    [plan] = group["migrate"]
+    assert plan["outcome"] == "refused" and plan["code"] == "fan_out_changed" and plan["runs"] == 2
+    assert plan["message"].startswith(
+        "2 runs wait for the children of map step 'm' (24 completed, 4 running) and the candidate"
+        " changes its itemsPath"
+    )
+    refused = map_midway(items=20, completed=12).send(machine.Migrate(other, 2, ()))
+    assert isinstance(refused.reply, machine.Rejected) and refused.reply.code == plan["code"]
+
+
+def test_the_plan_of_each_kind_of_group() -> None:
+    old = wf(MAP, {"name": "t", "type": "task"})
+    stays = deploy.migrate_plan(step_verdict(old, old, "t"), "t", "running", 3, "task", deploy.Fans())
+    assert [(p["outcome"], p["runs"]) for p in stays] == [("stays", 3)]
+    queued = wf(MAP, {"name": "t", "type": "task", "queue": "q"})
+    verdict = step_verdict(old, queued, "t")
+    assert [p["outcome"] for p in deploy.migrate_plan(verdict, "t", "running", 1, "task", deploy.Fans())] == [
+        "reenters"
+    ]
+    [paused] = deploy.migrate_plan(verdict, "t", "paused", 1, "task", deploy.Fans())
+    assert paused["code"] == "run_paused"
+    gone = wf(MAP)
+    [stranded] = deploy.migrate_plan(step_verdict(old, gone, "t"), "t", "running", 2, "task", deploy.Fans())
+    assert stranded["outcome"] == "refused" and stranded["code"] == "stranded"
+    # a paused group at a map step: 1 run waits for children, 1 held an answer (no fan-out)
+    wider = wf({**MAP, "maxConcurrency": 4}, {"name": "t", "type": "task"})
+    fans = deploy.Fans(runs=1, total=5, started=3, completed=1, open=2)
+    plan = deploy.migrate_plan(step_verdict(old, wider, "m"), "m", "paused", 2, "map", fans)
+    assert [(p["outcome"], p["runs"], p["code"]) for p in plan] == [
+        ("stays", 1, None),
+        ("refused", 1, "run_paused"),
+    ]
+    assert "keeps 1 completed item and 2 running; 2 items not started" in plan[0]["message"]
+

@@ -106,6 +106,9 @@ class Fans:
     def of(cls, fan: FanOut) -> Fans:
         return cls(1, fan.total, fan.started, fan.completed, fan.failed, fan.cancelled, len(fan.open))
 
+    def plus(self, other: Fans) -> Fans:
+        return Fans(*(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True)))
+
     @property
     def not_started(self) -> int:
         return max(0, self.total - self.started)
@@ -128,8 +131,8 @@ def _noun(n: int, kind: str) -> str:
     return one if n == 1 else many
 
 
-def kept_text(kind: str, fans: Fans, version: int, differences: tuple[Difference, ...]) -> str:
-    """What a migration keeps of `fans` (at a `kind` step): e.g. "keeps 12 completed items and
+def kept_text(kind: str, fans: Fans, to: str, differences: tuple[Difference, ...]) -> str:
+    """What a migration to `to` ("v2") keeps of `fans` (at a `kind` step): e.g. "keeps 12 completed items and
     2 running; 6 items not started follow v2 (maxConcurrency 2 → 4)"."""
     subject = "keeps" if fans.runs == 1 else f"{fans.runs} runs keep"
     ended = fans.failed + fans.cancelled
@@ -141,7 +144,7 @@ def kept_text(kind: str, fans: Fans, version: int, differences: tuple[Difference
     else:
         text = f"{subject} {fans.open} running {_noun(fans.open, kind)}"
     if fans.not_started:
-        text += f"; {fans.not_started} {_noun(fans.not_started, kind)} not started follow v{version}"
+        text += f"; {fans.not_started} {_noun(fans.not_started, kind)} not started follow {to}"
     changed = [d for d in differences if d.field == "maxConcurrency"]
     if changed:
         text += "".join(f" ({d.field} {d.old} → {d.new})" for d in changed)
@@ -149,7 +152,7 @@ def kept_text(kind: str, fans: Fans, version: int, differences: tuple[Difference
 
 
 def refused_text(
-    kind: str, step: str | None, fans: Fans, version: int, verdict: Verdict, moved_to: str | None = None
+    kind: str, step: str | None, fans: Fans, to: str, verdict: Verdict, moved_to: str | None = None
 ) -> str:
     """Why a migration refuses runs waiting for the children of their `kind` step `step` (or
     that a `stepMap` entry would move to the step `moved_to`)."""
@@ -157,10 +160,10 @@ def refused_text(
     if moved_to is not None:
         what = f"stepMap moves it to {moved_to!r}"
     elif verdict.verdict == STRANDED:
-        what = f"v{version} has no step {step!r}"
+        what = f"{to} has no step {step!r}"
     else:
         fields = [d.field for d in verdict.differences if d.field in FAN_IDENTITY]
-        what = f"v{version} changes its {', '.join(fields)}"
+        what = f"{to} changes its {', '.join(fields)}"
     return (
         f"{subject} for the children of {kind} step {step!r} ({fans.completed} completed,"
         f" {fans.open} running) and {what}: its children cannot be kept, and a migration never"

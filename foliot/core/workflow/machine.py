@@ -1723,7 +1723,7 @@ def _migrate_fan(tx: _Tx, msg: Migrate, fan: FanOut, verdict: Verdict, mapped: s
     moved_to = mapped if mapped is not None and mapped != step else None
     fans = Fans.of(fan)
     if moved_to is not None or not verdict.keeps_fan:
-        text = refused_text(fan.kind, step, fans, msg.version, verdict, moved_to)
+        text = refused_text(fan.kind, step, fans, f"v{msg.version}", verdict, moved_to)
         return Rejected(409, FAN_OUT_CHANGED, f"run {run.run_id} {text}")
     assert step is not None
     tx.set(version=msg.version)
