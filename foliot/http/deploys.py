@@ -4,11 +4,12 @@ then migrate open runs to a registered version, a page at a time.
 `POST /apps/{app}/workflows/{name}/dry-run` stores nothing: it validates the candidate as
 registration would, counts the workflow's open runs by (version, step, status) in the database
 with each group's 20 newest runIds (and, at a run, map or parallel step, what their fan-outs
-hold, summed by the database: what a migration keeps), counts the runs lacking each key the candidate reads where
-it matters in the database too (`deploy_sql.lacking_sql`; a path SQL cannot name exactly reads
-those groups' input and state in keyset pages instead), so memory is bounded by the number of
-groups, not of runs; and replays the last `replay` closed runs through the candidate's pure
-machine (`core/workflow/deploy.py`), read in keyset pages, their events in bounded batches.
+hold, summed by the database: what a migration keeps), counts the runs lacking each key the
+candidate reads where it matters in the database too (`deploy_sql.lacking_sql`; a path SQL
+cannot name exactly reads those groups' input and state in keyset pages instead), so memory is
+bounded by the number of groups, not of runs; and replays the last `replay` closed runs through
+the candidate's pure machine (`core/workflow/deploy.py`), read in keyset pages, their events in
+bounded batches.
 
 `POST /apps/{app}/workflows/{name}/migrate` follows the bulk interventions (`bulk.py`): one
 keyset page of the workflow's runs (newest first), each open run that matches the filter sent

@@ -293,7 +293,10 @@ class SqlRunStore:
         sql = deploy_sql.fans_sql(self.dialect.postgres, group.step is not None)
         step = () if group.step is None else (group.step,)
         row = await self._one(sql, [app, workflow, group.version, *step, group.status], scan=True)
-        counts = [int(row[name]) for name in ("runs", "total", "started", "completed", "failed", "cancelled", "open")]
+        counts = [
+            int(row[name])
+            for name in ("runs", "total", "started", "completed", "failed", "cancelled", "open")
+        ]
         return Fans(*counts)
 
     async def recent_closed_runs(

@@ -736,9 +736,7 @@ MAP = {"name": "m", "type": "map", "workflow": "child", "itemsPath": "input.item
 
 
 def started_indexes(kit: Kit) -> list[int]:
-    return [
-        e.data["index"] for tr in kit.history for e in tr.events if e.type == "child_started"
-    ]
+    return [e.data["index"] for tr in kit.history for e in tr.events if e.type == "child_started"]
 
 
 def map_midway(items: int = 6, completed: int = 2) -> Kit:
@@ -931,4 +929,3 @@ def test_the_plan_of_each_kind_of_group() -> None:
         ("refused", 1, "run_paused"),
     ]
     assert "keeps 1 completed item and 2 running; 2 items not started" in plan[0]["message"]
-

@@ -233,7 +233,7 @@ class _Group:
     kind: str | None  # the step's kind in the runs' version
     count: int = 0
     examples: list[str] = attrs.Factory(list)
-    fans: Fans = Fans()
+    fans: Fans = attrs.Factory(Fans)
 
 
 @attrs.define
