@@ -16,6 +16,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from ..core.workflow.compat import Fans
 from ..core.workflow.flow import DEFAULT_PRIORITY, Bucket
 from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
@@ -380,6 +381,12 @@ class RunStore(Protocol):
     ) -> list[tuple[int, str]]:
         """The newest `limit` of one group's open runs lacking `path`, as (created_at, run_id),
         newest first."""
+        ...
+
+    async def open_group_fans(self, app: str, workflow: str, group: OpenGroup) -> Fans:
+        """What the fan-outs of one group's open runs hold (`Run.fan`), summed: how many runs
+        wait for children, and their children completed, failed, cancelled and open, and the
+        items started of how many: counted by the database."""
         ...
 
     async def recent_closed_runs(

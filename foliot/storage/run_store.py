@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from ..core.workflow.compat import Fans
 from ..core.workflow.model import Event, Run, TaskRow, run_from_dict
 from . import deploy_sql, run_sql
 from .base import (
@@ -289,6 +290,17 @@ class SqlRunStore:
             sql, [app, workflow, group.version, *step, group.status, *args, limit], scan=True
         )
         return [(int(r["created_at"]), r["run_id"]) for r in found]
+
+    async def open_group_fans(self, app: str, workflow: str, group: deploy_sql.OpenGroup) -> Fans:
+        """What the fan-outs of one group's open runs hold, summed (runs waiting for children)."""
+        sql = deploy_sql.fans_sql(self.dialect.postgres, group.step is not None)
+        step = () if group.step is None else (group.step,)
+        row = await self._one(sql, [app, workflow, group.version, *step, group.status], scan=True)
+        counts = [
+            int(row[name])
+            for name in ("runs", "total", "started", "completed", "failed", "cancelled", "open")
+        ]
+        return Fans(*counts)
 
     async def recent_closed_runs(
         self, app: str, workflow: str, limit: int, after: tuple[int, str] | None = None

@@ -580,6 +580,28 @@ async def test_dry_run_counts_the_runs_lacking_a_path_as_lookup_does(store: Stor
     assert await store.open_group_lacking("app", "wf", group, []) == []
 
 
+async def test_dry_run_sums_the_fan_outs_of_a_group(store: Store) -> None:
+    """What migrate keeps of runs mid-map: the database sums the fan-outs of a group's runs
+    (runs without one, and other groups, left out) as `Fans.of` each and `plus` do."""
+    from foliot.core.workflow.compat import Fans
+    from foliot.core.workflow.model import ChildSlot, FanOut
+
+    fans = [
+        FanOut("m", "map", 1, 1, 20, 14, (ChildSlot(12, "c12"), ChildSlot(13, "c13")), 12),
+        FanOut("m", "map", 2, 1, 5, 5, (ChildSlot(4, "c4"),), 2, 1, 1),
+        None,  # between attempts, or held by a pause: no fan-out
+    ]
+    for n, fan in enumerate(fans):
+        await store.commit(UnitOfWork(make_run(f"f{n}", current_step="m", fan=fan), None))
+    await store.commit(UnitOfWork(make_run("other", current_step="m", status="running", fan=fans[0]), None))
+    (group,) = [
+        g for g in await store.open_run_groups("app", "wf", 1) if (g.step, g.status) == ("m", "waiting")
+    ]
+    expected = Fans.of(fans[0]).plus(Fans.of(fans[1]))  # type: ignore[arg-type]
+    assert await store.open_group_fans("app", "wf", group) == expected
+    assert expected == Fans(2, 25, 19, 14, 1, 1, 3) and expected.not_started == 6
+
+
 def test_paths_sql_cannot_say_exactly_are_left_to_python() -> None:
     from foliot.storage.deploy_sql import expressible
 

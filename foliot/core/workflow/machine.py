@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import attrs
 
-from .compat import STRANDED, step_verdict
+from .compat import FAN_OUT_CHANGED, STRANDED, Fans, Verdict, refused_text, step_verdict
 from .definition import CHILD_KINDS, END, FAIL, MAX_DEPTH, MAX_ITEMS, STUCK, Definition, Step
 from .duration import DurationError, parse_timestamp
 from .flow import Bucket, step_bucket
@@ -216,7 +216,8 @@ class Migrate:
 
     A run whose step is compatible (see `compat.step_verdict`) stays where it stands; one whose
     step changed what is in flight, or that `step_map` sends elsewhere, re-enters its (mapped)
-    step under a new generation, as a rewind does. A stranded step with no entry is refused."""
+    step under a new generation, as a rewind does. A stranded step with no entry is refused.
+    A run waiting for its step's children keeps them, or is refused (`_migrate_fan`)."""
 
     target: Definition
     version: int
@@ -1711,6 +1712,9 @@ def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
             400, "invalid_request", f"{field}: {mapped!r} is no step of version {msg.version}", field
         )
     verdict = step_verdict(tx.definition, msg.target, step)
+    fan = run.fan
+    if fan is not None:  # waiting for its step's children: they are kept, or the run refused
+        return _migrate_fan(tx, msg, fan, verdict, mapped)
     if verdict.verdict == STRANDED and mapped is None:
         return Rejected(
             409,
@@ -1741,6 +1745,30 @@ def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
     tx.emit("run_migrated", to_step, **data, toStep=to_step, inPlace=False)
     tx.park("running")
     tx.enter(to_step)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _migrate_fan(tx: _Tx, msg: Migrate, fan: FanOut, verdict: Verdict, mapped: str | None) -> Reply | None:
+    """Migrate a run waiting for the children of its run, map or parallel step. A version change
+    never starts finished work again: the run stays at its step with its completed and running
+    children (same generation), and only the items not started yet follow the new step (a map's
+    new maxConcurrency starts more of them at once); a new step that no longer names those
+    children (`compat.FAN_IDENTITY`), or a `stepMap` entry moving the run elsewhere, refuses it."""
+    run = tx.run
+    step = run.current_step
+    moved_to = mapped if mapped is not None and mapped != step else None
+    fans = Fans.of(fan)
+    if moved_to is not None or not verdict.keeps_fan:
+        text = refused_text(fan.kind, step, fans, f"v{msg.version}", verdict, moved_to)
+        return Rejected(409, FAN_OUT_CHANGED, f"run {run.run_id} {text}")
+    assert step is not None
+    tx.set(version=msg.version)
+    tx.definition = msg.target
+    data = {"reason": msg.reason, "fromVersion": run.version, "toVersion": msg.version, "fromStep": step}
+    tx.emit("run_migrated", step, **data, toStep=step, inPlace=True, children=fans.to_json())
+    if run.status == "waiting":
+        tx.top_up(msg.target.step(step))  # the items not started follow the new step
     tx.reply = Ok(tx.run)
     return None
 
