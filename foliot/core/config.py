@@ -117,6 +117,10 @@ class Settings:
     # Event-loop lag past which the gate sheds too (the process reads its sockets that late);
     # 0: measured and shown in /metrics only.
     admission_lag_ms: int = 0
+    # Work an app's definitions make without a caller (schedule fires): per app, runs started
+    # per second (a bucket of `burst`); more is put off to its turn (actors/lanes.py).
+    app_internal_rate: int = 20
+    app_internal_burst: int = 40
     # Connection bounds (foliot/http/listen.py): open connections in all (0: the descriptor
     # limit less a reserve) and per peer address (0: none), requests under way per peer
     # address (foliot/http/edge.py; 0: none), and the time a request head may take to arrive.
@@ -224,6 +228,8 @@ class Settings:
             admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 100)),
             admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),
             admission_lag_ms=max(0, _int(e, "FOLIOT_ADMISSION_LAG_MS", 0)),
+            app_internal_rate=max(1, _int(e, "FOLIOT_APP_INTERNAL_RATE", 20)),
+            app_internal_burst=max(1, _int(e, "FOLIOT_APP_INTERNAL_BURST", 40)),
             max_connections=max(0, _int(e, "FOLIOT_MAX_CONNECTIONS", 0)),
             peer_max_connections=max(0, _int(e, "FOLIOT_PEER_MAX_CONNECTIONS", 1_024)),
             peer_max_requests=max(0, _int(e, "FOLIOT_PEER_MAX_REQUESTS", 256)),
