@@ -75,5 +75,12 @@ def registration_warnings(
                 out.append(RegistrationWarning("child_workflow_missing", step.name, field, text))
         if over_sync_cap(step, sync_task_max_ms):
             text = sync_cap_text(step, sync_task_max_ms)
-            out.append(RegistrationWarning("timeout_over_sync_cap", step.name, f"{at}.timeout", text))
+            field = f"{at}.timeout" if _own(definition, i, "timeout") else "defaults.timeout"
+            out.append(RegistrationWarning("timeout_over_sync_cap", step.name, field, text))
     return out
+
+
+def _own(definition: Definition, index: int, member: str) -> bool:
+    """Whether step `index` of the registered document sets `member` itself (else a default)."""
+    steps = definition.document.get("steps")
+    return isinstance(steps, list) and isinstance(steps[index], dict) and member in steps[index]
