@@ -110,6 +110,8 @@ class Settings:
     push_backlog_max: int = 10_000  # queued pushes past which new starts and signals get 429
     max_inflight_requests: int = 512  # starts + signals being served at once; more get 429
     storage_queue_max: int = 2_000  # units of work waiting for the writer; more: 503
+    # SQLite: less free space than this on the database's file system: /readyz says not ready
+    min_free_bytes: int = 64 * 1024 * 1024
     mailbox_wait_ms: int = 1_000  # how long a request waits for room in one run's mailbox
     # Latency gate: past this queueing delay for a whole interval, starts and signals are shed.
     admission_target_ms: int = 100  # 0 turns the gate off
@@ -224,6 +226,7 @@ class Settings:
             push_backlog_max=_int(e, "FOLIOT_PUSH_BACKLOG_MAX", 10_000),
             max_inflight_requests=_int(e, "FOLIOT_MAX_INFLIGHT_REQUESTS", 512),
             storage_queue_max=_int(e, "FOLIOT_STORAGE_QUEUE_MAX", 2_000),
+            min_free_bytes=max(0, _int(e, "FOLIOT_MIN_FREE_BYTES", 64 * 1024 * 1024)),
             mailbox_wait_ms=_int(e, "FOLIOT_MAILBOX_WAIT_MS", 1_000),
             admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 100)),
             admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),

@@ -11,7 +11,7 @@ from foliot.core.workflow import deploy, machine
 from foliot.core.workflow.compat import COMPATIBLE, MOVES, STRANDED, step_verdict
 from foliot.core.workflow.definition import Definition, parse_definition
 from foliot.core.workflow.machine import ChildRunClosed, Gathered, SignalIn
-from foliot.core.workflow.model import Event, ParentRef
+from foliot.core.workflow.model import ErrorInfo, Event, ParentRef
 
 from .machine_kit import Kit
 
@@ -929,3 +929,24 @@ def test_the_plan_of_each_kind_of_group() -> None:
         ("refused", 1, "run_paused"),
     ]
     assert "keeps 1 completed item and 2 running; 2 items not started" in plan[0]["message"]
+
+
+def test_a_child_that_could_not_start_replays_the_same() -> None:
+    """A run step whose workflow was missing at attempt 1 and found at attempt 2: the history
+    has `child_not_started` (no id) then `child_started`; the replay follows both."""
+    step = {"name": "ship", "type": "run", "workflow": "shipping", "retry": {"maxAttempts": 2}}
+    kit = Kit([step, {"name": "after", "type": "task"}])
+    first = kit.start()
+    missing = ErrorInfo(None, "workflow_not_found", "workflow 'shipping' not found")
+    tr = machine.child_not_started(first, first.children[0], missing, kit.definition, kit.ctx())
+    kit.history[-1], kit.run = tr, tr.run
+    assert kit.run.status == "running"  # waiting to retry
+    kit.fire()
+    (child,) = kit.history[-1].children
+    kit.send(_closed(kit, child.run_id, output={"shipped": True}))
+    kit.ok("done")
+    assert kit.run.status == "completed", kit.events()
+    assert kit.events().count("child_not_started") == 1
+    result = replay(kit, kit.definition)
+    assert result.same, result.divergence
+    assert result.compared == len(recorded(kit))

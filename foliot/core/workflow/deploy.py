@@ -492,8 +492,10 @@ class _Player:
         self.candidate = candidate
         self.i = 0
         self.tokens = (f"replay-{n}" for n in itertools.count(1))
-        child_ids = [e.data.get("runId") for e in self.rec if e.type == "child_started"]
-        self.child_ids = iter([str(c) for c in child_ids if c is not None])
+        # A child that could not start has no id: the candidate draws a fresh one in its place.
+        children = [e for e in self.rec if e.type in ("child_started", "child_not_started")]
+        self.child_ids = iter([str(e.data["runId"]) if "runId" in e.data else None for e in children])
+        self.not_started: list[tuple[str, ErrorInfo]] = []
         self.fresh = (f"replay-child-{n}" for n in itertools.count(1))
         self.run: Run | None = None
 
@@ -504,7 +506,7 @@ class _Player:
             payload_max=1 << 62,  # recorded outputs were accepted once: never refuse them here
             signal_buffer_max=1 << 30,
             signal_buffer_max_bytes=1 << 62,
-            new_run_id=lambda: next(self.child_ids, None) or next(self.fresh),
+            new_run_id=lambda: next(self.child_ids, None) or next(self.fresh),  # None: not started
         )
 
     def diverge(self, reason: str, message: str, candidate: Event | None = None) -> _Diverged:
@@ -568,6 +570,16 @@ class _Player:
     def apply(self, tr: machine.Transition, now: int) -> None:
         self.run = tr.run
         self.check(tr.events)
+        while self.not_started:
+            # The recorded run could not start this child: so it goes in the candidate too.
+            child, error = self.not_started.pop(0)
+            fan = self.run.fan
+            slot = fan.slot(child) if fan is not None else None
+            if fan is None or slot is None:
+                continue
+            ref = ParentRef(self.run.run_id, fan.step, fan.generation, fan.attempt, slot.index)
+            message = machine.ChildNotStarted(child, ref, error)
+            self.apply(machine.transition(self.run, self.candidate, message, self.ctx(now)), now)
         if tr.gather is not None:
             self.apply(
                 machine.transition(tr.run, self.candidate, self.gathered(tr.gather), self.ctx(now)), now
@@ -593,7 +605,11 @@ class _Player:
                     e,
                 )
             r = self.rec[self.i]
-            if not _same(r, e):
+            if r.type == "child_not_started" and e.type == "child_started" and r.step == e.step:
+                if "class" in r.data:  # this one could not start; else a sibling dropped with it
+                    error = ErrorInfo(r.step, str(r.data["class"]), str(r.data.get("message", "")))
+                    self.not_started.append((str(e.data.get("runId")), error))
+            elif not _same(r, e):
                 raise self.diverge(*self.classify(r, e), e)
             self.i += 1
 

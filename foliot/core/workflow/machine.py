@@ -197,6 +197,18 @@ class TreeTooLarge:
 
 
 @attrs.frozen
+class ChildNotStarted:
+    """A child this run asked for in the same commit could not be started (its workflow or
+    version does not exist): it counts as a failed child that never had a run. Applied by
+    `child_not_started` before the commit, never sent between actors; `run_id` is the id the
+    request reserved, never stored and never shown."""
+
+    run_id: str
+    parent: ParentRef
+    error: ErrorInfo
+
+
+@attrs.frozen
 class Gathered:
     """The outputs of a map's or parallel step's children, read from storage once the last of
     them closed (`Transition.gather`), in item order; None for a child that did not complete."""
@@ -241,6 +253,7 @@ Message = (
     | MarkStuck
     | ChildRunClosed
     | TreeTooLarge
+    | ChildNotStarted
     | Gathered
     | Admit
     | Debounce
@@ -401,9 +414,11 @@ def chain(first: Transition, second: Transition) -> Transition:
     """`first` then `second` (computed on `first.run`) as one transition: one commit.
 
     Child runs `first` asked for that `second` no longer waits for are dropped (never created),
-    and so are cancellations of them."""
+    and so are cancellations of them; their `child_started` becomes `child_not_started` (no
+    `runId`: the history names no run that does not exist)."""
     children = first.children + second.children
     effects = first.effects + second.effects
+    events = first.events
     if first.children:
         fan = second.run.fan
         wanted = {slot.run_id for slot in fan.open} if fan is not None else set()
@@ -411,9 +426,11 @@ def chain(first: Transition, second: Transition) -> Transition:
         if dropped:
             children = tuple(c for c in children if c.run_id not in dropped)
             effects = tuple(_without(e, dropped) for e in effects)
+            reason = {"reason": "its step stopped waiting for its children before it started"}
+            events = _not_started(events, dropped, reason)
     return Transition(
         second.run,
-        first.events + second.events,
+        events + second.events,
         effects,
         first.tasks + second.tasks,
         first.reply,
@@ -422,6 +439,31 @@ def chain(first: Transition, second: Transition) -> Transition:
         children,
         second.gather,
     )
+
+
+def child_not_started(
+    tr: Transition, request: ChildRequest, error: ErrorInfo, definition: Definition, ctx: Context
+) -> Transition:
+    """`tr` after the actor found it cannot start `request` (`error`: its workflow or version
+    does not exist): one transition, the request withdrawn. The history records
+    `child_not_started` (the workflow, `class` and `message`, no `runId`) where `child_started`
+    was, and the step goes on as for a failed child."""
+    events = _not_started(tr.events, {request.run_id}, {"class": error.cls, "message": error.message})
+    tr = attrs.evolve(tr, events=events)
+    return chain(
+        tr, transition(tr.run, definition, ChildNotStarted(request.run_id, request.parent, error), ctx)
+    )
+
+
+def _not_started(events: tuple[Event, ...], run_ids: set[str], why: dict[str, Any]) -> tuple[Event, ...]:
+    """`events` with the `child_started` of `run_ids` recorded as `child_not_started` instead."""
+    out = []
+    for e in events:
+        if e.type == "child_started" and e.data.get("runId") in run_ids:
+            data = {k: v for k, v in e.data.items() if k != "runId"}
+            e = attrs.evolve(e, type="child_not_started", data={**data, **why})
+        out.append(e)
+    return tuple(out)
 
 
 def _without(effect: Effect, dropped: set[str]) -> Effect:
@@ -1521,9 +1563,10 @@ def _on_admit(tx: _Tx, msg: Admit) -> Reply | None:
 _CHILD_CLASSES: Final = {"timed_out": "child_timed_out", "cancelled": "child_cancelled"}
 
 
-def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
-    """A child closed: record it in the step's fan-out, then move the step on. Stale (another
-    generation, attempt or step), duplicated and unknown children change nothing."""
+def _on_child_closed(tx: _Tx, msg: ChildRunClosed | ChildNotStarted) -> Reply | None:
+    """A child closed (or could not start): record it in the step's fan-out, then move the step
+    on. Stale (another generation, attempt or step), duplicated and unknown children change
+    nothing."""
     run = tx.run
     fan = run.fan
     ref = msg.parent
@@ -1545,28 +1588,37 @@ def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
     which: dict[str, Any] = {"index": slot.index}
     if step.kind == "parallel":
         which = {"branch": step.branches[slot.index].name}
-    if msg.status == "completed":
+    # A child that never started has no run to name: its `child_not_started` is in the history.
+    never = msg.error if isinstance(msg, ChildNotStarted) else None
+    status = "failed" if isinstance(msg, ChildNotStarted) else msg.status
+    if status == "completed":
+        assert isinstance(msg, ChildRunClosed)
         fan = attrs.evolve(fan, open=opened, completed=fan.completed + 1)
         tx.emit("child_completed", step.name, fan.attempt, runId=msg.run_id, **which)
     else:
-        cls = _CHILD_CLASSES.get(msg.status, "child_failed")
-        child_error = msg.error.cls if msg.error is not None else msg.status
-        tx.emit(
-            "child_failed",
-            step.name,
-            fan.attempt,
-            runId=msg.run_id,
-            status=msg.status,
-            error=child_error,
-            **which,
-        )
-        if msg.status == "cancelled":
+        cls = _CHILD_CLASSES.get(status, "child_failed")
+        if never is None:
+            child_error = msg.error.cls if msg.error is not None else status
+            tx.emit(
+                "child_failed",
+                step.name,
+                fan.attempt,
+                runId=msg.run_id,
+                status=status,
+                error=child_error,
+                **which,
+            )
+        if status == "cancelled":
             fan = attrs.evolve(fan, open=opened, cancelled=fan.cancelled + 1)
         else:
             fan = attrs.evolve(fan, open=opened, failed=fan.failed + 1)
         if step.kind == "run":
-            detail = f": {msg.error.cls}: {msg.error.message}" if msg.error is not None else ""
-            error = ErrorInfo(step.name, cls, f"child run {msg.run_id} is {msg.status}{detail}")
+            if never is not None:
+                text = f"{never.message}: step {step.name!r} could not start its child run"
+                error = ErrorInfo(step.name, never.cls, text)
+            else:
+                detail = f": {msg.error.cls}: {msg.error.message}" if msg.error is not None else ""
+                error = ErrorInfo(step.name, cls, f"child run {msg.run_id} is {status}{detail}")
             tx.set(fan=None, timer=None, wake_at=None)
             if paused:
                 tx.hold("failed", error=error, retryable=True)
@@ -1578,19 +1630,30 @@ def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
             tx.set(fan=fan)
             tx.drop_fan(f"a sibling of it in step {step.name!r} failed")
             if step.kind == "map":
+                last = f"{msg.run_id} ({status})" if never is None else f"item {slot.index} ({never.message})"
+                # The open children are cancelled now (unless abandoned); the rest never start.
+                if step.on_parent_close == "abandon":
+                    closing = f"{fan.cancelled} cancelled, {len(fan.open)} abandoned"
+                else:
+                    closing = f"{fan.cancelled + len(fan.open)} cancelled"
+                unstarted = fan.total - fan.started
                 cls, text = (
                     "map_failed",
                     (
                         f"{fan.failed + fan.cancelled} of {fan.total} children did not complete (tolerated:"
                         f" {step.tolerance(fan.total)}): {fan.completed} completed, {fan.failed} failed,"
-                        f" {fan.cancelled} cancelled; the last was {msg.run_id} ({msg.status})"
+                        f" {closing}{f', {unstarted} not started' if unstarted else ''}; the last was {last}"
                     ),
                 )
             else:
                 branch = step.branches[slot.index].name
-                cls, text = "branch_failed", f"branch {branch!r} (child run {msg.run_id}) is {msg.status}"
+                if never is not None:
+                    cls, text = "branch_failed", f"branch {branch!r} could not start: {never.message}"
+                else:
+                    cls, text = "branch_failed", f"branch {branch!r} (child run {msg.run_id}) is {status}"
             tx.step_failed_or_hold(step, ErrorInfo(step.name, cls, text))
             return None
+    assert isinstance(msg, ChildRunClosed)  # only a run that closed completes
     if step.kind == "run":
         try:
             size = payload_size(msg.output)
@@ -1681,6 +1744,7 @@ _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
     Debounce: _on_debounce,
     ChildRunClosed: _on_child_closed,
     TreeTooLarge: _on_tree_too_large,
+    ChildNotStarted: _on_child_closed,
     Gathered: _on_gathered,
     TaskAnswer: _on_answer,
     TimerFired: _on_timer,

@@ -3,7 +3,8 @@
 The machine asks for children (`Transition.children`) and for a finished fan-out's outputs
 (`Transition.gather`) but cannot read definitions or storage. Before the commit, `settle`
 resolves each child's workflow version and starts it with the pure `machine.start` (its own
-children too, to the nesting limit), or tells the parent it could not; and reads the outputs of
+children too, to the nesting limit), or tells the parent it could not (`child_not_started`:
+the history then names no run id for it); and reads the outputs of
 a map's or parallel step's children. The parent's transition and every child it starts are then
 committed as one unit of work: a parent's step and its children exist together or not at all,
 across any crash, and a retried message meets the run at its new `seq` and starts nothing twice.
@@ -93,8 +94,7 @@ async def _settle(
             break
         which = f"version {missing.version} of " if missing.version is not None else ""
         error = ErrorInfo(None, "workflow_not_found", f"{which}workflow {missing.workflow!r} not found")
-        message = ChildRunClosed(missing.run_id, missing.parent, "failed", None, error)
-        tr = machine.chain(tr, machine.transition(tr.run, definition, message, ctx))
+        tr = machine.child_not_started(tr, missing, error, definition, ctx)
     started: list[Transition] = []
     for request in tr.children:
         budget[0] -= 1

@@ -727,6 +727,8 @@ def workflows_push(s: Session, files: Sequence[str]) -> None:
     rows = []
     for path in files:
         ref = s.call(s.client.b_register_workflow(read_definition(path), s.need_app()))
+        for warning in ref.warnings:
+            click.echo(f"warning: {path}: {warning.get('message')}", err=True)
         rows.append({"file": path, "name": ref.name, "version": ref.version, "created": ref.created})
     s.out.table(rows, ("file", "name", "version", "created"), {"workflows": rows})
 
