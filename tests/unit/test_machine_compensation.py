@@ -142,7 +142,12 @@ def test_fail_error_names_the_run_s_error_and_keeps_the_cause() -> None:
         "step": "refund",
         "class": "payment_refunded",
         "message": "charge undone",
-        "cause": {"step": "charge", "class": "card_declined", "message": "no funds", "compensatedBy": "refund"},
+        "cause": {
+            "step": "charge",
+            "class": "card_declined",
+            "message": "no funds",
+            "compensatedBy": "refund",
+        },
     }
     tr = k.send(machine.Redrive())
     assert isinstance(tr.reply, machine.Rejected) and tr.reply.code == "compensated"

@@ -613,12 +613,16 @@ def _fail_error(s: StepSpec, at: str) -> FailError:
         raise ValidationError(f"{field}.{unknown[0]}", "unknown field (failError takes class and message)")
     cls = raw.get("class")
     if not isinstance(cls, str) or not 1 <= len(cls) <= MAX_ERROR_CLASS or "\x00" in cls:
-        raise ValidationError(f"{field}.class", f"expected an error class name (1..{MAX_ERROR_CLASS} characters)")
+        raise ValidationError(
+            f"{field}.class", f"expected an error class name (1..{MAX_ERROR_CLASS} characters)"
+        )
     message = raw.get("message", "")
     if message is None:
         message = ""
     if not isinstance(message, str) or len(message) > MAX_ERROR_MESSAGE or "\x00" in message:
-        raise ValidationError(f"{field}.message", f"expected a string of at most {MAX_ERROR_MESSAGE} characters")
+        raise ValidationError(
+            f"{field}.message", f"expected a string of at most {MAX_ERROR_MESSAGE} characters"
+        )
     routes = [s.next, s.on_failure, s.on_timeout, s.default, *(s.on_signal or {}).values()]
     routes += [c.next for c in s.choices or ()]
     if s.type != "task" and FAIL not in routes:

@@ -76,7 +76,10 @@ REFINE: Final[Refinements] = {
         },
         "required": ["class"],
         "additionalProperties": False,
-        "description": "the run's error when it goes to $fail from this step (the failure that led there is kept as its cause)",
+        "description": (
+            "the run's error when it goes to $fail from this step "
+            "(the failure that led there is kept as its cause)"
+        ),
     },
     (d.BranchSpec, "name"): NAME,
     (d.BranchSpec, "workflow"): NAME,
