@@ -9,6 +9,7 @@ from typing import Any
 
 from ..conftest import Api
 from ..helpers import answer_json
+from .test_console import browser, login, operator_token
 
 SAGA = {
     "name": "saga",
@@ -103,3 +104,16 @@ async def test_fail_error_names_the_run_s_error_and_keeps_the_cause(api: Api) ->
     events = (await call(api, "GET", f"runs/{run_id}/events")).json()["events"]
     closing = [e for e in events if e["type"] == "run_failed"]
     assert closing[0]["data"]["class"] == "payment_refunded" and closing[0]["data"]["cause"] == ROOT
+
+
+async def test_the_console_does_not_offer_a_redrive_of_a_compensated_run(api: Api) -> None:
+    api.handler.route("charge", lambda b, h: answer_json({"error": {"class": "card_declined"}}, 400))
+    await api.register(SAGA)
+    run_id = (await api.start("saga"))["runId"]
+    await api.until(run_id, "failed")
+    async with browser(api) as c:
+        await login(api, await operator_token(api, "operator"), c)
+        page = (await c.get(f"/console/apps/orders/runs/{run_id}")).text
+    form = page[page.index("<legend>Redrive</legend>") : page.index("Redrive</button>")]
+    assert "rewind to <code>charge</code>" in form and "disabled" in form
+    assert "<code>card_declined</code>" in page and "(compensated by <code>refund</code>)" in page
