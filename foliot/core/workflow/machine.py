@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import attrs
 
-from .compat import STRANDED, step_verdict
+from .compat import FAN_OUT_CHANGED, STRANDED, Fans, Verdict, refused_text, step_verdict
 from .definition import CHILD_KINDS, END, FAIL, MAX_DEPTH, MAX_ITEMS, STUCK, Definition, Step
 from .duration import DurationError, parse_timestamp
 from .flow import Bucket, step_bucket
@@ -184,6 +184,19 @@ class ChildRunClosed:
 
 
 @attrs.frozen
+class TreeTooLarge:
+    """The child runs a transition asked for would, with their own children, create more runs in
+    one unit of work than the node allows (`FOLIOT_MAX_TREE_RUNS`): the step that asked fails
+    with `too_many_runs` (not retried: the same input asks for the same tree) and none of them
+    is created."""
+
+    step: str
+    generation: int
+    attempt: int
+    message: str
+
+
+@attrs.frozen
 class Gathered:
     """The outputs of a map's or parallel step's children, read from storage once the last of
     them closed (`Transition.gather`), in item order; None for a child that did not complete."""
@@ -192,6 +205,9 @@ class Gathered:
     generation: int
     attempt: int
     outputs: tuple[Any, ...]
+    # Not 0: the outputs read so far already passed the payload limit (this many bytes), and the
+    # rest were not read; `outputs` is empty.
+    too_large: int = 0
 
 
 @attrs.frozen
@@ -200,7 +216,8 @@ class Migrate:
 
     A run whose step is compatible (see `compat.step_verdict`) stays where it stands; one whose
     step changed what is in flight, or that `step_map` sends elsewhere, re-enters its (mapped)
-    step under a new generation, as a rewind does. A stranded step with no entry is refused."""
+    step under a new generation, as a rewind does. A stranded step with no entry is refused.
+    A run waiting for its step's children keeps them, or is refused (`_migrate_fan`)."""
 
     target: Definition
     version: int
@@ -223,6 +240,7 @@ Message = (
     | Unpause
     | MarkStuck
     | ChildRunClosed
+    | TreeTooLarge
     | Gathered
     | Admit
     | Debounce
@@ -1646,6 +1664,22 @@ def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
     return None
 
 
+def _on_tree_too_large(tx: _Tx, msg: TreeTooLarge) -> Reply | None:
+    """The step's fan-out would create too many runs: it fails (no retry), nothing is started."""
+    run = tx.run
+    fan = run.fan
+    if (
+        not run.is_open
+        or fan is None
+        or (fan.step, fan.generation, fan.attempt) != (msg.step, msg.generation, msg.attempt)
+    ):
+        return Ok("stale")
+    step = tx.definition.step(fan.step)
+    tx.set(fan=None, timer=None, wake_at=None)
+    tx.step_failed_or_hold(step, ErrorInfo(step.name, "too_many_runs", msg.message))
+    return None
+
+
 def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
     """The outputs of a map's or parallel step's children: the step's result, and on."""
     run = tx.run
@@ -1667,12 +1701,15 @@ def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
         value = list(msg.outputs)
     tx.set(fan=None)
     try:
-        size = payload_size(value)
+        size = msg.too_large or payload_size(value)
     except PayloadError:
         size = tx.ctx.payload_max + 1
     if size > tx.ctx.payload_max:
         limit = tx.ctx.payload_max
-        text = f"the children's outputs of step {step.name!r} are {size} bytes, over the {limit}-byte limit"
+        which = "are" if not msg.too_large else "pass, with some still unread,"
+        text = (
+            f"the children's outputs of step {step.name!r} {which} {size} bytes, over the {limit}-byte limit"
+        )
         tx.step_failed(step, ErrorInfo(step.name, "output_too_large", text))
         return None
     tx.set(state={**run.state, step.name: value}, carried_error=None)
@@ -1692,6 +1729,7 @@ _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
     Admit: _on_admit,
     Debounce: _on_debounce,
     ChildRunClosed: _on_child_closed,
+    TreeTooLarge: _on_tree_too_large,
     Gathered: _on_gathered,
     TaskAnswer: _on_answer,
     TimerFired: _on_timer,
@@ -1723,6 +1761,9 @@ def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
             400, "invalid_request", f"{field}: {mapped!r} is no step of version {msg.version}", field
         )
     verdict = step_verdict(tx.definition, msg.target, step)
+    fan = run.fan
+    if fan is not None:  # waiting for its step's children: they are kept, or the run refused
+        return _migrate_fan(tx, msg, fan, verdict, mapped)
     if verdict.verdict == STRANDED and mapped is None:
         return Rejected(
             409,
@@ -1753,6 +1794,30 @@ def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
     tx.emit("run_migrated", to_step, **data, toStep=to_step, inPlace=False)
     tx.park("running")
     tx.enter(to_step)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _migrate_fan(tx: _Tx, msg: Migrate, fan: FanOut, verdict: Verdict, mapped: str | None) -> Reply | None:
+    """Migrate a run waiting for the children of its run, map or parallel step. A version change
+    never starts finished work again: the run stays at its step with its completed and running
+    children (same generation), and only the items not started yet follow the new step (a map's
+    new maxConcurrency starts more of them at once); a new step that no longer names those
+    children (`compat.FAN_IDENTITY`), or a `stepMap` entry moving the run elsewhere, refuses it."""
+    run = tx.run
+    step = run.current_step
+    moved_to = mapped if mapped is not None and mapped != step else None
+    fans = Fans.of(fan)
+    if moved_to is not None or not verdict.keeps_fan:
+        text = refused_text(fan.kind, step, fans, f"v{msg.version}", verdict, moved_to)
+        return Rejected(409, FAN_OUT_CHANGED, f"run {run.run_id} {text}")
+    assert step is not None
+    tx.set(version=msg.version)
+    tx.definition = msg.target
+    data = {"reason": msg.reason, "fromVersion": run.version, "toVersion": msg.version, "fromStep": step}
+    tx.emit("run_migrated", step, **data, toStep=step, inPlace=True, children=fans.to_json())
+    if run.status == "waiting":
+        tx.top_up(msg.target.step(step))  # the items not started follow the new step
     tx.reply = Ok(tx.run)
     return None
 
