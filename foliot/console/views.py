@@ -585,6 +585,8 @@ async def _run_page(
         visited.add("$end")
     elif run.error is not None and run.error.cls in ("failed_by_definition", "stuck_by_definition"):
         visited.add("$fail" if run.error.cls == "failed_by_definition" else "$stuck")
+    elif run.status == "failed" and run.error is not None and run.error.compensated is not None:
+        visited.add("$fail")  # its compensation reached $fail
     svg = (
         graph.render(document, graph.Marks(run.current_step, frozenset(visited), frozenset(failed)))
         if document
@@ -1005,12 +1007,13 @@ async def bulk_action(verb: str) -> Response:
         cursor=form.get("cursor") or None,
     )
     done_word = bulk_api.VERBS[verb][1]
-    totals = {"examined": 0, "done": 0, "skipped": 0, "cursor": None}
+    totals: dict[str, Any] = {"examined": 0, "done": 0, "skipped": 0, "refused": [], "cursor": None}
     for _ in range(BULK_CALLS_PER_POST):
         answer = await bulk_api.apply_bulk(query.app, verb, spec)
         totals["examined"] += answer["matched"]
         totals["done"] += answer[done_word]
         totals["skipped"] += answer["skipped"]
+        totals["refused"] += answer["refused"]
         totals["cursor"] = answer["cursor"]
         if answer["cursor"] is None:
             break

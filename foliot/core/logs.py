@@ -46,6 +46,7 @@ _LEVELS: Mapping[str, int] = {
 _FIELDS: Mapping[str, str] = {
     "class": "errorClass",
     "message": "error",
+    "compensatedBy": "compensatedBy",
     "retryable": "retryable",
     "delayMs": "delayMs",
     "nextAttempt": "nextAttempt",

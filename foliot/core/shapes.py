@@ -88,6 +88,8 @@ class _Maker:
                 if isinstance(extra, Shape):
                     out.update(dict(extra.keywords))
             return out
+        if typing.get_origin(tp) in (typing.NotRequired, typing.Required):  # a TypedDict's key
+            return self.schema(typing.get_args(tp)[0])
         if tp is None or tp is type(None):
             return dict(NULL)
         if tp in _PRIMITIVES:

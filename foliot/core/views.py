@@ -6,18 +6,29 @@ made from it (`foliot/core/shapes.py`, `/openapi.json`), so a member added here 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
 
 from .shapes import Shape
 from .workflow.duration import format_timestamp as ts
-from .workflow.model import Event, Run
+from .workflow.model import ErrorInfo, Event, Run
 
 # An instant as the API writes it: `2026-11-29T18:00:00.000Z` (UTC, milliseconds).
 Timestamp = Annotated[str, Shape.of(format="date-time")]
 
 
-# Why a step or run failed (`class` is a keyword: the functional form).
-ErrorView = TypedDict("ErrorView", {"step": str | None, "class": str, "message": str})
+# Why a step or run failed (`class` is a keyword: the functional form). A run that failed after
+# its compensation (`onFailure`) reached `$fail` names the compensated failure, `compensatedBy`
+# its `onFailure` step; a step's `failError` makes the error its own, the failure kept as `cause`.
+ErrorView = TypedDict(
+    "ErrorView",
+    {
+        "step": str | None,
+        "class": str,
+        "message": str,
+        "compensatedBy": NotRequired[str],
+        "cause": NotRequired["ErrorView"],
+    },
+)
 
 
 class ParentView(TypedDict):
@@ -173,7 +184,16 @@ _TIME_FIELDS = frozenset({"wakeAt", "deadline", "at"})
 
 def error_view(run: Run) -> ErrorView:
     assert run.error is not None
-    return {"step": run.error.step, "class": run.error.cls, "message": run.error.message}
+    return _error(run.error)
+
+
+def _error(error: ErrorInfo) -> ErrorView:
+    out: ErrorView = {"step": error.step, "class": error.cls, "message": error.message}
+    if error.compensated_by is not None:
+        out["compensatedBy"] = error.compensated_by
+    if error.cause is not None:
+        out["cause"] = _error(error.cause)
+    return out
 
 
 def event_view(event: Event) -> EventView:

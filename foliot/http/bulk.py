@@ -3,7 +3,9 @@
 `POST /apps/{app}/runs/{pause|unpause|cancel|redrive}` reads one keyset page of the app's runs
 (newest first, like the listing), and sends each run that matches the filter the single-run
 intervention through its actor, so the same status rules apply. A run whose status does not
-allow the intervention is counted as `skipped`, never an error. The answer carries a `cursor`
+allow the intervention is counted as `skipped`, never an error; one the intervention refuses for
+another reason (a redrive of a run whose compensation reached `$fail`) is listed in `refused`
+with the refusal's code and message. The answer carries a `cursor`
 to resume with (null after the last page). Retrying a page is safe: runs already handled are
 then skipped.
 """
@@ -106,18 +108,22 @@ async def apply_bulk(app_name: str, verb: str, spec: BulkBody) -> dict[str, Any]
     cursor = encode_cursor(page[-1].created_at, page[-1].run_id) if len(rows) > chosen.limit else None
     targets = [run for run in page if chosen.matches(run)]
     counts = {"done": 0, "skipped": 0}
+    refused: list[dict[str, Any]] = []
     limiter = trio.CapacityLimiter(CONCURRENCY)
 
     async def one(run: Run) -> None:
         async with limiter:
             try:
                 reply, _ = await eng.runs.ask(run.run_id, make(spec.reason), run)
-                done = isinstance(reply, machine.Ok)
+                done, refusal = outcome_of(reply)
             except Elsewhere as elsewhere:  # owned by another node: it intervenes there
-                done = await intervene_there(
+                done, refusal = await intervene_there(
                     eng.forwarder, elsewhere, app_name, run.run_id, verb, spec.reason
                 )
-        counts["done" if done else "skipped"] += 1
+        if refusal is not None:
+            refused.append({"runId": run.run_id, "step": run.current_step, **refusal})
+        else:
+            counts["done" if done else "skipped"] += 1
 
     try:
         async with trio.open_nursery() as nursery:
@@ -126,25 +132,38 @@ async def apply_bulk(app_name: str, verb: str, spec: BulkBody) -> dict[str, Any]
     except BaseExceptionGroup as group:
         # One refusal (storage down, a full mailbox) answers for the page; retrying it is safe.
         raise _first(group) from None
+    refused.sort(key=lambda r: str(r["runId"]))
     answer: dict[str, Any] = {
         "matched": len(targets),
         done_field: counts["done"],
         "skipped": counts["skipped"],
+        "refused": refused,
         "cursor": cursor,
     }
     return answer
 
 
+def outcome_of(reply: machine.Reply) -> tuple[bool, dict[str, str] | None]:
+    """(done, refusal) of one run's intervention: a refusal other than its status not allowing
+    it (`invalid_status`: skipped) is reported with its code and message."""
+    if isinstance(reply, machine.Rejected) and reply.code != "invalid_status":
+        return False, {"code": reply.code, "message": reply.message}
+    return isinstance(reply, machine.Ok), None
+
+
 async def intervene_there(
     forwarder: Forwarder | None, elsewhere: Elsewhere, app: str, run_id: str, verb: str, reason: str | None
-) -> bool:
+) -> tuple[bool, dict[str, str] | None]:
     """One run of a bulk page, owned by another node: intervene through it
-    (`/internal/intervene`); True when done, False when its status did not allow it."""
+    (`/internal/intervene`); (done, refusal) as `outcome_of` says."""
     if forwarder is None:
         raise Unavailable("this node cannot reach the run's owner; retry")
     request = {"app": app, "runId": run_id, "verb": verb, "reason": reason}
     answer = await forwarder.internal(elsewhere.owner.address, "/internal/intervene", request)
-    return bool(answer["done"])
+    there = answer.get("refused")
+    if isinstance(there, dict):
+        return False, {"code": str(there.get("code")), "message": str(there.get("message"))}
+    return bool(answer["done"]), None
 
 
 def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -75,7 +75,8 @@ async def from_a_node() -> bytes:
 @blueprint.post("/internal/intervene")
 async def intervene() -> Response:
     """One run of a bulk intervention made on another node: `{"done": true}` when applied,
-    false when the run's status did not allow it (as a bulk page counts it: skipped)."""
+    false when the run's status did not allow it (as a bulk page counts it: skipped), with
+    `refused: {code, message}` when it was refused for another reason (`bulk.outcome_of`)."""
     spec = parse(decode_json(await from_a_node()), InterveneBody)
     check_name(spec.app, "app")
     if spec.verb not in bulk.VERBS:
@@ -92,7 +93,8 @@ async def intervene() -> Response:
         raise NotOwner(
             f"this node does not own run {spec.run_id} (node {elsewhere.owner.node_id} does)"
         ) from None
-    return json_response({"done": isinstance(reply, machine.Ok)})
+    done, refusal = bulk.outcome_of(reply)
+    return json_response({"done": done, "refused": refusal} if refusal is not None else {"done": done})
 
 
 @attrs.frozen

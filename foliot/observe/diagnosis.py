@@ -221,6 +221,15 @@ def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:
         return f"cancelled {closed_ago} ago; a cancelled run never moves again", False
     if run.status == "failed":
         failed_step = f"`{run.error.step}`" if run.error is not None and run.error.step else step
+        compensated = run.error.compensated if run.error is not None else None
+        if compensated is not None:  # a redrive is refused (machine.compensated_refusal)
+            return (
+                f"failed at {failed_step} {closed_ago} ago ({_error_text(run)}); the onFailure path "
+                f"(`{compensated.compensated_by}`) of `{compensated.step}`'s failure ran and reached "
+                "$fail, so a redrive is refused (it would run the compensation again): rewind to "
+                f"`{compensated.step}` to retry it",
+                True,
+            )
         return (
             f"failed at {failed_step} {closed_ago} ago ({_error_text(run)}); "
             "redrive or rewind it to continue",

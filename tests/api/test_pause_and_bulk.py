@@ -137,10 +137,10 @@ async def test_bulk_pause_pages_and_resumes_until_done(api: Api) -> None:
         assert (await api.run(rid))["status"] == "waiting"
     # A page retried is safe: the runs already paused are skipped.
     again = await post(api, "runs/pause", {"workflow": "w"})
-    assert again.json() == {"matched": 5, "paused": 0, "skipped": 5, "cursor": None}
+    assert again.json() == {"matched": 5, "paused": 0, "skipped": 5, "refused": [], "cursor": None}
     # Unpause only the paused ones, by status filter.
     r = await post(api, "runs/unpause", {"workflow": "w", "status": "paused"})
-    assert r.json() == {"matched": 5, "unpaused": 5, "skipped": 0, "cursor": None}
+    assert r.json() == {"matched": 5, "unpaused": 5, "skipped": 0, "refused": [], "cursor": None}
     for rid in ours:
         assert (await api.run(rid))["status"] == "waiting"
 
@@ -150,14 +150,14 @@ async def test_bulk_cancel_filters_by_business_key_step_and_version(api: Api) ->
     a = (await api.start("w", businessKey="k-1"))["runId"]
     b = (await api.start("w", businessKey="k-2"))["runId"]
     r = await post(api, "runs/cancel", {"workflow": "w", "businessKey": "k-1"})
-    assert r.json() == {"matched": 1, "cancelled": 1, "skipped": 0, "cursor": None}
+    assert r.json() == {"matched": 1, "cancelled": 1, "skipped": 0, "refused": [], "cursor": None}
     assert (await api.run(a))["status"] == "cancelled" and (await api.run(b))["status"] == "waiting"
     none = await post(api, "runs/cancel", {"workflow": "w", "step": "after"})
     assert none.json()["matched"] == 0 and (await api.run(b))["status"] == "waiting"
     wrong_version = await post(api, "runs/cancel", {"workflow": "w", "version": 2})
     assert wrong_version.json()["matched"] == 0
     r = await post(api, "runs/cancel", {"workflow": "w", "step": "w", "version": 1, "reason": "cleanup"})
-    assert r.json() == {"matched": 2, "cancelled": 1, "skipped": 1, "cursor": None}
+    assert r.json() == {"matched": 2, "cancelled": 1, "skipped": 1, "refused": [], "cursor": None}
     assert (await api.run(b))["status"] == "cancelled"
     events = await api.events(b)
     assert events[-1]["type"] == "run_cancelled" and events[-1]["data"]["reason"] == "cleanup"
@@ -178,7 +178,7 @@ async def test_bulk_redrive_of_failed_runs(api: Api) -> None:
         await api.until(rid, "failed")
     broken[0] = False
     r = await post(api, "runs/redrive", {"workflow": "flaky", "status": "failed"})
-    assert r.json() == {"matched": 3, "redriven": 3, "skipped": 0, "cursor": None}
+    assert r.json() == {"matched": 3, "redriven": 3, "skipped": 0, "refused": [], "cursor": None}
     for rid in ids:
         done = await api.until(rid, "completed")
         assert done["generation"] == 2

@@ -81,7 +81,8 @@ async def test_output_over_the_limit_goes_to_on_failure(api: Api) -> None:
     comp = api.handler.received[-1]
     assert comp.body["step"] == "comp"
     assert comp.body["error"]["class"] == "output_too_large" and comp.body["error"]["step"] == "a"
-    assert done["error"]["class"] == "failed_by_definition"
+    assert (done["error"]["step"], done["error"]["class"]) == ("a", "output_too_large")
+    assert done["error"]["compensatedBy"] == "comp"
 
 
 async def test_a_failure_answer_too_large_to_read_fails_by_its_status(api: Api) -> None:

@@ -478,3 +478,26 @@ async def test_a_debounced_start_from_the_cli(api: Api, run_cli: Cli) -> None:
     await run_cli(*lead, "--idempotency-key", "x", code=2)
     bad = await run_cli("runs", "start", "sync", "--debounce-key", "k3", "--debounce-period", "8d", code=1)
     assert "debounce.period" in bad.stderr
+
+
+async def test_bulk_redrive_reports_a_compensated_run_as_refused(api: Api, run_cli: Cli) -> None:
+    """A run whose compensation reached $fail is refused by a redrive: the CLI names it and exits
+    4 (a pipeline sees a run left behind), never counting it as redriven."""
+    saga = {
+        "name": "saga",
+        "steps": [
+            {"name": "charge", "type": "task", "retry": {"maxAttempts": 1}, "onFailure": "refund"},
+            {"name": "refund", "type": "task", "next": "$fail"},
+        ],
+    }
+    api.handler.route("charge", lambda b, h: answer_json({"error": {"class": "card_declined"}}, 400))
+    await api.register(saga)
+    run = await api.start("saga")
+    await api.until(run["runId"], "failed")
+    args = ("runs", "bulk", "redrive", "--workflow", "saga", "--status", "failed", "--yes")
+    done = await run_cli.json(*args, code=4)
+    assert (done["acted"], done["matched"], done["skipped"]) == (0, 1, 0)
+    assert [(r["runId"], r["code"]) for r in done["refused"]] == [(run["runId"], "compensated")]
+    text = (await run_cli(*args, code=4)).stdout
+    assert "redriven 0 of 1 matching runs (0 skipped, 1 refused)" in text
+    assert f"refused {run['runId']}: step 'charge' failed" in text and "rewind" in text

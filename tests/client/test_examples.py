@@ -93,7 +93,7 @@ async def test_the_examples_run_the_order_workflow(
         assert failed["status"] == "failed" and failed["error"]["class"] == "nothing_to_pick"
         # A run started without input: `pick` refuses it (no crash), `restock` compensates.
         assert ("task_failed", "pick") in history and undone["state"]["restock"] == {"restocked": 0}
-        assert undone["error"]["class"] == "failed_by_definition"
+        assert undone["error"]["class"] == "nothing_to_pick" and undone["error"]["compensatedBy"] == "restock"
         worker.send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await worker.wait() == 0, (tmp_path / "worker.log").read_text()

@@ -105,12 +105,18 @@ async def test_fastapi_app_serves_a_whole_run_end_to_end(api: Api, nursery: trio
         assert (await c.get_run(run.run_id)).current_step == "later"
         await c.complete_task(tokens[0], {"late": True})
         final = await api.until(run.run_id, "failed")
+        error = (await c.get_run(run.run_id)).error
+        assert error is not None and (error.step, error.error_class, error.compensated_by) == (
+            "charge",
+            "card_declined",
+            "refund",
+        )
     assert calls == ["reserve", "route", "express", "later", "charge", "refund"]
     assert final["state"]["reserve"] == {"reservationId": "R-7"}
     assert final["state"]["route"] == {"express": True} and final["state"]["express"] == "shipped"
     assert final["state"]["later"] == {"late": True}
     assert final["state"]["refund"] == {"refunded": True, "because": "card_declined"}
-    assert final["error"]["class"] == "failed_by_definition"
+    assert final["error"]["class"] == "card_declined" and final["error"]["compensatedBy"] == "refund"
     charge = [e for e in await _events(api, created.api_key, run.run_id) if e["type"] == "task_failed"]
     assert charge[0]["data"]["class"] == "card_declined"
 

@@ -310,7 +310,7 @@ async def test_tasks_are_routed_by_step_and_compensation_runs_its_own_function(
             shipless = await api.until(good, "failed")
             worker.stop()
     assert (
-        failed["state"]["release"] == {"released": 7} and failed["error"]["class"] == "failed_by_definition"
+        failed["state"]["release"] == {"released": 7} and failed["error"]["class"] == "card_declined"
     )
     assert all(name == step for name, step in ran) and ("release", "release") in ran
     # No handler for `ship` of `saga`: failed at once, not retried, as a push handler's 404 is.

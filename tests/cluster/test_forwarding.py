@@ -28,7 +28,7 @@ from foliot.server import Running, serve
 from foliot.storage.swf import swf_actor_id
 
 from ..conftest import ADMIN, make_settings
-from ..helpers import HandlerServer, quart_only, start_handler
+from ..helpers import HandlerServer, answer_json, quart_only, start_handler
 from ..swf.conftest import PRESET_KEY, PRESET_SECRET, Swf, call
 from ..swf.test_tasks_boto3 import register_activity, schedule
 from ..swf.test_write_boto3 import WF, history, register
@@ -323,13 +323,13 @@ async def test_a_bulk_page_intervenes_on_each_run_where_it_lives(cluster: Cluste
     on_b = await start(c, "b", "w")
     r = await c.call("b", "POST", f"/apps/{c.app}/runs/pause", {"workflow": "w", "reason": "maintenance"})
     assert r.status_code == 200, r.text
-    assert r.json() == {"matched": 3, "paused": 3, "skipped": 0, "cursor": None}
+    assert r.json() == {"matched": 3, "paused": 3, "skipped": 0, "refused": [], "cursor": None}
     for run_id in on_a:
         assert c.nodes["a"].engine.supervisor.actors[run_id].state.status == "paused"
         assert run_id not in c.nodes["b"].engine.supervisor.actors
     assert c.nodes["b"].engine.supervisor.actors[on_b].state.status == "paused"
     again = await c.call("a", "POST", f"/apps/{c.app}/runs/pause", {"workflow": "w"})
-    assert again.json() == {"matched": 3, "paused": 0, "skipped": 3, "cursor": None}
+    assert again.json() == {"matched": 3, "paused": 0, "skipped": 3, "refused": [], "cursor": None}
     # The node-to-node call refuses anyone without a node's hop header.
     body = {"app": c.app, "runId": on_b, "verb": "unpause"}
     assert (await c.call("b", "POST", "/internal/intervene", body)).status_code == 401
@@ -611,3 +611,25 @@ async def test_a_migrate_page_moves_each_run_where_it_lives(cluster: Cluster) ->
     # The node-to-node call refuses anyone without a node's hop header.
     body = {"app": c.app, "workflow": "w", "runId": on_b, "toVersion": 1}
     assert (await c.call("b", "POST", "/internal/migrate", body)).status_code == 401
+
+
+async def test_a_bulk_redrive_reports_a_compensated_run_of_another_node_as_refused(cluster: Cluster) -> None:
+    c = cluster
+    saga = {
+        "name": "saga",
+        "steps": [
+            {"name": "charge", "type": "task", "retry": {"maxAttempts": 1}, "onFailure": "refund"},
+            {"name": "refund", "type": "task", "next": "$fail"},
+        ],
+    }
+    assert (await c.call("a", "POST", f"/apps/{c.app}/workflows", saga)).status_code == 201
+    c.handler.route("charge", lambda b, h: answer_json({"error": {"class": "card_declined"}}, 400))
+    run_id = await start(c, "a", "saga")
+    await c.nodes["a"].engine.runs.wait_for(run_id, lambda r: r.status == "failed")
+    r = await c.call("b", "POST", f"/apps/{c.app}/runs/redrive", {"workflow": "saga", "status": "failed"})
+    assert r.status_code == 200, r.text
+    refused = r.json()["refused"]
+    assert (r.json()["redriven"], r.json()["skipped"]) == (0, 0)
+    assert [(x["runId"], x["step"], x["code"]) for x in refused] == [(run_id, "refund", "compensated")]
+    assert "'charge'" in refused[0]["message"] and "rewind" in refused[0]["message"]
+    assert len(c.handler.keys("refund")) == 1

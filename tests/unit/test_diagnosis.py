@@ -248,6 +248,22 @@ def test_run_deadline_and_live_actor_facts() -> None:
             True,
         ),
         (
+            "failed",
+            ErrorInfo("charge", "card_declined", "no funds", compensated_by="refund"),
+            "failed at `charge` 5 min ago (card_declined: no funds); the onFailure path (`refund`) of "
+            "`charge`'s failure ran and reached $fail, so a redrive is refused (it would run the "
+            "compensation again): rewind to `charge` to retry it",
+            True,
+        ),
+        (
+            "failed",
+            ErrorInfo("refund", "refunded", "", cause=ErrorInfo("charge", "declined", "", "refund")),
+            "failed at `refund` 5 min ago (refunded); the onFailure path (`refund`) of `charge`'s "
+            "failure ran and reached $fail, so a redrive is refused (it would run the compensation "
+            "again): rewind to `charge` to retry it",
+            True,
+        ),
+        (
             "timed_out",
             ErrorInfo("ship", "run_timeout", ""),
             "timed out at `ship` 5 min ago (its runTimeout passed); "

@@ -311,7 +311,7 @@ def test_on_failure_carries_the_error_into_the_next_task() -> None:
     }
     k.ok()
     assert k.run.status == "failed" and k.run.error is not None
-    assert k.run.error.cls == "failed_by_definition"
+    assert (k.run.error.cls, k.run.error.compensated_by) == ("card_declined", "comp")
 
 
 LIMIT = 1000

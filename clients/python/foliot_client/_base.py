@@ -245,11 +245,14 @@ class BulkPage:
     skipped: int
     cursor: str | None
     raw: dict[str, Any] = field(repr=False, compare=False)
+    # runs the intervention refused for another reason than their status: {runId, step, code, message}
+    refused: tuple[dict[str, Any], ...] = ()
 
 
 def _bulk_page(action: str) -> Callable[[int, Any], BulkPage]:
     def parse(_: int, d: Any) -> BulkPage:
-        return BulkPage(int(d["matched"]), int(d[_BULK_COUNT[action]]), int(d["skipped"]), d.get("cursor"), d)
+        counts = int(d["matched"]), int(d[_BULK_COUNT[action]]), int(d["skipped"])
+        return BulkPage(*counts, d.get("cursor"), d, tuple(d.get("refused") or ()))
 
     return parse
 

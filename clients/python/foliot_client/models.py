@@ -39,10 +39,19 @@ class RunError:
     step: str | None
     error_class: str
     message: str
+    compensated_by: str | None = None  # the onFailure step that ran for this failure, then reached $fail
+    cause: RunError | None = None  # under a step's failError: the failure that led to $fail
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RunError:
-        return cls(_opt_str(d, "step"), str(d.get("class", "")), str(d.get("message", "")))
+        cause = d.get("cause")
+        return cls(
+            _opt_str(d, "step"),
+            str(d.get("class", "")),
+            str(d.get("message", "")),
+            _opt_str(d, "compensatedBy"),
+            cls.from_json(cause) if isinstance(cause, Mapping) else None,
+        )
 
 
 @dataclass(frozen=True)

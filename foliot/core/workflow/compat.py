@@ -191,6 +191,8 @@ def _fields(step: Step, workflow: str) -> dict[str, Any]:
     """What of a step a comparison looks at, JSON-able, named as the document names it."""
     kind = step.kind
     out: dict[str, Any] = {"kind": kind}
+    own = step.fail_error
+    out["failError"] = {"class": own.cls, "message": own.message} if own is not None else None
     if kind == "choice":
         out["choices"] = [{"when": repr(c.when), "next": c.next} for c in step.choices]
         out["default"] = step.default

@@ -31,6 +31,8 @@ MAX_DEPTH: Final = 8  # a run's children may nest this deep below it (a top-leve
 MAX_ITEMS: Final = 10_000  # items of one map step
 MAX_CONCURRENCY: Final = 1_000
 DEFAULT_MAP_CONCURRENCY: Final = 10
+MAX_ERROR_CLASS: Final = 128  # a failError's class, as a task's error class
+MAX_ERROR_MESSAGE: Final = 2048
 MIN_BRANCHES: Final = 2
 MAX_BRANCHES: Final = 20
 
@@ -109,6 +111,7 @@ class StepSpec:
     priority: Any = None  # a task step: 1 (highest)..5, else the run's (issue 23)
     rate_limit: dict[str, Any] | None = None  # a task step: {limit, period, key} (issue 23)
     concurrency: ConcurrencySpec | None = None  # a task step: {limit, key}
+    fail_error: dict[str, Any] | None = None  # {class, message?}: the run's error when it goes to $fail
 
 
 @attrs.frozen
@@ -140,11 +143,22 @@ _ALLOWED: Final = {
         "priority",
         "rateLimit",
         "concurrency",
+        "failError",
     },
-    "sleep": {"next", "duration", "until", "untilPath"},
-    "wait": {"next", "signal", "signals", "onSignal", "timeout", "onTimeout"},
-    "choice": {"choices", "default"},
-    "run": {"next", "onFailure", "retry", "timeout", "workflow", "version", "inputPath", "onParentClose"},
+    "sleep": {"next", "duration", "until", "untilPath", "failError"},
+    "wait": {"next", "signal", "signals", "onSignal", "timeout", "onTimeout", "failError"},
+    "choice": {"choices", "default", "failError"},
+    "run": {
+        "next",
+        "onFailure",
+        "retry",
+        "timeout",
+        "workflow",
+        "version",
+        "inputPath",
+        "onParentClose",
+        "failError",
+    },
     "map": {
         "next",
         "onFailure",
@@ -155,8 +169,9 @@ _ALLOWED: Final = {
         "toleratedFailures",
         "toleratedFailurePercentage",
         "onParentClose",
+        "failError",
     },
-    "parallel": {"next", "onFailure", "branches", "onParentClose"},
+    "parallel": {"next", "onFailure", "branches", "onParentClose", "failError"},
 }
 _OPTIONAL_FIELDS: Final = tuple(a.name for a in attrs.fields(StepSpec) if a.name not in ("name", "type"))
 
@@ -197,6 +212,14 @@ class Branch:
 
 
 @attrs.frozen
+class FailError:
+    """A step's `failError`: the run's error class and message when it goes to `$fail` from it."""
+
+    cls: str
+    message: str = ""
+
+
+@attrs.frozen
 class Step:
     name: str
     kind: str
@@ -226,6 +249,7 @@ class Step:
     priority: int | None = None  # a task step's own priority; None: the run's
     rate_limit: RateLimit | None = None  # a task step's sends spaced to this
     concurrency: Concurrency | None = None  # a task step: at most `limit` runs at it per key value
+    fail_error: FailError | None = None  # the run's error when it goes to $fail from this step
 
     def tolerance(self, total: int) -> int:
         """How many of a map's `total` children may fail and the step still complete."""
@@ -481,6 +505,8 @@ def parse_definition(raw: Any) -> Definition:
         following = spec.steps[i + 1].name if i + 1 < len(spec.steps) else END
         nxt = target(s.next, f"{at}.next") or following
         common: dict[str, Any] = {"name": s.name, "kind": s.type, "next": nxt}
+        if s.fail_error is not None:
+            common["fail_error"] = _fail_error(s, at)
         if s.type == "task":
             if s.queue is not None and s.handler is not None:
                 raise ValidationError(f"{at}.queue", "a step takes either queue or handler, not both")
@@ -574,6 +600,34 @@ def parse_definition(raw: Any) -> Definition:
         output=_path(spec.output, "output") if spec.output is not None else None,
         concurrency=_concurrency(spec.concurrency, "concurrency"),
     )
+
+
+def _fail_error(s: StepSpec, at: str) -> FailError:
+    """A step's `failError: {class, message?}`, on a step that can go to `$fail` (a task's
+    handler may name `$fail` as its next step; other steps must have a route there)."""
+    raw = s.fail_error
+    field = f"{at}.failError"
+    assert raw is not None
+    unknown = sorted(set(raw) - {"class", "message"})
+    if unknown:
+        raise ValidationError(f"{field}.{unknown[0]}", "unknown field (failError takes class and message)")
+    cls = raw.get("class")
+    if not isinstance(cls, str) or not 1 <= len(cls) <= MAX_ERROR_CLASS or "\x00" in cls:
+        raise ValidationError(
+            f"{field}.class", f"expected an error class name (1..{MAX_ERROR_CLASS} characters)"
+        )
+    message = raw.get("message", "")
+    if message is None:
+        message = ""
+    if not isinstance(message, str) or len(message) > MAX_ERROR_MESSAGE or "\x00" in message:
+        raise ValidationError(
+            f"{field}.message", f"expected a string of at most {MAX_ERROR_MESSAGE} characters"
+        )
+    routes = [s.next, s.on_failure, s.on_timeout, s.default, *(s.on_signal or {}).values()]
+    routes += [c.next for c in s.choices or ()]
+    if s.type != "task" and FAIL not in routes:
+        raise ValidationError(field, 'the step never goes to $fail (none of its next steps is "$fail")')
+    return FailError(cls, message)
 
 
 def _step_concurrency(spec: DefinitionSpec, s: StepSpec, at: str) -> Concurrency | None:

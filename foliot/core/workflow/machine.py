@@ -541,6 +541,7 @@ class _Tx:
         self.children: list[ChildRequest] = []
         self.gather: Gather | None = None
         self.reply: Reply = Ok()
+        self.failure: ErrorInfo | None = None  # a step's own failure on its way to `onFailure: $fail`
 
     @property
     def run(self) -> Run:
@@ -641,8 +642,14 @@ class _Tx:
         self.drop_fan(f"its parent {self.run.run_id} is {status}")
         output = self.output() if status == "completed" else None
         self.park(status, closed_at=self.ctx.now, error=error, output=output, debounce_key=None)
+        if status == "completed" and self.run.compensating is not None:
+            self.set(compensating=None)  # the onFailure path recovered
         if error is not None:
             data = {"class": error.cls, "message": error.message, **data}
+            if error.compensated_by is not None:
+                data["compensatedBy"] = error.compensated_by
+            if error.cause is not None:
+                data["cause"] = error.cause.to_json()
         self.emit(event, self.run.current_step, **data)
         if self.run.concurrency_key is not None:
             self.wake(self.run.concurrency_key)  # its slot is free
@@ -706,7 +713,7 @@ class _Tx:
             self.finish("completed", "run_completed")
             return None
         if name == FAIL:
-            self.fail_run(self.run.current_step, "failed_by_definition", "the workflow reached $fail")
+            self.reach_fail()
             return None
         if name == STUCK:
             self.stuck(self.run.current_step, "stuck_by_definition", "the workflow reached $stuck")
@@ -715,6 +722,9 @@ class _Tx:
         self.leave_step_slot()
         carried = self.run.carried_error if step.kind == "task" else None
         self.set(current_step=name, step_since=self.ctx.now, attempt=None, error=None, carried_error=carried)
+        compensating = self.run.compensating
+        if compensating is not None and compensating.step == name:
+            self.set(compensating=None)  # the failed step is tried again: its compensation is over
         self.emit("step_started", name, kind=step.kind)
         if step.kind == "task":
             if step.concurrency is not None:
@@ -729,6 +739,24 @@ class _Tx:
         if step.kind in CHILD_KINDS:
             return self.enter_children(step, 1)
         return self.evaluate_choice(step)
+
+    def reach_fail(self) -> None:
+        """The run reached `$fail` from its current step. Its error: the step's `failError` (the
+        failure that led here kept as `cause`), else that failure itself (the step's own, by
+        `onFailure: $fail`, or the one its `onFailure` path compensated, with `compensatedBy`),
+        else `failed_by_definition`."""
+        at = self.run.current_step
+        root = self.failure or self.run.compensating
+        self.failure = None
+        step = self.definition.index.get(at) if at is not None else None
+        own = step.fail_error if step is not None else None
+        if own is not None:
+            error = ErrorInfo(at, own.cls, own.message, cause=root)
+        elif root is not None:
+            error = root
+        else:
+            error = ErrorInfo(at, "failed_by_definition", "the workflow reached $fail")
+        self.finish("failed", "run_failed", error)
 
     def leave_step_slot(self) -> None:
         """Leaving a task step with `concurrency`: its slot (or its place in the queue) is given
@@ -938,6 +966,10 @@ class _Tx:
         )
         if step.on_failure is not None:
             self.set(carried_error=error)
+            if step.on_failure == FAIL:
+                self.failure = error  # no compensation: the run fails with this failure
+            elif step.on_failure not in (END, STUCK):
+                self.set(compensating=attrs.evolve(error, compensated_by=step.on_failure))
             self.enter(step.on_failure)
             return
         self.fail_run(step.name, error.cls, error.message)
@@ -1344,6 +1376,9 @@ def _on_redrive(tx: _Tx, msg: Redrive) -> Reply | None:
     run = tx.run
     if run.status not in ("failed", "stuck", "timed_out") or run.current_step is None:
         return _invalid_status(run, "redrive")
+    refusal = compensated_refusal(run)
+    if refusal is not None:
+        return Rejected(409, "compensated", refusal)
     step_name = run.current_step
     tx.close_task("superseded")
     tx.drop_fan(f"its parent {run.run_id} was redriven")
@@ -1356,6 +1391,19 @@ def _on_redrive(tx: _Tx, msg: Redrive) -> Reply | None:
     tx.enter(step_name)
     tx.reply = Ok(tx.run)
     return None
+
+
+def compensated_refusal(run: Run) -> str | None:
+    """Why a redrive of `run` is refused, when it failed at `$fail` after its `onFailure` path
+    (its compensation) ran: a redrive would run the compensation again, never the failed step."""
+    compensated = run.error.compensated if run.status == "failed" and run.error is not None else None
+    if compensated is None:
+        return None
+    return (
+        f"step {compensated.step!r} failed ({compensated.cls}) and its onFailure path "
+        f"({compensated.compensated_by!r}) ran and reached $fail: a redrive would run the "
+        f"compensation again; rewind to {compensated.step!r} to retry the failed step"
+    )
 
 
 def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
@@ -1377,6 +1425,7 @@ def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
         "closed_at": None,
         "error": None,
         "carried_error": None,
+        "compensating": None,
     }
     if msg.version is not None:
         changes["version"] = msg.version

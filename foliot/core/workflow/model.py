@@ -18,14 +18,34 @@ STATUSES: Final = OPEN_STATUSES | TERMINAL_STATUSES
 
 @attrs.frozen
 class ErrorInfo:
-    """`{step, class, message}`: why a step or run failed."""
+    """`{step, class, message}`: why a step or run failed.
+
+    A run whose `onFailure` path (its compensation) reached `$fail` fails with the failure that
+    was compensated, `compensated_by` naming the `onFailure` step; a step's `failError` makes the
+    run's error its own class and message, the failure that led to `$fail` kept as `cause`."""
 
     step: str | None
     cls: str
     message: str
+    compensated_by: str | None = None
+    cause: ErrorInfo | None = None
+
+    @property
+    def compensated(self) -> ErrorInfo | None:
+        """The failure a compensation ran for, when this error ended it (itself or its cause)."""
+        if self.compensated_by is not None:
+            return self
+        if self.cause is not None and self.cause.compensated_by is not None:
+            return self.cause
+        return None
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "class": self.cls, "message": self.message}
+        out: dict[str, Any] = {"step": self.step, "class": self.cls, "message": self.message}
+        if self.compensated_by is not None:
+            out["compensatedBy"] = self.compensated_by
+        if self.cause is not None:
+            out["cause"] = self.cause.to_json()
+        return out
 
 
 @attrs.frozen
@@ -168,6 +188,10 @@ class Run:
     task: TaskRef | None = None
     timer: Timer | None = None
     carried_error: ErrorInfo | None = None
+    # Set when a step's failure took its `onFailure` path: that failure (`compensated_by` the
+    # `onFailure` step), the run's error if the path reaches `$fail` (cleared by a rewind, on
+    # entering the failed step again, and when the run completes)
+    compensating: ErrorInfo | None = None
     buffer: tuple[BufferedSignal, ...] = ()
     armings: int = 0  # step timers armed so far; numbers the next one (Timer.key)
     step_since: int | None = None  # when the run entered `current_step` (None: stored before)
@@ -262,13 +286,21 @@ _FLAT = {
     cls: _getter(cls)
     for cls in (ErrorInfo, TaskRef, Timer, BufferedSignal, HeldOutcome, ParentRef, ChildSlot, ScheduleRef)
 }
-_NESTED_ONE: Final = ("error", "task", "timer", "carried_error", "parent", "schedule")
+_NESTED_ONE: Final = ("task", "timer", "parent", "schedule")
+_ERRORS: Final = ("error", "carried_error", "compensating")
 _FAN_NAMES, _fan_values = _getter(FanOut)
 
 
 def _flat(obj: Any) -> dict[str, Any]:
     names, values = _FLAT[type(obj)]
     return dict(zip(names, values(obj), strict=True))
+
+
+def _flat_error(error: ErrorInfo) -> dict[str, Any]:
+    flat = _flat(error)
+    if error.cause is not None:
+        flat["cause"] = _flat_error(error.cause)
+    return flat
 
 
 def replace_run(run: Run, changes: dict[str, Any]) -> Run:
@@ -287,11 +319,15 @@ def run_to_dict(run: Run) -> dict[str, Any]:
         value = out[name]
         if value is not None:
             out[name] = _flat(value)
+    for name in _ERRORS:
+        value = out[name]
+        if value is not None:
+            out[name] = _flat_error(value)
     held = run.held
     if held is not None:
         flat = _flat(held)
         if held.error is not None:
-            flat["error"] = _flat(held.error)
+            flat["error"] = _flat_error(held.error)
         out["held"] = flat
     out["wait_signals"] = list(run.wait_signals)
     out["buffer"] = [_flat(signal) for signal in run.buffer]

@@ -69,6 +69,18 @@ REFINE: Final[Refinements] = {
     (d.StepSpec, "tolerated_failures"): {"minimum": 0},
     (d.StepSpec, "tolerated_failure_percentage"): {"minimum": 0, "maximum": 100},
     (d.StepSpec, "branches"): {"minItems": d.MIN_BRANCHES, "maxItems": d.MAX_BRANCHES},
+    (d.StepSpec, "fail_error"): {
+        "properties": {
+            "class": {"type": "string", "minLength": 1, "maxLength": d.MAX_ERROR_CLASS},
+            "message": {"type": ["string", "null"], "maxLength": d.MAX_ERROR_MESSAGE},
+        },
+        "required": ["class"],
+        "additionalProperties": False,
+        "description": (
+            "the run's error when it goes to $fail from this step "
+            "(the failure that led there is kept as its cause)"
+        ),
+    },
     (d.BranchSpec, "name"): NAME,
     (d.BranchSpec, "workflow"): NAME,
     (d.BranchSpec, "version"): {"minimum": 1},

@@ -24,7 +24,7 @@ from .._base import BULK_ACTIONS, OPERATOR_ROLES, UNSET, BulkSelection, Call, _r
 from ..client import Client
 from ..errors import FoliotError
 from .config import ConfigError, config_path, load_profiles, resolve
-from .render import REFUSED, USAGE, Output, exit_code, one_line
+from .render import CONFLICT, REFUSED, USAGE, Output, exit_code, one_line
 
 T = TypeVar("T")
 
@@ -536,17 +536,24 @@ def runs_bulk(
             click.echo("not confirmed: nothing changed (--yes skips the question)", err=True)
             raise SystemExit(REFUSED)
     totals = {"matched": 0, "acted": 0, "skipped": 0, "pages": 0}
+    refused: list[dict[str, Any]] = []
     cursor = None
     while True:
         page = s.call(s.client.b_bulk(action, selection, cursor, s.need_app()))
         totals = {"matched": totals["matched"] + page.matched, "acted": totals["acted"] + page.acted,
                   "skipped": totals["skipped"] + page.skipped, "pages": totals["pages"] + 1}  # fmt: skip
+        refused.extend(page.refused)
         cursor = page.cursor
         if cursor is None:
             break
     verb = BULK_VERBS[action]
-    line = f"{verb} {totals['acted']} of {totals['matched']} matching runs ({totals['skipped']} skipped)"
-    s.out.text(line, {"action": action, **totals})
+    line = f"{verb} {totals['acted']} of {totals['matched']} matching runs ({totals['skipped']} skipped"
+    line += f", {len(refused)} refused)" if refused else ")"
+    for r in refused:
+        line += f"\nrefused {r.get('runId')}: {r.get('message')}"
+    s.out.text(line, {"action": action, **totals, "refused": refused})
+    if refused:
+        raise SystemExit(CONFLICT)  # runs were left behind (each a 409 on its own): a pipeline sees it
 
 
 def _no_totals(preview: Sequence[dict[str, Any]]) -> dict[str, int]:
