@@ -574,17 +574,36 @@ def test_paths_sql_cannot_say_exactly_are_left_to_python() -> None:
 
 
 async def test_rate_buckets_are_taken_in_turn_and_idle_ones_pruned_oldest_first(store: Store) -> None:
-    """`take_rate_tokens` moves a bucket's TAT on by the slots it reserves; `prune_rate_buckets`
-    deletes the buckets whose TAT is before the bound, the oldest first, at most `limit`."""
+    """`take_rate_token` takes a token only from a free bucket (TAT at most now) and moves its TAT
+    to now + interval; one refused stores nothing (a send that waits reserves no slot), and a
+    send needing two buckets takes both or neither. `prune_rate_buckets` deletes the buckets
+    whose TAT is before the bound, the oldest first, at most `limit`."""
     now = T0 * 1000
-    assert await store.take_rate_tokens("a", 1_000, 3, now) == now + 3_000
-    assert await store.take_rate_tokens("a", 1_000, 1, now) == now + 4_000  # after the three
-    assert await store.take_rate_tokens("b", 1_000, 1, now + 10_000) == now + 11_000
-    assert await store.take_rate_tokens("c", 1_000, 1, now + 20_000) == now + 21_000
-    assert await store.prune_rate_buckets(now + 4_000, 10) == 0  # a's TAT is not before it
-    assert await store.prune_rate_buckets(now + 30_000, 2) == 2  # a and b, the oldest
-    assert [await store.rate_bucket(b) for b in ("a", "b")] == [None, None]
+    assert await store.take_rate_token([("a", 1_000)], now) is None
+    assert await store.rate_bucket("a") == now + 1_000
+    for _ in range(3):  # waiting sends asking again: refused, the bucket as it was
+        assert await store.take_rate_token([("a", 1_000)], now + 999) == ("a", now + 1_000)
+    assert await store.rate_bucket("a") == now + 1_000
+    assert await store.take_rate_token([("a", 1_000)], now + 1_000) is None  # its slot: free
+    assert await store.rate_bucket("a") == now + 2_000
+    # Two buckets: "a" is not free, so "b" (free) is not taken either, in either order.
+    for pair in ([("b", 1_000), ("a", 1_000)], [("a", 1_000), ("b", 1_000)]):
+        assert await store.take_rate_token(pair, now + 1_500) == ("a", now + 2_000)
+        assert await store.rate_bucket("b") in (None, now + 1_500)  # free at now + 1_500 still
+    assert await store.take_rate_token([("b", 1_000)], now + 1_500) is None  # b was free
+    # "a0" (free) is taken first (name order), then "b" is not free: a0's token is put back.
+    assert await store.take_rate_token([("b", 1_000), ("a0", 5_000)], now + 2_000) == ("b", now + 2_500)
+    assert await store.rate_bucket("a0") in (None, now + 2_000)
+    assert await store.take_rate_token([("b", 1_000), ("a0", 5_000)], now + 2_500) is None
+    assert [await store.rate_bucket(b) for b in ("b", "a0")] == [now + 3_500, now + 7_500]
+    assert await store.take_rate_token([("a", 1_000)], now + 2_000) is None
+    assert await store.take_rate_token([("b", 1_000)], now + 10_000) is None
+    assert await store.take_rate_token([("c", 1_000)], now + 20_000) is None
+    assert await store.prune_rate_buckets(now + 3_000, 10) == 0  # a's TAT is not before it
+    assert await store.prune_rate_buckets(now + 30_000, 2) == 2  # a and a0, the oldest
+    assert [await store.rate_bucket(b) for b in ("a", "a0")] == [None, None]
     assert await store.rate_bucket("c") == now + 21_000
-    assert await store.prune_rate_buckets(now + 30_000, 2) == 1
+    assert await store.prune_rate_buckets(now + 30_000, 2) == 2
     assert await store.prune_rate_buckets(now + 30_000, 2) == 0
-    assert await store.take_rate_tokens("a", 1_000, 1, now + 40_000) == now + 41_000  # as new
+    assert await store.take_rate_token([("a", 1_000)], now + 40_000) is None  # as new
+    assert await store.rate_bucket("a") == now + 41_000
