@@ -64,7 +64,9 @@ async def test_runs_closed_while_waiting_for_a_token_do_not_delay_the_next(
     assert 25 <= await pushed_within(env, later, 60) <= 31
 
 
-async def test_a_restart_keeps_only_the_tokens_of_sends_that_went(env: Env, autojump_clock: MockClock) -> None:
+async def test_a_restart_keeps_only_the_tokens_of_sends_that_went(
+    env: Env, autojump_clock: MockClock
+) -> None:
     """The stored bucket moved on by the one send only (the closed runs reserved nothing), so a
     restarted node lets the next send go when that send's minute is over."""
     _, sent_at = await start_five_and_close_the_four_waiting(env)
@@ -75,3 +77,32 @@ async def test_a_restart_keeps_only_the_tokens_of_sends_that_went(env: Env, auto
     assert await env.engine.store.rate_bucket(BUCKET) == tat
     late = await env.start("metered")
     assert await pushed_within(env, late, 5) < 1
+
+
+async def test_a_paused_runs_offer_waiting_for_a_token_takes_none_until_the_unpause(
+    env: Env, autojump_clock: MockClock
+) -> None:
+    """A pull offer waiting for its token is withdrawn by a pause like an offer on its queue: it
+    is not offered (nor takes a token) while the run is paused, and waits its turn again after
+    the unpause."""
+    step = {"name": "t", "type": "task", "queue": "slow", "rateLimit": {"limit": 1, "period": "10s"}}
+    await env.register({"name": "rl", "steps": [step]})
+    await env.start("rl")
+    second = await env.start("rl")
+    await trio.testing.wait_all_tasks_blocked()
+    assert env.engine.queues.depth("app", "slow") == 1 and env.engine.dispatcher.delayed == 1
+    reply, _ = await env.engine.runs.ask(second, machine.Pause("hold on"))
+    assert isinstance(reply, machine.Ok)
+    assert env.engine.dispatcher.delayed == 0
+    await advance(15)
+    assert env.engine.queues.depth("app", "slow") == 1  # not offered while paused
+    third = await env.start("rl")  # the bucket is free: the paused run took no token
+    await trio.testing.wait_all_tasks_blocked()
+    assert env.engine.queues.depth("app", "slow") == 2
+    reply, _ = await env.engine.runs.ask(second, machine.Unpause("go"))
+    assert isinstance(reply, machine.Ok)
+    await trio.testing.wait_all_tasks_blocked()
+    assert env.engine.queues.depth("app", "slow") == 2 and env.engine.dispatcher.delayed == 1
+    await advance(10.5)  # after the third's slot
+    assert env.engine.queues.depth("app", "slow") == 3
+    assert third != second
