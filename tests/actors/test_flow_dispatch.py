@@ -5,6 +5,7 @@ that survives a restart of the dispatcher)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -274,3 +275,32 @@ async def test_an_idle_bucket_is_forgotten_and_a_busy_one_kept(autojump_clock: M
         assert await store.prune_rate_buckets(clock.now() * 1000, 2) == 2  # bounded
         assert await store.prune_rate_buckets(clock.now() * 1000, 10) == 4
         assert store.tat == {}
+
+
+class CountingBuckets(MemoryBuckets):
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    async def take_rate_token(self, buckets: Any, now_us: int) -> tuple[str, int] | None:
+        self.asked += 1
+        return await super().take_rate_token(buckets, now_us)
+
+
+async def test_sends_waiting_for_a_bucket_go_in_turn_and_ask_storage_about_once_each(
+    autojump_clock: MockClock,
+) -> None:
+    """Sends waiting for one bucket wait in a line: only its first is woken for the bucket's
+    next free instant, so storage is asked about once per send, not once per send per slot."""
+    store = CountingBuckets()
+    bucket = Bucket("s/a/wf/t", 100_000, "step t")  # ten a second
+    async with open_rig({"concurrency": 8, "per_app": 8}, store) as rig:
+        for n in range(50):
+            rig.push("a", n, buckets=(bucket,))
+        await rig.until(50)
+        times = [ms for ms, _ in rig.sent]
+        assert all(b - a >= 100 for a, b in itertools.pairwise(times)), times
+        assert times[-1] - T0 <= 4900 + 50
+        assert [t for _, t in rig.sent] == [f"tok-a-{n}" for n in range(50)]  # in the order they came
+        assert store.asked <= 52, store.asked
+        assert rig.dispatcher.delayed == 0 and rig.dispatcher._lines == {}
