@@ -113,7 +113,7 @@ class Push:
     taken: bool = False  # its rate-limit tokens are taken: it goes now
     rank: float = 0.0  # aged priority order (`flow.rank`), set when queued
     seq: int = 0
-    due: int | None = None  # set by a sender: held until this epoch ms (a rate-limit slot)
+    due: int | None = None  # set by `_gate`: it waits for a token (a line's first: woken then)
     waits_on: str | None = None  # the bucket's label it waits for (for `why`)
     wait_for: Bucket | None = None  # set with `due`: the bucket whose line it is to wait in
     line: str | None = None  # the bucket whose line it waits in, or was let out of to take a token

@@ -83,7 +83,7 @@ class RateLimiter:
         self._known: dict[str, int] = {}  # bucket -> the latest TAT (µs) seen by this node
         self._swept = 0  # len(_known) after its last sweep
         self._asking: dict[str, trio.Event] = {}  # bucket -> a take of it under way
-        self.taken = 0  # tokens taken so far (for tests and /metrics)
+        self.taken = 0  # tokens taken so far (for tests)
 
     def free_at(self, bucket: str) -> int:
         """Epoch ms from which `bucket` may be free, as far as this node knows (0: now)."""
@@ -93,6 +93,7 @@ class RateLimiter:
         """Take one token of each bucket if every one is free now: (now, None), the send goes.
         Else nothing is taken: (epoch ms when to try again, the bucket that is not free). While
         storage is down, waits and retries (the send has not happened; an abort cancels it)."""
+        buckets = list({b.name: b for b in buckets}.values())  # a bucket named twice: one token
         delay = self._retry_s
         while True:
             asking = next((self._asking[b.name] for b in buckets if b.name in self._asking), None)
@@ -106,24 +107,22 @@ class RateLimiter:
             done = trio.Event()
             for b in buckets:
                 self._asking[b.name] = done
-            answer: tuple[str, int] | None = ("", 0)
             try:
                 answer = await self._store.take_rate_token([(b.name, b.interval_us) for b in buckets], now_us)
             except StorageError:
                 log.warning("rate buckets %s: storage unavailable, retrying", [b.name for b in buckets])
+            else:
+                if answer is None:
+                    self.taken += 1
+                    for b in buckets:
+                        self._learn(b.name, now_us + b.interval_us)
+                    return -(-now_us // 1000), None
+                self._learn(*answer)
+                continue  # known now: answered above
             finally:
                 for b in buckets:
                     del self._asking[b.name]
                 done.set()
-            if answer is None:
-                self.taken += 1
-                for b in buckets:
-                    self._learn(b.name, now_us + b.interval_us)
-                return -(-now_us // 1000), None
-            name, tat = answer
-            if name:
-                self._learn(name, tat)
-                continue  # known now: answered above
             await trio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
