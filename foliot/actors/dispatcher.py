@@ -61,6 +61,8 @@ from .ratelimit import RateLimiter
 
 log = logging.getLogger("foliot.dispatcher")
 
+MAX_TAKE = 256  # at most this many tokens of a fast bucket taken in one statement
+
 
 @attrs.frozen
 class Target:
@@ -539,18 +541,43 @@ class Dispatcher:
                 item.due, item.waits_on, item.wait_for = now, ahead.label, ahead
                 item.since = now if item.since is None else item.since
                 return True
-        due, busy = await self._limiter.take(buckets)
+        line = self._lines.get(item.line) if item.line is not None else None
+        granted, due, busy = await self._limiter.take(buckets, 1 + self._alike(item, line, MAX_TAKE - 1))
         now = self._now()
         if busy is None:
             item.taken = True
+            # A bucket faster than one a millisecond gives the tokens of this millisecond at
+            # once: to the sends next in the item's line that need the same buckets.
+            followers: list[Push | Call] = []
+            line = self._lines.get(item.line) if item.line is not None else None
+            while line is not None and len(followers) < granted - 1 and self._alike(item, line, 1):
+                follower = line.items.popleft()
+                del self._held[follower.token]
+                follower.taken, follower.due, follower.line = True, None, None
+                followers.append(follower)
             self._leave_line(item)
-            self._rate_delay(max(0, now - (item.since if item.since is not None else now)) / 1000)
+            for sent in (item, *followers):
+                self._rate_delay(max(0, now - (sent.since if sent.since is not None else now)) / 1000)
+            for follower in followers:
+                self._enqueue(follower, front=True)
             return False
         if busy.name != item.line:
             self._leave_line(item)
         item.due, item.waits_on, item.wait_for = due, busy.label, busy
         item.since = now if item.since is None else item.since
         return True
+
+    @staticmethod
+    def _alike(item: Push | Call, line: _Line | None, most: int) -> int:
+        """How many of the first `most` sends of `line` need the same buckets as `item`."""
+        if line is None:
+            return 0
+        n = 0
+        for other in itertools.islice(line.items, most):
+            if other.app != item.app or other.buckets != item.buckets:
+                break
+            n += 1
+        return n
 
     def _hold(self, item: Push | Call) -> None:
         """The item left its sender to wait for a token: at the head of the line it was let out

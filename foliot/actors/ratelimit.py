@@ -1,12 +1,12 @@
-"""Rate-limit tokens (issue 23): a send of a rate-limited step or app takes a token first.
+"""Rate-limit tokens (issues 23, 38): a send of a rate-limited step or app takes a token first.
 
 A bucket (`flow.Bucket`) is one number in storage, its "theoretical arrival time" (TAT, epoch
-microseconds): the earliest instant its next send may go. A token is taken only when the send
-goes, and only from a free bucket (`tat <= now`): one conditional upsert, `tat = now + interval`,
-so sends are spaced `period / limit` apart (a bucket holds one token, no stored burst) and a
-restarted node reads the TAT the last send left. No future slot is ever reserved: a send that
-waits holds nothing, so one dropped while it waits (its run cancelled, paused, rewound, timed out,
-moved to another node) has nothing to give back, and the next send is not pushed later by it.
+microseconds): the earliest instant its next send may go. Tokens are taken only when sends go,
+and only from a free bucket (`flow.take_tokens`: a slot is free within its millisecond), so
+sends are spaced `period / limit` apart (a bucket holds no stored burst) and a restarted node
+reads the TAT the last send left. No later slot is ever reserved: a send that waits holds
+nothing, so one dropped while it waits (its run cancelled, timed out, rewound, moved to another
+node) has nothing to give back, and the next send is not pushed later by it.
 
 The limiter remembers the last TAT it saw of each bucket (a lower bound of the stored one: only
 sends move it on), so a send it knows must wait does not ask storage, and callers of one node
@@ -23,17 +23,17 @@ from typing import Protocol
 import trio
 
 from ..core.errors import StorageError
-from ..core.workflow.flow import Bucket
+from ..core.workflow.flow import Bucket, take_tokens
 
 log = logging.getLogger("foliot.ratelimit")
 
 
 class BucketStore(Protocol):
-    async def take_rate_token(
-        self, buckets: Sequence[tuple[str, int]], now_us: int
-    ) -> tuple[str, int] | None:
-        """Take one token of each `(bucket, interval_us)` if all are free at `now_us` (each TAT
-        becomes `now_us + interval_us`): None. Else nothing is taken: (a bucket not free, its TAT)."""
+    async def take_rate_tokens(
+        self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
+        """Take up to `count` tokens of each `(bucket, interval_us)` free at `now_us`
+        (`flow.take_tokens`): (how many, None); else none: (0, (a bucket not free, its TAT))."""
         ...
 
     async def prune_rate_buckets(self, idle_before_us: int, limit: int) -> int:
@@ -44,30 +44,28 @@ class BucketStore(Protocol):
 
 class MemoryBuckets:
     """Buckets in memory (tests, and a store without the table). `prune_rate_buckets` walks a
-    heap of (TAT, bucket) as each token left it, so a pass costs what it deletes (and the stale
+    heap of (TAT, bucket) as each take left it, so a pass costs what it deletes (and the stale
     entries it passes), never the number of buckets kept."""
 
     def __init__(self) -> None:
         self.tat: dict[str, int] = {}
         self._by_tat: list[tuple[int, str]] = []
 
-    async def take_rate_token(
-        self, buckets: Sequence[tuple[str, int]], now_us: int
-    ) -> tuple[str, int] | None:
-        for bucket, _ in buckets:
-            tat = self.tat.get(bucket, now_us)
-            if tat > now_us:
-                return bucket, tat
-        for bucket, interval_us in buckets:
-            self.tat[bucket] = now_us + interval_us
-            heapq.heappush(self._by_tat, (now_us + interval_us, bucket))
-        return None
+    async def take_rate_tokens(
+        self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
+        ordered = sorted(buckets)
+        granted, moved, busy = take_tokens(ordered, [self.tat.get(n, 0) for n, _ in ordered], count, now_us)
+        for name, tat in moved:
+            self.tat[name] = tat
+            heapq.heappush(self._by_tat, (tat, name))
+        return granted, busy
 
     async def prune_rate_buckets(self, idle_before_us: int, limit: int) -> int:
         heap, deleted = self._by_tat, 0
         while heap and heap[0][0] < idle_before_us and deleted < limit:
             tat, bucket = heapq.heappop(heap)
-            if self.tat.get(bucket) == tat:  # else a later token moved it on
+            if self.tat.get(bucket) == tat:  # else a later take moved it on
                 del self.tat[bucket]
                 deleted += 1
         return deleted
@@ -86,13 +84,15 @@ class RateLimiter:
         self.taken = 0  # tokens taken so far (for tests)
 
     def free_at(self, bucket: str) -> int:
-        """Epoch ms from which `bucket` may be free, as far as this node knows (0: now)."""
-        return -(-self._known.get(bucket, 0) // 1000)
+        """The epoch ms from which `bucket` may be free, as far as this node knows: the
+        millisecond of its TAT (a slot is free within its millisecond, `flow.take_tokens`)."""
+        return self._known.get(bucket, 0) // 1000
 
-    async def take(self, buckets: Sequence[Bucket]) -> tuple[int, Bucket | None]:
-        """Take one token of each bucket if every one is free now: (now, None), the send goes.
-        Else nothing is taken: (epoch ms when to try again, the bucket that is not free). While
-        storage is down, waits and retries (the send has not happened; an abort cancels it)."""
+    async def take(self, buckets: Sequence[Bucket], count: int = 1) -> tuple[int, int, Bucket | None]:
+        """Take up to `count` tokens of each bucket, those free now: (how many, now, None), the
+        sends go. Else nothing is taken: (0, epoch ms when to try again, the bucket that is not
+        free). While storage is down, waits and retries (the sends have not happened; an abort
+        cancels the wait)."""
         buckets = list({b.name: b for b in buckets}.values())  # a bucket named twice: one token
         delay = self._retry_s
         while True:
@@ -100,24 +100,25 @@ class RateLimiter:
             if asking is not None:
                 await asking.wait()  # then what it learnt decides
                 continue
-            now_us = self._now() * 1000
+            now_ms = self._now()
             busy = max(buckets, key=lambda b: self._known.get(b.name, 0))
-            if self._known.get(busy.name, 0) > now_us:
-                return self.free_at(busy.name), busy
+            if self.free_at(busy.name) > now_ms:
+                return 0, self.free_at(busy.name), busy
             done = trio.Event()
             for b in buckets:
                 self._asking[b.name] = done
             try:
-                answer = await self._store.take_rate_token([(b.name, b.interval_us) for b in buckets], now_us)
+                pairs = [(b.name, b.interval_us) for b in buckets]
+                granted, refused = await self._store.take_rate_tokens(pairs, max(1, count), now_ms * 1000)
             except StorageError:
                 log.warning("rate buckets %s: storage unavailable, retrying", [b.name for b in buckets])
             else:
-                if answer is None:
-                    self.taken += 1
-                    for b in buckets:
-                        self._learn(b.name, now_us + b.interval_us)
-                    return -(-now_us // 1000), None
-                self._learn(*answer)
+                if refused is None:
+                    self.taken += granted
+                    for b in buckets:  # at least this far (a lower bound is all `_known` holds)
+                        self._learn(b.name, now_ms * 1000 + granted * b.interval_us)
+                    return granted, now_ms, None
+                self._learn(*refused)
                 continue  # known now: answered above
             finally:
                 for b in buckets:

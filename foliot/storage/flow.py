@@ -2,11 +2,11 @@
 the rate-limit buckets (`rate_buckets`), one statement set for both backends (`?` placeholders;
 PostgreSQL runs them `numbered`).
 
-A bucket's row is its theoretical arrival time (TAT) in epoch microseconds. A token is taken
-only at the instant of a send, and only while the bucket is free (`tat <= now`): one conditional
-upsert, `tat = now + interval WHERE tat <= now`, answered with the new value (`RETURNING`) or
-nothing, so nodes of a cluster taking at once are ordered by the row's lock and never share a
-slot, and no future slot is ever reserved (nothing to give back when a waiting send is dropped).
+A bucket's row is its theoretical arrival time (TAT) in epoch microseconds. Tokens are taken
+only when sends go, and only while the bucket is free (`flow.take_tokens`): in one transaction,
+each bucket's row is read and locked (created free if missing) in name order, then moved on, so
+nodes of a cluster taking at once are ordered by the row's lock and never share a slot, and no
+later slot is ever reserved (nothing to give back when a waiting send is dropped).
 A bucket whose TAT passed is full again (as one never used), so the pruner deletes the ones idle
 for a while (`prune_rate_buckets`, a bounded batch per statement).
 """
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 import asyncpg
 import attrs
 
+from ..core.workflow.flow import take_tokens
 from .pg_calls import PgCalls
 from .sql import numbered
 
@@ -31,14 +32,13 @@ PUT_FLOW: Final = (
     " ON CONFLICT (app) DO UPDATE SET weight = excluded.weight, rate_limit = excluded.rate_limit,"
     " rate_period_ms = excluded.rate_period_ms, updated_at = excluded.updated_at"
 )
-# args: bucket, now + interval, now. No row back: the bucket is not free yet (its TAT is later).
-TAKE_TOKEN: Final = (
-    "INSERT INTO rate_buckets (bucket, tat) VALUES (?, ?) ON CONFLICT (bucket) DO UPDATE SET"
-    " tat = excluded.tat WHERE rate_buckets.tat <= ? RETURNING tat"
+# args: bucket. Its TAT, its row locked until the transaction ends (created free, TAT 0, if
+# missing: a row of a never-used bucket cannot be locked), so what is decided from it holds.
+LOCK_BUCKET: Final = (
+    "INSERT INTO rate_buckets (bucket, tat) VALUES (?, 0) ON CONFLICT (bucket) DO UPDATE SET"
+    " tat = rate_buckets.tat RETURNING tat"
 )
-# args: now, bucket: a token taken earlier in the same transaction put back (another bucket of the
-# same send was not free). The bucket was free at `now`, so a TAT of `now` is what it was.
-UNDO_TOKEN: Final = "UPDATE rate_buckets SET tat = ? WHERE bucket = ?"
+SET_BUCKET: Final = "UPDATE rate_buckets SET tat = ? WHERE bucket = ?"
 GET_BUCKET: Final = "SELECT tat FROM rate_buckets WHERE bucket = ?"
 # (idle_before, limit): buckets whose last slot ended before `idle_before`, the oldest first, at
 # most `limit` (the `rate_buckets_by_tat` index, migration 0078). A bucket whose TAT passed is
@@ -71,12 +71,12 @@ class FlowStore(Protocol):
 
     async def put_app_flow(self, flow: AppFlow) -> None: ...
 
-    async def take_rate_token(
-        self, buckets: Sequence[tuple[str, int]], now_us: int
-    ) -> tuple[str, int] | None:
-        """Take one token of each `(bucket, interval_us)` if every one is free at `now_us` (its
-        TAT at most `now_us`; each TAT becomes `now_us + interval_us`): None. Else nothing is
-        taken: (a bucket that is not free, its TAT in µs)."""
+    async def take_rate_tokens(
+        self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
+        """Take up to `count` tokens of each `(bucket, interval_us)` that are free at `now_us`
+        (`flow.take_tokens`): (how many, None); else nothing is taken: (0, (a bucket not free,
+        its TAT in µs))."""
         ...
 
     async def rate_bucket(self, bucket: str) -> int | None:
@@ -89,30 +89,25 @@ class FlowStore(Protocol):
 
 
 def _take_sqlite(
-    conn: sqlite3.Connection, buckets: Sequence[tuple[str, int]], now_us: int
-) -> tuple[str, int] | None:
-    taken: list[str] = []
-    for bucket, interval_us in sorted(buckets):
-        if conn.execute(TAKE_TOKEN, (bucket, now_us + interval_us, now_us)).fetchone() is None:
-            for name in taken:
-                conn.execute(UNDO_TOKEN, (now_us, name))
-            return bucket, int(conn.execute(GET_BUCKET, (bucket,)).fetchone()[0])
-        taken.append(bucket)
-    return None
+    conn: sqlite3.Connection, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+) -> tuple[int, tuple[str, int] | None]:
+    ordered = sorted(buckets)
+    tats = [int(conn.execute(LOCK_BUCKET, (name,)).fetchone()[0]) for name, _ in ordered]
+    granted, moved, busy = take_tokens(ordered, tats, count, now_us)
+    for name, tat in moved:
+        conn.execute(SET_BUCKET, (tat, name))
+    return granted, busy
 
 
 async def _take_postgres(
-    conn: asyncpg.Connection, buckets: Sequence[tuple[str, int]], now_us: int
-) -> tuple[str, int] | None:
-    # In name order, so two sends of the same buckets lock their rows in the same order.
-    taken: list[str] = []
-    for bucket, interval_us in sorted(buckets):
-        if await conn.fetchval(numbered(TAKE_TOKEN), bucket, now_us + interval_us, now_us) is None:
-            for name in taken:
-                await conn.execute(numbered(UNDO_TOKEN), now_us, name)
-            return bucket, int(await conn.fetchval(numbered(GET_BUCKET), bucket))
-        taken.append(bucket)
-    return None
+    conn: asyncpg.Connection, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+) -> tuple[int, tuple[str, int] | None]:
+    ordered = sorted(buckets)  # name order: two takes of the same buckets lock them in one order
+    tats = [int(await conn.fetchval(numbered(LOCK_BUCKET), name)) for name, _ in ordered]
+    granted, moved, busy = take_tokens(ordered, tats, count, now_us)
+    for name, tat in moved:
+        await conn.execute(numbered(SET_BUCKET), tat, name)
+    return granted, busy
 
 
 class FlowSqlite:
@@ -131,10 +126,10 @@ class FlowSqlite:
     async def put_app_flow(self, flow: AppFlow) -> None:
         await self._write(lambda c: c.execute(PUT_FLOW, attrs.astuple(flow)))
 
-    async def take_rate_token(
-        self, buckets: Sequence[tuple[str, int]], now_us: int
-    ) -> tuple[str, int] | None:
-        return await self._write(lambda c: _take_sqlite(c, buckets, now_us))
+    async def take_rate_tokens(
+        self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
+        return await self._write(lambda c: _take_sqlite(c, buckets, count, now_us))
 
     async def rate_bucket(self, bucket: str) -> int | None:
         row = await self._read(lambda c: c.execute(GET_BUCKET, (bucket,)).fetchone())
@@ -153,10 +148,10 @@ class FlowPostgres(PgCalls):
     async def put_app_flow(self, flow: AppFlow) -> None:
         await self._call(lambda c: c.execute(numbered(PUT_FLOW), *attrs.astuple(flow)), write=True)
 
-    async def take_rate_token(
-        self, buckets: Sequence[tuple[str, int]], now_us: int
-    ) -> tuple[str, int] | None:
-        return await self._call(lambda c: _take_postgres(c, buckets, now_us), write=True)
+    async def take_rate_tokens(
+        self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
+        return await self._call(lambda c: _take_postgres(c, buckets, count, now_us), write=True)
 
     async def rate_bucket(self, bucket: str) -> int | None:
         value = await self._call(lambda c: c.fetchval(numbered(GET_BUCKET), bucket))

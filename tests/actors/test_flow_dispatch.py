@@ -265,7 +265,7 @@ async def test_an_idle_bucket_is_forgotten_and_a_busy_one_kept(autojump_clock: M
         assert await store.prune_rate_buckets(now_us, 10) == 0  # its last slot has not ended yet
         await advance(5)
         for n in range(5):  # five more buckets, each used once now
-            await store.take_rate_token([(f"other-{n}", 1_000_000)], clock.now() * 1000)
+            await store.take_rate_tokens([(f"other-{n}", 1_000_000)], 1, clock.now() * 1000)
         assert await store.prune_rate_buckets(clock.now() * 1000, 10) == 1  # only the first is idle
         assert "s/a/wf/t" not in store.tat
         rig.push("a", 2, buckets=(bucket,))
@@ -282,9 +282,11 @@ class CountingBuckets(MemoryBuckets):
         super().__init__()
         self.asked = 0
 
-    async def take_rate_token(self, buckets: Any, now_us: int) -> tuple[str, int] | None:
+    async def take_rate_tokens(
+        self, buckets: Any, count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
         self.asked += 1
-        return await super().take_rate_token(buckets, now_us)
+        return await super().take_rate_tokens(buckets, count, now_us)
 
 
 async def test_sends_waiting_for_a_bucket_go_in_turn_and_ask_storage_about_once_each(
@@ -304,3 +306,21 @@ async def test_sends_waiting_for_a_bucket_go_in_turn_and_ask_storage_about_once_
         assert [t for _, t in rig.sent] == [f"tok-a-{n}" for n in range(50)]  # in the order they came
         assert store.asked <= 52, store.asked
         assert rig.dispatcher.delayed == 0 and rig.dispatcher._lines == {}
+
+
+async def test_a_bucket_faster_than_one_a_millisecond_keeps_its_rate(autojump_clock: MockClock) -> None:
+    """Ten thousand a second: each millisecond's ten tokens are taken in one statement and
+    given to the next ten sends of the line, so 2,000 sends take 200 ms, never more than ten in
+    a millisecond, and storage is asked about once a millisecond."""
+    store = CountingBuckets()
+    bucket = Bucket("s/a/wf/t", 100, "step t")
+    async with open_rig({"concurrency": 64, "per_app": 64}, store) as rig:
+        rig.handler_s[0] = 0.0
+        for n in range(2000):
+            rig.push("a", n, buckets=(bucket,))
+        await rig.until(2000)
+        per_ms: dict[int, int] = {}
+        for ms, _ in rig.sent:
+            per_ms[ms] = per_ms.get(ms, 0) + 1
+        assert max(per_ms.values()) <= 10 and 195 <= rig.sent[-1][0] - T0 <= 205, per_ms
+        assert store.asked <= 220, store.asked
