@@ -172,5 +172,8 @@ def take_tokens(
             busy = (name, tat)
     if busy is not None or granted <= 0:
         return 0, [], busy
-    moved = [(name, max(tat, now_us) + granted * i) for (name, i), tat in zip(buckets, tats, strict=True)]
+    moved = [
+        (name, max(tat, now_us) + granted * interval_us)
+        for (name, interval_us), tat in zip(buckets, tats, strict=True)
+    ]
     return granted, moved, None
