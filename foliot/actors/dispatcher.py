@@ -16,9 +16,12 @@ after it goes ahead); across apps, the ready-queue is a weighted round-robin: an
 gives up to its `weight` pushes (the admin's `PUT /apps/{app}` `weight`, 1 by default) before it
 goes to the back, so a push queued for an app is taken after at most the sum of the other
 ready apps' weights of other pushes, whatever their backlogs. A push of a rate-limited step or
-app reserves a token of each bucket (`ratelimit.RateLimiter`) when a sender takes it; one whose
-slot is in the future leaves the sender, waits in a heap (`delayed`) and comes back at the head
-of its app's queue when its slot comes; its deadline counts from when it is then sent.
+app takes a token of each bucket (`ratelimit.RateLimiter`) when a sender is about to send it,
+and only then: one whose bucket is not free leaves the sender holding nothing and waits in its
+bucket's line (this node's sends waiting for that bucket, in order; only the first is timed, in
+`delayed`, for the bucket's next free instant), and comes back at the head of its app's queue
+when its turn comes; its deadline counts from when it is then sent. A send dropped while it
+waits (its task closed, its partition gone) just leaves its line: no token was taken for it.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ from .pushclient import Poster, PushError, post
 from .ratelimit import RateLimiter
 
 log = logging.getLogger("foliot.dispatcher")
+
+MAX_TAKE = 256  # at most this many tokens of a fast bucket taken in one statement
 
 
 @attrs.frozen
@@ -107,11 +112,15 @@ class Push:
     dropped: bool = False  # aborted while queued; skipped when reached
     priority: int = DEFAULT_PRIORITY
     buckets: tuple[Bucket, ...] = ()  # the step's rate-limit bucket (the app's comes with Target)
-    reserved: bool = False  # its tokens are taken: it is sent when a sender takes it next
+    taken: bool = False  # its rate-limit tokens are taken: it goes now
     rank: float = 0.0  # aged priority order (`flow.rank`), set when queued
     seq: int = 0
-    due: int | None = None  # set by a sender: held until this epoch ms (a rate-limit slot)
+    due: int | None = None  # set by `_gate`: it waits for a token (a line's first: woken then)
     waits_on: str | None = None  # the bucket's label it waits for (for `why`)
+    wait_for: Bucket | None = None  # set with `due`: the bucket whose line it is to wait in
+    line: str | None = None  # the bucket whose line it waits in, or was let out of to take a token
+    since: int | None = None  # epoch ms when it first waited for a token
+    timer: int = -1  # the seq of its live entry in the dispatcher's `delayed` heap
 
     @property
     def app(self) -> str:
@@ -141,11 +150,26 @@ class Call:
     dropped: bool = False
     priority: int = DEFAULT_PRIORITY
     buckets: tuple[Bucket, ...] = ()  # a gated pull offer: its step's rate-limit bucket
-    reserved: bool = False
+    taken: bool = False
     rank: float = 0.0
     seq: int = 0
     due: int | None = None
     waits_on: str | None = None
+    wait_for: Bucket | None = None
+    line: str | None = None
+    since: int | None = None
+    timer: int = -1
+
+
+@attrs.define(eq=False)
+class _Line:
+    """One node's sends waiting for a rate-limit bucket, in order. Only the first is timed (for
+    the bucket's next free instant); when it is let out to take the token (`out`), the others
+    wait until it took it, waits again, or was dropped."""
+
+    bucket: Bucket
+    items: deque[Push | Call] = attrs.Factory(deque)
+    out: Push | Call | None = None
 
 
 class _AppLane:
@@ -229,8 +253,9 @@ class Dispatcher:
         self._seq = itertools.count()
         self._weights: dict[str, int] = {}  # apps whose weight is not 1, as last resolved
         self._turn: dict[str, int] = {}  # pushes the app at the head gave in its current turn
-        self._delayed: list[tuple[int, int, Push | Call]] = []  # (due ms, seq, item) heap
-        self._held: dict[str, Push | Call] = {}  # token -> waiting for its rate-limit slot
+        self._delayed: list[tuple[int, int, Push | Call]] = []  # (due ms, seq, line's first) heap
+        self._held: dict[str, Push | Call] = {}  # token -> waiting for a rate-limit token
+        self._lines: dict[str, _Line] = {}  # bucket -> this node's sends waiting for it
         self._delay_changed = ParkingLot()
         self._now = now
         self._target = target
@@ -293,11 +318,17 @@ class Dispatcher:
         return len(self._held)
 
     def delayed_until(self, token: str) -> tuple[str, int] | None:
-        """(the bucket's label, epoch ms of its slot) while `token` waits for a rate limit."""
+        """(the bucket's label, epoch ms of its estimated slot) while `token` waits for a rate
+        limit: the bucket's next free instant, one interval more per send ahead of it here."""
         item = self._held.get(token)
-        if item is None or item.due is None:
+        line = self._lines.get(item.line or "") if item is not None else None
+        if item is None or line is None:
             return None
-        return item.waits_on or "", item.due
+        ahead = line.items.index(item) + (line.out is not None)  # O(n): for `why` only
+        free = max(self._now(), self._limiter.free_at(line.bucket.name) if self._limiter else 0)
+        if not ahead and item.due is not None:
+            free = max(free, item.due)
+        return line.bucket.label, free + -(-ahead * line.bucket.interval_us // 1000)
 
     def weight(self, app: str) -> int:
         return self._weights.get(app, 1)
@@ -351,10 +382,16 @@ class Dispatcher:
         if item is not None:
             item.dropped = True
             self._uncount_queued(item.app)
+            self._leave_line(item)  # let out of its line, it took no token: the next may go
             return
         item = self._held.pop(token, None)
         if item is not None:
-            item.dropped = True  # its heap entry is skipped when it surfaces
+            item.dropped = True  # its heap entry (if first of its line) is skipped when it surfaces
+            line = self._lines[item.line or ""]
+            first = line.items[0] is item
+            line.items.remove(item)
+            if first and line.out is None:
+                self._next_of(line)
             return
         item = self._sending.pop(token, None)  # its sender is freed once the cancel lands
         if item is not None:
@@ -479,6 +516,8 @@ class Dispatcher:
             try:
                 await self._deliver(item)
             finally:
+                if item.due is None or item.dropped:
+                    self._leave_line(item)  # sent, failed or dropped: the next of its line may go
                 self._finished(item)
             if item.due is not None and not item.dropped:
                 self._hold(item)
@@ -486,34 +525,121 @@ class Dispatcher:
     # ------------------------------------------------------------------ rate limits
 
     async def _gate(self, item: Push | Call, app_rate: Bucket | None) -> bool:
-        """Take the item's rate-limit tokens (once); True when it must wait for its slot (it is
-        then held, see `_hold`), False when it may go now."""
-        if item.reserved or self._limiter is None:
+        """Take the item's rate-limit tokens, as it is about to be sent (once); True when it
+        must wait (it is then held, see `_hold`, holding no token), False when it may go now.
+        A send not let out of a line waits behind this node's sends already waiting for any
+        of its buckets."""
+        if item.taken or self._limiter is None:
             return False
         buckets = item.buckets if app_rate is None else (*item.buckets, app_rate)
         if not buckets:
             return False
-        due, slowest = await self._limiter.reserve(buckets)
-        item.reserved = True
         now = self._now()
-        self._rate_delay(max(0, due - now) / 1000)
-        if due <= now:
+        if item.line is None:
+            ahead = next((b for b in buckets if b.name in self._lines), None)
+            if ahead is not None:
+                item.due, item.waits_on, item.wait_for = now, ahead.label, ahead
+                item.since = now if item.since is None else item.since
+                return True
+        line = self._lines.get(item.line) if item.line is not None else None
+        granted, due, busy = await self._limiter.take(buckets, 1 + self._alike(item, line, MAX_TAKE - 1))
+        now = self._now()
+        if busy is None:
+            item.taken = True
+            # A bucket faster than one a millisecond gives the tokens of this millisecond at
+            # once: to the sends next in the item's line that need the same buckets.
+            followers: list[Push | Call] = []
+            line = self._lines.get(item.line) if item.line is not None else None
+            while line is not None and len(followers) < granted - 1 and self._alike(item, line, 1):
+                follower = line.items.popleft()
+                del self._held[follower.token]
+                follower.taken, follower.due, follower.line = True, None, None
+                followers.append(follower)
+            self._leave_line(item)
+            for sent in (item, *followers):
+                self._rate_delay(max(0, now - (sent.since if sent.since is not None else now)) / 1000)
+            for follower in followers:
+                self._enqueue(follower, front=True)
             return False
-        item.due, item.waits_on = due, slowest.label if slowest is not None else None
+        if busy.name != item.line:
+            self._leave_line(item)
+        item.due, item.waits_on, item.wait_for = due, busy.label, busy
+        item.since = now if item.since is None else item.since
         return True
 
+    @staticmethod
+    def _alike(item: Push | Call, line: _Line | None, most: int) -> int:
+        """How many of the first `most` sends of `line` need the same buckets as `item`."""
+        if line is None:
+            return 0
+        n = 0
+        for other in itertools.islice(line.items, most):
+            if other.app != item.app or other.buckets != item.buckets:
+                break
+            n += 1
+        return n
+
     def _hold(self, item: Push | Call) -> None:
-        """The item left its sender to wait for its rate-limit slot."""
-        assert item.due is not None
+        """The item left its sender to wait for a token: at the head of the line it was let out
+        of (it is still first), else at the end of its bucket's line."""
+        assert item.due is not None and item.wait_for is not None
+        bucket = item.wait_for
         self._held[item.token] = item
-        heapq.heappush(self._delayed, (item.due, next(self._seq), item))
+        line = self._lines.get(bucket.name)
+        if line is None:
+            line = self._lines[bucket.name] = _Line(bucket)
+        if item.line == bucket.name and line.out is item:
+            line.out = None
+            line.items.appendleft(item)
+        else:
+            item.line = bucket.name
+            line.items.append(item)
+        if line.out is None and line.items[0] is item:
+            self._time(item)
+
+    def _time(self, item: Push | Call) -> None:
+        """Wake the first of a line at its `due`."""
+        assert item.due is not None
+        item.timer = next(self._seq)
+        heapq.heappush(self._delayed, (item.due, item.timer, item))
         self._delay_changed.unpark_all()
 
+    def _next_of(self, line: _Line) -> None:
+        """The first of the line went (or left): time the next, else forget the line."""
+        if line.items:
+            first = line.items[0]
+            first.due = max(self._now(), self._limiter.free_at(line.bucket.name) if self._limiter else 0)
+            self._time(first)
+        else:
+            del self._lines[line.bucket.name]
+
+    def _leave_line(self, item: Push | Call) -> None:
+        """The item was let out of its line and will not wait in it again (it took its token,
+        waits for another bucket, or was dropped): the next of the line may go."""
+        name, item.line = item.line, None
+        line = self._lines.get(name) if name is not None else None
+        if line is not None and line.out is item:
+            line.out = None
+            self._next_of(line)
+
+    def _live(self, entry: tuple[int, int, Push | Call]) -> bool:
+        _, timer, item = entry
+        line = self._lines.get(item.line or "")
+        return (
+            not item.dropped
+            and item.timer == timer
+            and line is not None
+            and line.out is None
+            and bool(line.items)
+            and line.items[0] is item
+        )
+
     async def _release_delayed(self) -> None:
-        """Put each held item back at the head of its app's queue when its slot comes."""
+        """Let the first of each line out to take its token when its bucket may be free: back
+        at the head of its app's queue (the rest of the line waits for it)."""
         while True:
             heap = self._delayed
-            while heap and heap[0][2].dropped:
+            while heap and not self._live(heap[0]):
                 heapq.heappop(heap)
             if not heap:
                 await self._delay_changed.park()
@@ -524,10 +650,12 @@ class Dispatcher:
                     await self._delay_changed.park()
                 continue
             _, _, item = heapq.heappop(heap)
-            if self._held.get(item.token) is item:
-                del self._held[item.token]
-                item.due = None
-                self._enqueue(item, front=True)
+            line = self._lines[item.line or ""]
+            line.items.popleft()
+            line.out = item
+            del self._held[item.token]
+            item.due = None
+            self._enqueue(item, front=True)
 
     # ------------------------------------------------------------------ sending
 
@@ -586,12 +714,12 @@ class Dispatcher:
         if target is None:
             return timeout_failure("storage was unavailable for the step's whole timeout")
         self.set_weight(item.app, target.weight)
-        if await self._gate(item, target.rate):
-            return None
         try:
             url = push_url(target.handler_base_url, item.path)
-        except HandlerPathError as exc:
+        except HandlerPathError as exc:  # before its token: a push that cannot go takes none
             return Failed("invalid_handler", f"handler path {item.path[:200]!r} {exc}", False)
+        if await self._gate(item, target.rate):
+            return None
         if not self._may_send(item.owner):
             # Its partition left this node (or its lease is no longer trusted) while the push
             # waited for its target: the next owner sends it, with the same idempotency key.

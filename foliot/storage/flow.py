@@ -2,9 +2,11 @@
 the rate-limit buckets (`rate_buckets`), one statement set for both backends (`?` placeholders;
 PostgreSQL runs them `numbered`).
 
-A bucket's row is its theoretical arrival time in epoch microseconds; taking `n` tokens is one
-upsert, `tat = max(tat, now) + n * interval`, answered with the new value (`RETURNING`), so
-nodes of a cluster reserving at once are ordered by the row's lock and never share a slot.
+A bucket's row is its theoretical arrival time (TAT) in epoch microseconds. Tokens are taken
+only when sends go, and only while the bucket is free (`flow.take_tokens`): in one transaction,
+each bucket's row is read and locked (created free if missing) in name order, then moved on, so
+nodes of a cluster taking at once are ordered by the row's lock and never share a slot, and no
+later slot is ever reserved (nothing to give back when a waiting send is dropped).
 A bucket whose TAT passed is full again (as one never used), so the pruner deletes the ones idle
 for a while (`prune_rate_buckets`, a bounded batch per statement).
 """
@@ -12,11 +14,13 @@ for a while (`prune_rate_buckets`, a bounded batch per statement).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
+import asyncpg
 import attrs
 
+from ..core.workflow.flow import take_tokens
 from .pg_calls import PgCalls
 from .sql import numbered
 
@@ -28,11 +32,13 @@ PUT_FLOW: Final = (
     " ON CONFLICT (app) DO UPDATE SET weight = excluded.weight, rate_limit = excluded.rate_limit,"
     " rate_period_ms = excluded.rate_period_ms, updated_at = excluded.updated_at"
 )
-# args: bucket, now + total, now, now, total
-TAKE_TOKENS: Final = (
-    "INSERT INTO rate_buckets (bucket, tat) VALUES (?, ?) ON CONFLICT (bucket) DO UPDATE SET"
-    " tat = CASE WHEN rate_buckets.tat > ? THEN rate_buckets.tat ELSE ? END + ? RETURNING tat"
+# args: bucket. Its TAT, its row locked until the transaction ends (created free, TAT 0, if
+# missing: a row of a never-used bucket cannot be locked), so what is decided from it holds.
+LOCK_BUCKET: Final = (
+    "INSERT INTO rate_buckets (bucket, tat) VALUES (?, 0) ON CONFLICT (bucket) DO UPDATE SET"
+    " tat = rate_buckets.tat RETURNING tat"
 )
+SET_BUCKET: Final = "UPDATE rate_buckets SET tat = ? WHERE bucket = ?"
 GET_BUCKET: Final = "SELECT tat FROM rate_buckets WHERE bucket = ?"
 # (idle_before, limit): buckets whose last slot ended before `idle_before`, the oldest first, at
 # most `limit` (the `rate_buckets_by_tat` index, migration 0078). A bucket whose TAT passed is
@@ -41,8 +47,8 @@ PRUNE_BUCKETS_SQLITE: Final = (
     "DELETE FROM rate_buckets WHERE bucket IN"
     " (SELECT bucket FROM rate_buckets WHERE tat < ? ORDER BY tat LIMIT ?) AND tat < ?"
 )
-# PostgreSQL: a bucket being moved on by a reservation right now is left for the next pass
-# (SKIP LOCKED); one its reservation moved on meanwhile fails `tat < ?` again and stays.
+# PostgreSQL: a bucket being moved on by a send's token right now is left for the next pass
+# (SKIP LOCKED); one a token moved on meanwhile fails `tat < ?` again and stays.
 PRUNE_BUCKETS_POSTGRES: Final = (
     "DELETE FROM rate_buckets WHERE bucket IN (SELECT bucket FROM rate_buckets WHERE tat < ?"
     " ORDER BY tat LIMIT ? FOR UPDATE SKIP LOCKED) AND tat < ?"
@@ -65,8 +71,12 @@ class FlowStore(Protocol):
 
     async def put_app_flow(self, flow: AppFlow) -> None: ...
 
-    async def take_rate_tokens(self, bucket: str, interval_us: int, count: int, now_us: int) -> int:
-        """Reserve `count` slots of `bucket`; its new theoretical arrival time (µs)."""
+    async def take_rate_tokens(
+        self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
+        """Take up to `count` tokens of each `(bucket, interval_us)` that are free at `now_us`
+        (`flow.take_tokens`): (how many, None); else nothing is taken: (0, (a bucket not free,
+        its TAT in µs))."""
         ...
 
     async def rate_bucket(self, bucket: str) -> int | None:
@@ -78,9 +88,26 @@ class FlowStore(Protocol):
         ...
 
 
-def _take_args(bucket: str, interval_us: int, count: int, now_us: int) -> tuple[object, ...]:
-    total = interval_us * count
-    return (bucket, now_us + total, now_us, now_us, total)
+def _take_sqlite(
+    conn: sqlite3.Connection, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+) -> tuple[int, tuple[str, int] | None]:
+    ordered = sorted(buckets)
+    tats = [int(conn.execute(LOCK_BUCKET, (name,)).fetchone()[0]) for name, _ in ordered]
+    granted, moved, busy = take_tokens(ordered, tats, count, now_us)
+    for name, tat in moved:
+        conn.execute(SET_BUCKET, (tat, name))
+    return granted, busy
+
+
+async def _take_postgres(
+    conn: asyncpg.Connection, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+) -> tuple[int, tuple[str, int] | None]:
+    ordered = sorted(buckets)  # name order: two takes of the same buckets lock them in one order
+    tats = [int(await conn.fetchval(numbered(LOCK_BUCKET), name)) for name, _ in ordered]
+    granted, moved, busy = take_tokens(ordered, tats, count, now_us)
+    for name, tat in moved:
+        await conn.execute(numbered(SET_BUCKET), tat, name)
+    return granted, busy
 
 
 class FlowSqlite:
@@ -99,9 +126,10 @@ class FlowSqlite:
     async def put_app_flow(self, flow: AppFlow) -> None:
         await self._write(lambda c: c.execute(PUT_FLOW, attrs.astuple(flow)))
 
-    async def take_rate_tokens(self, bucket: str, interval_us: int, count: int, now_us: int) -> int:
-        args = _take_args(bucket, interval_us, count, now_us)
-        return int(await self._write(lambda c: c.execute(TAKE_TOKENS, args).fetchone()[0]))
+    async def take_rate_tokens(
+        self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
+        return await self._write(lambda c: _take_sqlite(c, buckets, count, now_us))
 
     async def rate_bucket(self, bucket: str) -> int | None:
         row = await self._read(lambda c: c.execute(GET_BUCKET, (bucket,)).fetchone())
@@ -120,9 +148,10 @@ class FlowPostgres(PgCalls):
     async def put_app_flow(self, flow: AppFlow) -> None:
         await self._call(lambda c: c.execute(numbered(PUT_FLOW), *attrs.astuple(flow)), write=True)
 
-    async def take_rate_tokens(self, bucket: str, interval_us: int, count: int, now_us: int) -> int:
-        args = _take_args(bucket, interval_us, count, now_us)
-        return int(await self._call(lambda c: c.fetchval(numbered(TAKE_TOKENS), *args), write=True))
+    async def take_rate_tokens(
+        self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
+        return await self._call(lambda c: _take_postgres(c, buckets, count, now_us), write=True)
 
     async def rate_bucket(self, bucket: str) -> int | None:
         value = await self._call(lambda c: c.fetchval(numbered(GET_BUCKET), bucket))

@@ -140,14 +140,14 @@ async def test_idle_rate_limit_buckets_go_a_minute_after_their_last_slot(
     in use is kept, and a pruned one is as if never used."""
     store, now = env.engine.store, env.engine.clock.now
     for n in range(5):
-        await store.take_rate_tokens(f"idle-{n}", 1_000_000, 1, now() * 1000)  # TAT now + 1 s
-    await store.take_rate_tokens("later", 10_000_000, 1, now() * 1000)  # TAT now + 10 s
+        await store.take_rate_tokens([(f"idle-{n}", 1_000_000)], 1, now() * 1000)  # TAT now + 1 s
+    await store.take_rate_tokens([("later", 10_000_000)], 1, now() * 1000)  # TAT now + 10 s
     await advance(61.5)
     await env.engine.pruner.prune_once()
     assert env.engine.pruner.pruned_rate_buckets == 5
     assert [await store.rate_bucket(f"idle-{n}") for n in range(5)] == [None] * 5
     assert await store.rate_bucket("later") is not None  # 51.5 s past its TAT: not yet
-    await store.take_rate_tokens("later", 10_000_000, 1, now() * 1000)  # in use again
+    await store.take_rate_tokens([("later", 10_000_000)], 1, now() * 1000)  # in use again
     await advance(30)
     await env.engine.pruner.prune_once()
     assert await store.rate_bucket("later") is not None
@@ -157,5 +157,6 @@ async def test_idle_rate_limit_buckets_go_a_minute_after_their_last_slot(
     assert await store.prune_rate_buckets((now() - 60_000) * 1000, 1) == 1  # at most `limit`
     assert pruner.pruned_rate_buckets == before
     assert await store.rate_bucket("later") is None
-    # As a bucket never used: the next reservation's slot is now.
-    assert await store.take_rate_tokens("later", 10_000_000, 1, now() * 1000) == (now() + 10_000) * 1000
+    # As a bucket never used: a token is free now.
+    assert await store.take_rate_tokens([("later", 10_000_000)], 1, now() * 1000) == (1, None)
+    assert await store.rate_bucket("later") == (now() + 10_000) * 1000

@@ -615,17 +615,43 @@ def test_paths_sql_cannot_say_exactly_are_left_to_python() -> None:
 
 
 async def test_rate_buckets_are_taken_in_turn_and_idle_ones_pruned_oldest_first(store: Store) -> None:
-    """`take_rate_tokens` moves a bucket's TAT on by the slots it reserves; `prune_rate_buckets`
-    deletes the buckets whose TAT is before the bound, the oldest first, at most `limit`."""
+    """`take_rate_tokens` takes tokens only from a free bucket (a slot starting within now's
+    millisecond) and moves its TAT on by what it took; one refused stores nothing (a send that
+    waits reserves no slot), and a send needing two buckets takes both or neither.
+    `prune_rate_buckets` deletes the buckets whose TAT is before the bound, the oldest first,
+    at most `limit`."""
     now = T0 * 1000
-    assert await store.take_rate_tokens("a", 1_000, 3, now) == now + 3_000
-    assert await store.take_rate_tokens("a", 1_000, 1, now) == now + 4_000  # after the three
-    assert await store.take_rate_tokens("b", 1_000, 1, now + 10_000) == now + 11_000
-    assert await store.take_rate_tokens("c", 1_000, 1, now + 20_000) == now + 21_000
-    assert await store.prune_rate_buckets(now + 4_000, 10) == 0  # a's TAT is not before it
-    assert await store.prune_rate_buckets(now + 30_000, 2) == 2  # a and b, the oldest
-    assert [await store.rate_bucket(b) for b in ("a", "b")] == [None, None]
-    assert await store.rate_bucket("c") == now + 21_000
-    assert await store.prune_rate_buckets(now + 30_000, 2) == 1
-    assert await store.prune_rate_buckets(now + 30_000, 2) == 0
-    assert await store.take_rate_tokens("a", 1_000, 1, now + 40_000) == now + 41_000  # as new
+    assert await store.take_rate_tokens([("a", 10_000)], 1, now) == (1, None)
+    assert await store.rate_bucket("a") == now + 10_000
+    for _ in range(3):  # waiting sends asking again: refused, the bucket as it was
+        assert await store.take_rate_tokens([("a", 10_000)], 5, now + 9_000) == (0, ("a", now + 10_000))
+    assert await store.rate_bucket("a") == now + 10_000
+    assert await store.take_rate_tokens([("a", 10_000)], 5, now + 10_000) == (1, None)  # one per slot
+    assert await store.rate_bucket("a") == now + 20_000
+    # A slot is free within its millisecond: 1.5 ms apart, the second goes in millisecond 1.
+    assert await store.take_rate_tokens([("h", 1_500)], 1, now) == (1, None)
+    assert await store.take_rate_tokens([("h", 1_500)], 1, now + 1_000) == (1, None)
+    assert await store.take_rate_tokens([("h", 1_500)], 1, now + 2_000) == (0, ("h", now + 3_000))
+    # Faster than one a millisecond: the slots of this millisecond, in one take.
+    assert await store.take_rate_tokens([("f", 100)], 50, now) == (10, None)
+    assert await store.take_rate_tokens([("f", 100)], 5, now) == (0, ("f", now + 1_000))
+    assert await store.take_rate_tokens([("f", 100)], 3, now + 1_000) == (3, None)
+    assert await store.rate_bucket("f") == now + 1_300
+    # Two buckets: "a" is not free, so "b" (free) is not taken either.
+    assert await store.take_rate_tokens([("b", 1_000), ("a", 10_000)], 1, now + 15_000) == (
+        0,
+        ("a", now + 20_000),
+    )
+    assert await store.rate_bucket("b") in (None, 0)  # free still (a row may hold it, free)
+    # A fast and a slow bucket: as many as the slower gives.
+    assert await store.take_rate_tokens([("f", 100), ("b", 1_000)], 10, now + 2_000) == (1, None)
+    assert [await store.rate_bucket(b) for b in ("f", "b")] == [now + 2_100, now + 3_000]
+    assert await store.prune_rate_buckets(now + 2_100, 10) == 0  # f's TAT is not before it
+    assert await store.prune_rate_buckets(now + 30_000, 2) == 2  # f, then h or b: the oldest
+    assert await store.rate_bucket("f") is None
+    assert await store.rate_bucket("a") == now + 20_000
+    assert await store.prune_rate_buckets(now + 30_000, 10) == 2
+    assert await store.prune_rate_buckets(now + 30_000, 10) == 0
+    assert [await store.rate_bucket(b) for b in ("a", "b", "h")] == [None, None, None]
+    assert await store.take_rate_tokens([("a", 10_000)], 1, now + 40_000) == (1, None)  # as new
+    assert await store.rate_bucket("a") == now + 50_000

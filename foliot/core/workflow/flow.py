@@ -9,13 +9,15 @@ later goes ahead of it (the starvation bound). Equal ranks go in arrival order.
 Rate limits space the sends of one bucket `period / limit` apart (a token bucket of one token,
 GCRA's virtual scheduling): a bucket is its "theoretical arrival time", the earliest instant its
 next send may go, kept in microseconds in the database (`rate_buckets`), so it survives a
-restart and is one count for every node of a cluster.
+restart and is one count for every node of a cluster. A token is taken only when a send goes
+(`take_tokens`), never for a later slot, so a send dropped while it waits holds none.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
@@ -150,3 +152,28 @@ def step_bucket(app: str, workflow: str, step: str, limit: RateLimit, scope: dic
 def app_bucket(app: str, limit: RateLimit) -> Bucket:
     """The bucket every push of an app with a rate limit takes a token from."""
     return Bucket(f"a/{app}", limit.interval_us, f"app {app}")
+
+
+def take_tokens(
+    buckets: Sequence[tuple[str, int]], tats: Sequence[int], count: int, now_us: int
+) -> tuple[int, list[tuple[str, int]], tuple[str, int] | None]:
+    """Up to `count` tokens of each `(bucket, interval_us)` (TATs `tats`, 0 for a bucket never
+    used) at `now_us`: a token is free when its slot starts within now's millisecond (the
+    dispatcher's clock counts milliseconds), so a bucket slower than one a millisecond gives one,
+    a faster one the slots of that millisecond. (how many, the buckets' new TATs, None) when
+    some are taken, of each bucket alike; else (0, [], (a bucket not free, its TAT))."""
+    end = now_us - now_us % 1000 + 999
+    granted, busy = count, None
+    for (name, interval_us), tat in zip(buckets, tats, strict=True):
+        start = max(tat, now_us)
+        free = (end - start) // interval_us + 1 if start <= end else 0
+        granted = min(granted, free)
+        if not free and (busy is None or tat > busy[1]):
+            busy = (name, tat)
+    if busy is not None or granted <= 0:
+        return 0, [], busy
+    moved = [
+        (name, max(tat, now_us) + granted * interval_us)
+        for (name, interval_us), tat in zip(buckets, tats, strict=True)
+    ]
+    return granted, moved, None

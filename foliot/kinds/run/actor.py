@@ -352,6 +352,7 @@ class RunKind:
                 runs.abort(effect.token)
             elif isinstance(effect, machine.Withdraw):
                 host.queues.withdraw(effect.token)
+                host.dispatcher.abort(effect.token)  # an offer still waiting for its rate-limit token
             elif isinstance(effect, machine.CancelChildren):
                 for child_id in effect.run_ids:
                     runs.tell(child_id, machine.Cancel(effect.reason))
