@@ -7,7 +7,11 @@ longer ago than the retention period with their events, tasks, timers and signal
 executions closed longer ago than their domain's `workflowExecutionRetentionPeriodInDays`
 (always on: SWF has no "keep forever") with their history, tasks and listing rows, and
 rate-limit buckets idle for `BUCKET_IDLE_MS` past their last slot (full again: deleting one
-changes no send). Open runs and open executions are never touched. The counters are exposed on
+changes no send), and leading debounce keys whose burst is over and whose run closed (what the
+key's next start would drop). A schedule's fire records and a run's debounce key go with the
+run (`prune_closed_runs`), also after the schedule was deleted; expired console sessions are
+deleted as sessions are created (`storage.sessions`). Open runs and open executions are never
+touched; `tests/storage/test_retention_tables.py` fails when a table has no rule. The counters are exposed on
 `/metrics`.
 """
 
@@ -54,6 +58,7 @@ class Pruner:
         self.pruned_idempotency = 0
         self.pruned_swf_executions = 0
         self.pruned_rate_buckets = 0
+        self.pruned_debounce_keys = 0
         self.passes = 0
         self.failures = 0
         self.last_run_at: int | None = None  # epoch ms when the last complete pass finished
@@ -88,6 +93,7 @@ class Pruner:
                 await self._drain(self.store.prune_closed_runs, now - self.retention_ms, "runs")
             await self._drain(self.store.swf_prune_closed, now, "swf")  # per domain, cutoff inside
             await self._drain(self.store.prune_rate_buckets, (now - BUCKET_IDLE_MS) * 1000, "buckets")
+            await self._drain(self.store.prune_debounce_keys, now, "debounce")
         except Exception:
             self.failures += 1
             log.exception("pruning failed; retrying in %d s", self.interval_ms // 1000)
@@ -106,6 +112,8 @@ class Pruner:
                 self.pruned_swf_executions += deleted
             elif what == "buckets":
                 self.pruned_rate_buckets += deleted
+            elif what == "debounce":
+                self.pruned_debounce_keys += deleted
             else:
                 self.pruned_idempotency += deleted
             total += deleted
@@ -118,5 +126,6 @@ class Pruner:
                 "runs": "closed runs",
                 "swf": "closed SWF executions",
                 "buckets": "idle rate-limit buckets",
+                "debounce": "debounce keys of bursts over",
             }.get(what, "idempotency records")
             log.info("pruned %d %s", total, noun)

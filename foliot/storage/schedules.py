@@ -5,7 +5,8 @@ A `schedules` row per (app, name), written only by the schedule's actor and guar
 shared `timers` table (actor kind `schedule`, the actor id `sched:<app>:<name>` in `run_id`),
 derived from the document and written in the same transaction, as a run's are. The
 `schedule_fires` rows are written by the run store's unit of work (`UnitOfWork.fire`), in the
-transaction that inserts the fire's run: their key makes a scheduled time start one run, ever.
+transaction that inserts the fire's run: their key makes a scheduled time start one run, as
+long as that run is kept (the pruner deletes a fire with its run, `run_sql.prune_runs_tx`).
 
 Schedule rows carry no lease fence: their version guard already refuses a node that lost the
 actor (its version is behind the new owner's first write), and the runs they start are fenced
@@ -55,12 +56,13 @@ INSERT_TIMER: Final = (
     f"INSERT INTO timers (run_id, slot, kind, key, due_at, actor_kind) VALUES (?, ?, ?, ?, ?, '{ACTOR_KIND}')"
 )
 GET_FIRE: Final = (
-    "SELECT app, name, scheduled_time, run_id, fired_at FROM schedule_fires"
+    "SELECT app, name, scheduled_time, run_id, fired_at, source, reason FROM schedule_fires"
     " WHERE app = ? AND name = ? AND scheduled_time = ?"
 )
 # The last fires, newest scheduled time first, with their runs' statuses (NULL once pruned).
 LAST_FIRES: Final = (
-    "SELECT f.app, f.name, f.scheduled_time, f.run_id, f.fired_at, r.status FROM schedule_fires f"
+    "SELECT f.app, f.name, f.scheduled_time, f.run_id, f.fired_at, f.source, f.reason, r.status"
+    " FROM schedule_fires f"
     " LEFT JOIN runs r ON r.run_id = f.run_id WHERE f.app = ? AND f.name = ?"
     " ORDER BY f.scheduled_time DESC LIMIT ?"
 )
@@ -77,6 +79,8 @@ class ScheduleFire:
     scheduled_time: int
     run_id: str
     fired_at: int
+    source: str = "clock"  # what made it: `clock`, `trigger` or `backfill`
+    reason: str | None = None  # a trigger's reason
 
 
 def _json(value: Any) -> str:
@@ -108,8 +112,8 @@ class ScheduleStore(Protocol):
         ...
 
     async def delete_schedule(self, app: str, name: str, expected_version: int) -> None:
-        """Delete the schedule and its timers (its fire records stay); `StaleWrite` when it
-        moved on or is gone."""
+        """Delete the schedule and its timers (its fire records stay, each until its run is
+        pruned); `StaleWrite` when it moved on or is gone."""
         ...
 
     async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None: ...
@@ -143,6 +147,11 @@ def _state(row: Any) -> ScheduleState:
         row["updated_at"],
         row["version"],
     )
+
+
+def _fire(row: tuple[Any, ...]) -> ScheduleFire:
+    *head, source, reason = row
+    return ScheduleFire(*head, source=source or "clock", reason=reason)
 
 
 def put_tx(state: ScheduleState, expected_version: int | None) -> Tx[None]:
@@ -216,8 +225,8 @@ class ScheduleSql:
 
     async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None:
         row = await self._one(GET_FIRE, (app, name, scheduled_time))
-        return None if row is None else ScheduleFire(*row)
+        return None if row is None else _fire(tuple(row))
 
     async def last_schedule_fires(self, app: str, name: str, limit: int) -> list[FireView]:
         found = await self._all(LAST_FIRES, (app, name, limit), scan=True)
-        return [FireView(ScheduleFire(*tuple(r)[:5]), r["status"]) for r in found]
+        return [FireView(_fire(tuple(r)[:7]), r["status"]) for r in found]
