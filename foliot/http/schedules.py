@@ -116,8 +116,8 @@ async def unpause(app_name: str, name: str) -> Response:
 async def trigger(app_name: str, name: str) -> Response:
     await require_app(app_name)
     check_name(name, "name")
-    await body(ReasonBody, empty_ok=True)
-    return json_response(await engine().schedules.trigger(app_name, name))
+    reason = _reason(await body(ReasonBody, empty_ok=True))
+    return json_response(await engine().schedules.trigger(app_name, name, reason))
 
 
 @blueprint.post("/apps/<app_name>/schedules/<name>/backfill")

@@ -398,8 +398,9 @@ class RunStore(Protocol):
 
     async def prune_closed_runs(self, closed_before: int, limit: int) -> int:
         """Delete up to `limit` runs closed before `closed_before` with their events, tasks,
-        timers, signal ids, schedule fire records and debounce keys, oldest first; fewer when their histories are long (at most
-        `limit * PRUNE_EVENTS_PER_RUN` events per call, but always one run). Returns the count."""
+        timers, signal ids, schedule fire records and debounce keys, oldest first; fewer when
+        their histories are long (at most `limit * PRUNE_EVENTS_PER_RUN` events per call, but
+        always one run). Returns the count."""
         ...
 
     async def prune_idempotency(self, created_before: int, limit: int) -> int:

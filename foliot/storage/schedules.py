@@ -150,8 +150,8 @@ def _state(row: Any) -> ScheduleState:
 
 
 def _fire(row: tuple[Any, ...]) -> ScheduleFire:
-    *head, source, reason = row
-    return ScheduleFire(*head, source=source or "clock", reason=reason)
+    app, name, scheduled_time, run_id, fired_at, source, reason = row
+    return ScheduleFire(app, name, scheduled_time, run_id, fired_at, source or "clock", reason)
 
 
 def put_tx(state: ScheduleState, expected_version: int | None) -> Tx[None]:

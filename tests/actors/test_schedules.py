@@ -133,6 +133,9 @@ async def test_a_trigger_racing_the_tick_makes_one_run(env: Env, autojump_clock:
     once_each(found)
     assert times(found) == [T0 + MIN]
     assert answer["runId"] == found[0].run_id  # the one run, whichever came first
+    await advance(1)
+    state = await env.engine.schedules.document("app", "tick")
+    assert state is not None and state.fired == 1  # one run, counted once
 
 
 async def test_a_backfill_ahead_of_the_clock_leaves_the_tick_nothing_to_start(
@@ -147,6 +150,13 @@ async def test_a_backfill_ahead_of_the_clock_leaves_the_tick_nothing_to_start(
     assert times(found) == [T0 + MIN, T0 + 2 * MIN, T0 + 3 * MIN]
     by_time = {r.schedule.scheduled_time: r.run_id for r in found if r.schedule is not None}
     assert [f["runId"] for f in out["fires"]] == [by_time[T0 + MIN], by_time[T0 + 2 * MIN]]
+    # The clock meeting the backfilled times counts them no second time (it did: 5 for 3 runs).
+    await advance(5 * 60)
+    found = await runs(env)
+    state = await env.engine.schedules.document("app", "tick")
+    assert state is not None and state.fired == len(found) == 8
+    fire = await env.engine.store.get_schedule_fire("app", "tick", T0 + MIN)
+    assert fire is not None and fire.source == "backfill"
 
 
 async def test_a_time_never_starts_a_second_run_after_its_run_closed(
@@ -208,6 +218,7 @@ async def test_a_crash_between_the_runs_commit_and_the_schedules_starts_no_secon
     first = next(r for r in found if r.schedule is not None and r.schedule.scheduled_time == T0 + MIN)
     fire = await store.get_schedule_fire("app", "tick", T0 + MIN)
     assert fire is not None and fire.run_id == first.run_id
+    assert state.fired == 2  # the clock's own fire met again is counted: its count was lost
 
 
 @pytest.mark.parametrize("settled", [True, False], ids=["read-back", "in-doubt"])

@@ -36,8 +36,12 @@ async def test_create_read_replace_list_delete(api: Api) -> None:
     assert (created["skipped"], created["missed"], created["fired"]) == (0, 0, 0)
     again = await put(api, "nightly", body)
     assert again.status_code == 200 and again.json()["nextFires"] == created["nextFires"]
-    replaced = await put(api, "nightly", {**body, "cron": None, "every": "1h", "overlap": "allow"})
+    with_zone = await put(api, "nightly", {**body, "cron": None, "every": "1h"})
+    assert with_zone.status_code == 400 and with_zone.json()["error"]["field"] == "timezone"
+    plain = {**body, "cron": None, "timezone": None, "every": "1h", "overlap": "allow"}
+    replaced = await put(api, "nightly", plain)
     assert replaced.status_code == 200 and replaced.json()["every"] == "1h"
+    assert replaced.json()["timezone"] == "UTC"
     assert replaced.json()["cron"] is None and replaced.json()["overlap"] == "allow"
     for name in ("b", "c"):
         assert (await put(api, name, {"workflow": "nightly", "every": "1d"})).status_code == 201
@@ -64,7 +68,7 @@ async def test_trigger_starts_a_run_with_its_schedule_and_honours_overlap(api: A
     fired = first.json()
     assert fired["outcome"] == "started" and fired["runId"].startswith("run_")
     run = await api.run(fired["runId"])
-    assert run["schedule"] == {"name": "s", "scheduledTime": fired["scheduledTime"]}
+    assert run["schedule"] == {"name": "s", "scheduledTime": fired["scheduledTime"], "reason": None}
     assert run["businessKey"] == f"schedule:s:{fired['scheduledTime']}"
     assert run["status"] == "waiting"
     # skip (the default): the previous run is open.
@@ -77,6 +81,8 @@ async def test_trigger_starts_a_run_with_its_schedule_and_honours_overlap(api: A
             "scheduledTime": fired["scheduledTime"],
             "runId": fired["runId"],
             "firedAt": shown["lastFires"][0]["firedAt"],
+            "source": "trigger",
+            "reason": None,
             "status": "waiting",
         }
     ]
@@ -92,6 +98,22 @@ async def test_trigger_starts_a_run_with_its_schedule_and_honours_overlap(api: A
     metrics = await api.client.get("/metrics", headers=api.admin())
     assert 'foliot_schedule_fires_total{outcome="fired"} 2.0' in metrics.text
     assert 'foliot_schedule_fires_total{outcome="skipped"} 1.0' in metrics.text
+
+
+async def test_a_triggers_reason_is_recorded_on_its_run_and_its_fire(api: Api) -> None:
+    await api.register(WAIT)
+    await put(api, "s", {"workflow": "nightly", "every": "1h", "overlap": "allow"})
+    fired = (await post(api, "s/trigger", {"reason": "rerun after the outage"})).json()
+    run = await api.run(fired["runId"])
+    assert run["schedule"]["reason"] == "rerun after the outage"
+    last = (await api.call("GET", f"{BASE}/s")).json()["lastFires"]
+    assert [(f["runId"], f["source"], f["reason"]) for f in last] == [
+        (fired["runId"], "trigger", "rerun after the outage")
+    ]
+    refused = await post(api, "s/trigger", {"reason": "x" * 10_000})
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "reason"
+    unknown = await post(api, "s/trigger", {"why": "?"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "why"
 
 
 async def test_cancel_previous(api: Api) -> None:
@@ -171,6 +193,8 @@ async def test_backfill_and_a_time_starts_one_run_ever(api: Api) -> None:
         ({"workflow": "nightly", "cron": "not a cron"}, "cron"),
         ({"workflow": "nightly", "cron": "* * * * * *"}, "cron"),
         ({"workflow": "nightly", "every": "1m", "timezone": "Atlantis/Capital"}, "timezone"),
+        ({"workflow": "nightly", "every": "1m", "timezone": "Europe/Berlin"}, "timezone"),
+        ({"workflow": "nightly", "cron": "@daily", "timezone": "Atlantis/Capital"}, "timezone"),
         ({"workflow": "nightly", "every": "1m", "cron": "@daily"}, "every"),
         ({"workflow": "nightly"}, "cron"),
         ({"workflow": "nightly", "every": "999ms"}, "every"),

@@ -83,7 +83,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 async def tables_of(store: Any, database_url: str) -> set[str]:
     sql = POSTGRES_TABLES if database_url.startswith("postgres") else SQLITE_TABLES
-    return {str(tuple(r)[0]) for r in await store._all(sql)}
+    return {str(r[0]) for r in await store._all(sql)}
 
 
 async def test_every_table_has_a_pruning_rule_or_a_reason(store: Store, database_url: str) -> None:

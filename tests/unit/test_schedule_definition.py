@@ -50,6 +50,7 @@ def fires(schedule: Any, after: str, n: int) -> list[str | None]:
         ({"workflow": "wf", "every": "500ms"}, "every"),
         ({"workflow": "wf", "every": "soon"}, "every"),
         ({"workflow": "wf", "every": "1m", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"workflow": "wf", "every": "1m", "timezone": "Europe/Berlin"}, "timezone"),
         ({"workflow": "wf", "every": "1m", "timezone": "../../etc/passwd"}, "timezone"),
         ({"workflow": "wf", "every": "1m", "overlap": "queue"}, "overlap"),
         ({"workflow": "wf", "every": "1m", "catchupWindow": "0s"}, "catchupWindow"),
@@ -124,8 +125,14 @@ def test_every_is_anchored_to_the_epoch_or_start_at() -> None:
         "2026-01-01T11:07:00.000Z",
         "2026-01-01T12:07:00.000Z",
     ]
-    # `every` ignores the time zone: elapsed time, across a DST change too.
-    ny = compile_(every="1h", timezone="America/New_York")
+    # `every` counts elapsed time, across a DST change too: a zone is refused (it would change
+    # nothing), and one stored before that was refused loads as UTC.
+    with pytest.raises(ValidationError) as info:
+        compile_(every="1h", timezone="America/New_York")
+    assert info.value.field == "timezone"
+    stored = {**compile_(every="1h").document, "timezone": "America/New_York"}
+    ny = load_schedule(stored)
+    assert ny.timezone == "UTC"
     assert fires(ny, "2026-03-08T06:30:00Z", 3) == [
         "2026-03-08T07:00:00.000Z",
         "2026-03-08T08:00:00.000Z",

@@ -11,7 +11,8 @@ time skipped by a spring-forward change fires at the first valid minute after th
 a time repeated by a fall-back change fires once, at its first occurrence; an expression whose
 minute or hour is a wildcard (`0 * * * *`, `*/15 * * * *`) follows elapsed time: the hour that
 does not exist has no fire, the repeated hour fires twice. `every` ignores the zone (elapsed
-time from `startAt`, else from 1970-01-01T00:00:00Z).
+time from `startAt`, else from 1970-01-01T00:00:00Z), so `every` with a `timezone` other than
+UTC is refused.
 """
 
 from __future__ import annotations
@@ -225,6 +226,9 @@ def parse_schedule(raw: Any) -> tuple[Schedule, bool | None]:
         raise ValidationError(field, "give exactly one of cron and every")
     cron = _cron(body.cron) if body.cron is not None else None
     every = _duration(body.every, "every", None, MIN_EVERY_MS)
+    if every is not None and body.timezone not in (None, "UTC"):
+        # `every` counts elapsed time: a zone would change nothing, so it is not taken silently.
+        raise ValidationError("timezone", "applies to cron only; every counts elapsed time (leave it out)")
     zone_name = body.timezone if body.timezone is not None else "UTC"
     zone = _zone(zone_name)
     overlap = body.overlap if body.overlap is not None else "skip"
@@ -275,5 +279,9 @@ def parse_schedule(raw: Any) -> tuple[Schedule, bool | None]:
 
 
 def load_schedule(document: dict[str, Any]) -> Schedule:
-    """A stored definition document (`Schedule.document`) compiled again."""
-    return parse_schedule(dict(document))[0]
+    """A stored definition document (`Schedule.document`) compiled again. An `every` stored
+    with a zone (taken before it was refused) loads as UTC: the zone never changed a fire."""
+    doc = dict(document)
+    if doc.get("every") is not None and doc.get("timezone") not in (None, "UTC"):
+        doc["timezone"] = "UTC"
+    return parse_schedule(doc)[0]

@@ -119,7 +119,7 @@ class Unpause:
 
 @attrs.frozen
 class Trigger:
-    pass
+    reason: str | None = None
 
 
 @attrs.frozen
@@ -218,7 +218,7 @@ class ScheduleKind:
             elif isinstance(msg, Unpause):
                 result = await self._commit(actor, state, sm.unpause(state, now))
             elif isinstance(msg, Trigger):
-                result = await self._trigger(actor, state, now)
+                result = await self._trigger(actor, state, msg, now)
             elif isinstance(msg, Backfill):
                 result = await self._backfill(actor, state, msg)
             elif isinstance(msg, Delete):
@@ -302,9 +302,11 @@ class ScheduleKind:
             self._count("missed", after.missed - state.missed)
             log.info("schedule %s/%s: %d fires missed", state.app, state.name, after.missed - state.missed)
 
-    async def _trigger(self, actor: Actor[Doc], state: ScheduleState, now: int) -> dict[str, Any]:
+    async def _trigger(
+        self, actor: Actor[Doc], state: ScheduleState, msg: Trigger, now: int
+    ) -> dict[str, Any]:
         action = sm.decide(state, now, await self._is_open(sm.previous_run(state)), advance=False)
-        after, run_id, _ = await self._perform(state, action, now)
+        after, run_id, _ = await self._perform(state, action, now, "trigger", msg.reason)
         await self._commit(actor, state, after)
         if action.kind == "skip":
             outcome = "skipped"
@@ -326,7 +328,7 @@ class ScheduleKind:
         already = 0
         fired = 0
         for at in times:
-            run_id, was_new, error = await self._start(state, at)
+            run_id, was_new, _, error = await self._start(state, at, "backfill")
             if run_id is None:
                 raise Conflict(f"backfill stopped at {format_timestamp(at)}: {error}", startedCount=fired)
             fired += was_new
@@ -340,12 +342,18 @@ class ScheduleKind:
         return {"fires": started, "started": fired, "alreadyFired": already}
 
     async def _perform(
-        self, state: ScheduleState, action: Action, now: int
+        self,
+        state: ScheduleState,
+        action: Action,
+        now: int,
+        source: str = "clock",
+        reason: str | None = None,
     ) -> tuple[ScheduleState, str | None, bool]:
         """Perform `action` (cancel, start): (the document after it, the run started or found
         started for that time before, whether it is new). A start the engine cannot make now
         (starting up, storage down) raises, so nothing is committed and the timer is handed
-        out again."""
+        out again. `source` (`clock` or `trigger`) and a trigger's `reason` are recorded on
+        the fire and its run."""
         if action.kind == "skip":
             self._count("skipped")
             return sm.apply(state, action, now), None, False
@@ -353,7 +361,7 @@ class ScheduleKind:
             return sm.apply(state, action, now), None, False
         if action.cancel is not None:
             self._cancel(state, action.cancel)
-        run_id, was_new, error = await self._start(state, action.scheduled)
+        run_id, was_new, counted, error = await self._start(state, action.scheduled, source, reason)
         if run_id is None:
             self._count("skipped")
             when = format_timestamp(action.scheduled)
@@ -361,10 +369,15 @@ class ScheduleKind:
             return sm.apply(state, action, now, None, error=error), None, False
         if was_new:
             self._count("fired")
-        return sm.apply(state, action, now, run_id), run_id, was_new
+        return sm.apply(state, action, now, run_id, counted=counted), run_id, was_new
 
-    async def _start(self, state: ScheduleState, at: int) -> tuple[str | None, bool, str | None]:
-        """Start the run of scheduled time `at`: (its run id, whether it is new, the refusal)."""
+    async def _start(
+        self, state: ScheduleState, at: int, source: str, reason: str | None = None
+    ) -> tuple[str | None, bool, bool, str | None]:
+        """Start the run of scheduled time `at`: (its run id, whether it is new, whether it is
+        to be counted in `fired` now, the refusal). A run found started before is counted
+        only when the clock meets its own fire again (its start committed, the schedule's
+        commit lost): a trigger's or a backfill's run was counted when it was started."""
         spec = state.schedule
         try:
             body, _ = await self.runs.start(
@@ -377,8 +390,8 @@ class ScheduleKind:
                 idempotency_key=None,
                 request_hash="",
                 render=_run_id_of,
-                schedule=ScheduleRef(state.name, at),
-                fire=ScheduleFire(state.app, state.name, at, "", self.host.clock.now()),
+                schedule=ScheduleRef(state.name, at, reason),
+                fire=ScheduleFire(state.app, state.name, at, "", self.host.clock.now(), source, reason),
             )
         except UniqueViolation as exc:
             if exc.constraint != "schedule_fire":
@@ -386,10 +399,10 @@ class ScheduleKind:
             found = await self.host.store.get_schedule_fire(state.app, state.name, at)
             if found is None:  # pragma: no cover - the unique key said it was there
                 raise StorageError("a schedule fire vanished") from exc
-            return found.run_id, False, None
+            return found.run_id, False, source == "clock" and found.source == "clock", None
         except (NotFound, Conflict) as exc:
-            return None, False, exc.message
-        return str(body["runId"]), True, None
+            return None, False, False, exc.message
+        return str(body["runId"]), True, True, None
 
     def _cancel(self, state: ScheduleState, run_id: str) -> None:
         """cancel_previous: tell the previous run to cancel (without waiting: it may live on

@@ -72,8 +72,8 @@ class Schedules:
         _, state = await self.ask(app, name, Unpause(reason))
         return state  # type: ignore[no-any-return]
 
-    async def trigger(self, app: str, name: str) -> dict[str, Any]:
-        reply, _ = await self.ask(app, name, Trigger())
+    async def trigger(self, app: str, name: str, reason: str | None = None) -> dict[str, Any]:
+        reply, _ = await self.ask(app, name, Trigger(reason))
         return reply  # type: ignore[no-any-return]
 
     async def backfill(self, app: str, name: str, start: int, end: int) -> dict[str, Any]:
@@ -124,6 +124,8 @@ def schedule_view(state: ScheduleState, fires: list[FireView] | None = None) -> 
                 "scheduledTime": ts(f.fire.scheduled_time),
                 "runId": f.fire.run_id,
                 "firedAt": ts(f.fire.fired_at),
+                "source": f.fire.source,
+                "reason": f.fire.reason,
                 "status": f.status,
             }
             for f in fires
