@@ -51,6 +51,8 @@ UPDATE: Final = (
 DELETE: Final = "DELETE FROM schedules WHERE app = ? AND name = ? AND version = ?"
 GET: Final = f"SELECT {_COLUMNS} FROM schedules WHERE app = ? AND name = ?"
 LIST: Final = f"SELECT {_COLUMNS} FROM schedules WHERE app = ? AND name > ? ORDER BY name LIMIT ?"
+# An app's definitions, for its quotas (`Schedules.put`): (name, document) of each.
+DOCUMENTS: Final = "SELECT name, document FROM schedules WHERE app = ? ORDER BY name"
 DELETE_TIMERS: Final = "DELETE FROM timers WHERE run_id = ?"
 INSERT_TIMER: Final = (
     f"INSERT INTO timers (run_id, slot, kind, key, due_at, actor_kind) VALUES (?, ?, ?, ?, ?, '{ACTOR_KIND}')"
@@ -114,6 +116,10 @@ class ScheduleStore(Protocol):
     async def delete_schedule(self, app: str, name: str, expected_version: int) -> None:
         """Delete the schedule and its timers (its fire records stay, each until its run is
         pruned); `StaleWrite` when it moved on or is gone."""
+        ...
+
+    async def schedule_documents(self, app: str) -> list[tuple[str, dict[str, Any]]]:
+        """(name, definition document) of each of the app's schedules, by name."""
         ...
 
     async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None: ...
@@ -222,6 +228,9 @@ class ScheduleSql:
 
     async def delete_schedule(self, app: str, name: str, expected_version: int) -> None:
         await self._transact(partial(delete_tx, app, name, expected_version))
+
+    async def schedule_documents(self, app: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(r["name"], json.loads(r["document"])) for r in await self._all(DOCUMENTS, (app,), scan=True)]
 
     async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None:
         row = await self._one(GET_FIRE, (app, name, scheduled_time))

@@ -5,6 +5,7 @@ time never starts a second run, even after its run closed."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
@@ -13,9 +14,12 @@ import trio
 from trio.testing import MockClock
 
 from foliot.core.errors import CommitUnknown, StorageUnavailable
+from foliot.core.schedule import definition
+from foliot.core.schedule import machine as sm
 from foliot.core.schedule.definition import parse_schedule
 from foliot.core.workflow.machine import Cancel
 from foliot.core.workflow.model import Run
+from foliot.kinds.schedule.offload import next_fires_of
 from foliot.storage.base import RunFilter
 
 from .conftest import T0, Env, advance
@@ -245,3 +249,45 @@ async def test_a_fire_whose_commit_answer_was_lost_goes_on_firing(
     found = await until_runs(env, 3, seconds=10 * 60)
     assert lost and times(found)[:3] == [T0 + MIN, T0 + 2 * MIN, T0 + 3 * MIN]
     once_each(found)
+
+
+async def test_next_fires_of_rare_crons_are_computed_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1,000 schedules of a rare cron (`0 0 * 2 1#5`: ~2 ms a next time) listed held the loop
+    for seconds: every other request, /healthz too, waited. Now a concurrent task keeps
+    running while a page of them is computed, and no cron search runs on the loop's thread."""
+    states = [
+        sm.create(
+            "app", f"s{m}_{h}", parse_schedule({"workflow": "job", "cron": f"{m} {h} * 2 1#5"})[0], None, T0
+        )
+        for m in range(0, 60, 5)
+        for h in (0, 12)
+    ]  # 24 expressions: none shares a computation (the cache cannot hide the cost)
+    expected = [s.next_fires(5) for s in states]
+    definition._cron_next.cache_clear()
+    threads: set[int] = set()
+    real = definition._cron_next
+
+    def spy(expr: str, zone: Any, after: int) -> int | None:
+        threads.add(threading.get_ident())
+        return real(expr, zone, after)
+
+    monkeypatch.setattr(definition, "_cron_next", spy)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while ticks < 100:  # then idle: a spinning task would slow the thread down (the GIL)
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.lowlevel.checkpoint()
+        before = ticks
+        found = await next_fires_of(states, 5)
+        during = ticks - before
+    assert found == expected
+    assert threads and threading.get_ident() not in threads
+    assert during >= 99  # the loop ran another task all along

@@ -247,3 +247,38 @@ async def test_the_console_lists_schedules_with_next_and_last_fires(api: Api) ->
         assert "&lt;b&gt;upgrade&lt;/b&gt;" in text and "<b>upgrade" not in text
         assert f"/console/apps/orders/runs/{run_id}" in text and "waiting" in text
         assert (await c.get("/console/schedules", params={"app": "bad app"})).status_code == 400
+
+
+@pytest.mark.parametrize("settings_overrides", [{"schedules_per_app": 3, "schedule_fire_rate_per_app": 2.5}])
+async def test_an_apps_schedules_are_bounded_in_number_and_fire_rate(api: Api) -> None:
+    """Nothing bounded an app's schedules: 1,500 `every: 1s` starved every other app. Now a
+    create or replace past FOLIOT_SCHEDULES_PER_APP or FOLIOT_SCHEDULE_FIRE_RATE_PER_APP is
+    refused naming the limit, and nothing is stored."""
+    await api.register(WAIT)
+    for name in ("a", "b"):
+        assert (await put(api, name, {"workflow": "nightly", "every": "1s"})).status_code == 201
+    too_fast = await put(api, "c", {"workflow": "nightly", "every": "1s"})  # 3/s > 2.5/s
+    assert too_fast.status_code == 400, too_fast.text
+    error = too_fast.json()["error"]
+    assert error["code"] == "quota_exceeded" and error["field"] == "every"
+    assert error["limit"] == "FOLIOT_SCHEDULE_FIRE_RATE_PER_APP" and error["max"] == 2.5
+    assert (await api.call("GET", f"{BASE}/c")).status_code == 404
+    assert await api.engine.store.get_schedule("orders", "c") is None
+    every_minute = await put(api, "c", {"workflow": "nightly", "cron": "* * * * *"})  # 1/60 s
+    assert every_minute.status_code == 201, every_minute.text
+    fourth = await put(api, "d", {"workflow": "nightly", "every": "1h"})
+    assert fourth.status_code == 400, fourth.text
+    error = fourth.json()["error"]
+    assert error["code"] == "quota_exceeded" and error["field"] == "name"
+    assert error["limit"] == "FOLIOT_SCHEDULES_PER_APP" and error["max"] == 3
+    assert await api.engine.store.get_schedule("orders", "d") is None
+    # Replaces: within the rate (1 + 0.5 + 1 = 2.5/s), or not raising it, are taken.
+    assert (await put(api, "a", {"workflow": "nightly", "every": "2s"})).status_code == 200
+    assert (await put(api, "c", {"workflow": "nightly", "every": "1s"})).status_code == 200
+    assert (
+        await put(api, "b", {"workflow": "nightly", "every": "1s", "overlap": "allow"})
+    ).status_code == 200
+    slower = await put(api, "a", {"workflow": "nightly", "cron": "*/1 * * * *", "every": None})
+    assert slower.status_code == 200  # 1/60 s: lower
+    assert (await api.call("DELETE", f"{BASE}/a")).status_code == 200
+    assert (await put(api, "d", {"workflow": "nightly", "every": "1h"})).status_code == 201

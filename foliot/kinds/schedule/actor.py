@@ -8,6 +8,7 @@ its run through the run kind's `start` (given as a `RunStarter`, never imported:
 imports another) with the fire record in the run's unit of work; a scheduled time that fired
 before (`UniqueViolation("schedule_fire")`: a restart between the run's commit and the
 schedule's, a trigger racing the clock, another node) answers with the run it started then.
+A cron schedule's arithmetic runs in a worker thread (`offload.cron_work`), never on the loop.
 
 The schedule's own commit follows the run's; each message is one commit of the schedule row
 guarded by its version (a `StaleWrite` reloads it and handles the message again).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -42,6 +44,7 @@ from ...core.workflow.machine import Cancel
 from ...core.workflow.model import Run, ScheduleRef, Timer
 from ...storage.schedules import ACTOR_KIND, ScheduleFire
 from ..readback import read_back
+from .offload import cron_work
 
 if TYPE_CHECKING:
     from ..host import KindHost
@@ -216,7 +219,9 @@ class ScheduleKind:
             elif isinstance(msg, Pause):
                 result = await self._commit(actor, state, sm.pause(state, msg.reason, now))
             elif isinstance(msg, Unpause):
-                result = await self._commit(actor, state, sm.unpause(state, now))
+                result = await self._commit(
+                    actor, state, await cron_work(state.schedule, sm.unpause, state, now)
+                )
             elif isinstance(msg, Trigger):
                 result = await self._trigger(actor, state, msg, now)
             elif isinstance(msg, Backfill):
@@ -275,10 +280,13 @@ class ScheduleKind:
 
     async def _put(self, actor: Actor[Doc], state: Doc, msg: Put, now: int) -> dict[str, Any]:
         if isinstance(state, Missing):
-            fresh = sm.create(state.app, state.name, msg.schedule, msg.paused, now)
+            fresh = await cron_work(
+                msg.schedule, sm.create, state.app, state.name, msg.schedule, msg.paused, now
+            )
             await self._commit(actor, state, fresh)
             return {"created": True}
-        await self._commit(actor, state, sm.replace(state, msg.schedule, msg.paused, now))
+        replaced = await cron_work(msg.schedule, sm.replace, state, msg.schedule, msg.paused, now)
+        await self._commit(actor, state, replaced)
         return {"created": False}
 
     # ------------------------------------------------------------------ fires
@@ -293,7 +301,7 @@ class ScheduleKind:
                 after, _, _ = await self._perform(after, action, now)
             await self._commit(actor, state, after)
             return
-        after, at = sm.tick(state, now)
+        after, at = await cron_work(state.schedule, sm.tick, state, now)  # counts after an outage
         if at is not None:
             action = sm.decide(after, at, await self._is_open(sm.previous_run(after)))
             after, _, _ = await self._perform(after, action, now)
@@ -322,7 +330,7 @@ class ScheduleKind:
         }
 
     async def _backfill(self, actor: Actor[Doc], state: ScheduleState, msg: Backfill) -> dict[str, Any]:
-        times = sm.backfill_times(state, msg.start, msg.end)
+        times = await cron_work(state.schedule, sm.backfill_times, state, msg.start, msg.end)
         assert times is not None  # the service bounded the range
         started: list[dict[str, Any]] = []
         already = 0
@@ -354,11 +362,10 @@ class ScheduleKind:
         (starting up, storage down) raises, so nothing is committed and the timer is handed
         out again. `source` (`clock` or `trigger`) and a trigger's `reason` are recorded on
         the fire and its run."""
-        if action.kind == "skip":
-            self._count("skipped")
-            return sm.apply(state, action, now), None, False
-        if action.kind == "hold":
-            return sm.apply(state, action, now), None, False
+        if action.kind in ("skip", "hold"):
+            if action.kind == "skip":
+                self._count("skipped")
+            return await cron_work(state.schedule, sm.apply, state, action, now), None, False
         if action.cancel is not None:
             self._cancel(state, action.cancel)
         run_id, was_new, counted, error = await self._start(state, action.scheduled, source, reason)
@@ -366,10 +373,14 @@ class ScheduleKind:
             self._count("skipped")
             when = format_timestamp(action.scheduled)
             log.warning("schedule %s/%s: the fire of %s was refused: %s", state.app, state.name, when, error)
-            return sm.apply(state, action, now, None, error=error), None, False
+            after = await cron_work(state.schedule, sm.apply, state, action, now, None, error)
+            return after, None, False
         if was_new:
             self._count("fired")
-        return sm.apply(state, action, now, run_id, counted=counted), run_id, was_new
+        after = await cron_work(
+            state.schedule, partial(sm.apply, counted=counted), state, action, now, run_id
+        )
+        return after, run_id, was_new
 
     async def _start(
         self, state: ScheduleState, at: int, source: str, reason: str | None = None
