@@ -51,7 +51,7 @@ PRUNED: Final[dict[str, tuple[Any, ...]]] = {
 # Tables that need no pruning: bounded by what an operator or an app defines, each with why.
 BOUNDED: Final[dict[str, str]] = {
     "schema_migrations": "one row per migration file",
-    "apps": "one per app an operator created; deleted with the app",
+    "apps": "one per app an operator created",
     "api_keys": "an app's keys, created and revoked by an operator",
     "signing_secrets": "an app's signing secrets, rotated by an operator",
     "secret_key_check": "one row: the check of the server's secret key",
