@@ -251,7 +251,11 @@ async def test_a_fire_whose_commit_answer_was_lost_goes_on_firing(
     once_each(found)
 
 
-@pytest.mark.parametrize("settings_overrides", [{"app_internal_rate": 2, "app_internal_burst": 2}])
+@pytest.mark.parametrize(
+    "settings_overrides",
+    # 20 fires/s: above the default FOLIOT_SCHEDULE_FIRE_RATE_PER_APP, raised to let them be defined.
+    [{"app_internal_rate": 2, "app_internal_burst": 2, "schedule_fire_rate_per_app": 20}],
+)
 async def test_an_apps_fires_wait_their_turn_and_are_late_not_missed(
     env: Env, autojump_clock: MockClock, settings_overrides: dict[str, Any]
 ) -> None:
