@@ -567,6 +567,11 @@ class EngineCollector:
             pruner.pruned_debounce_keys,
         )
         yield _counter(
+            "foliot_pruned_schedule_fires",
+            "Schedule fire records deleted by the sweep because their run was gone.",
+            pruner.pruned_schedule_fires,
+        )
+        yield _counter(
             "foliot_prune_failures",
             "Pruning passes that failed (retried at the next interval).",
             pruner.failures,

@@ -24,7 +24,7 @@ import attrs
 
 from ..core.errors import StaleWrite
 from ..core.schedule.machine import ScheduleState, state_from_parts, state_to_dict
-from .sql import Tx, change, many
+from .sql import Tx, change, many, rows
 
 if TYPE_CHECKING:
     from .base import UnitOfWork
@@ -51,6 +51,18 @@ UPDATE: Final = (
 DELETE: Final = "DELETE FROM schedules WHERE app = ? AND name = ? AND version = ?"
 GET: Final = f"SELECT {_COLUMNS} FROM schedules WHERE app = ? AND name = ?"
 LIST: Final = f"SELECT {_COLUMNS} FROM schedules WHERE app = ? AND name > ? ORDER BY name LIMIT ?"
+# (app, name, scheduled_time, limit): a page of fire records by key, each with whether its run
+# is still kept (the pruner's sweep for records whose run went without them).
+FIRES_PAGE: Final = (
+    "SELECT f.app, f.name, f.scheduled_time, EXISTS (SELECT 1 FROM runs r WHERE r.run_id = f.run_id)"
+    " FROM schedule_fires f WHERE (f.app, f.name, f.scheduled_time) > (?, ?, ?)"
+    " ORDER BY f.app, f.name, f.scheduled_time LIMIT ?"
+)
+DELETE_ORPHAN_FIRE: Final = (
+    "DELETE FROM schedule_fires WHERE app = ? AND name = ? AND scheduled_time = ?"
+    " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = schedule_fires.run_id)"
+)
+FIRES_START: Final = ("", "", -1)  # before every key
 # An app's definitions, for its quotas (`Schedules.put`): (name, document) of each.
 DOCUMENTS: Final = "SELECT name, document FROM schedules WHERE app = ? ORDER BY name"
 DELETE_TIMERS: Final = "DELETE FROM timers WHERE run_id = ?"
@@ -122,6 +134,14 @@ class ScheduleStore(Protocol):
         """(name, definition document) of each of the app's schedules, by name."""
         ...
 
+    async def prune_orphan_fires(
+        self, after: tuple[str, str, int], limit: int
+    ) -> tuple[int, tuple[str, str, int] | None]:
+        """A page of up to `limit` fire records past key `after`: those whose run is gone
+        (pruned before records went with their runs) deleted. (How many, the key to go on
+        from; None at the end of the table.)"""
+        ...
+
     async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None: ...
 
     async def last_schedule_fires(self, app: str, name: str, limit: int) -> list[FireView]: ...
@@ -158,6 +178,15 @@ def _state(row: Any) -> ScheduleState:
 def _fire(row: tuple[Any, ...]) -> ScheduleFire:
     app, name, scheduled_time, run_id, fired_at, source, reason = row
     return ScheduleFire(app, name, scheduled_time, run_id, fired_at, source or "clock", reason)
+
+
+def sweep_fires_tx(after: tuple[str, str, int], limit: int) -> Tx[tuple[int, tuple[str, str, int] | None]]:
+    found = yield rows(FIRES_PAGE, *after, limit)
+    gone = [(r[0], r[1], r[2]) for r in found if not r[3]]
+    if gone:
+        yield many(DELETE_ORPHAN_FIRE, gone)
+    last = found[-1] if len(found) == limit else None
+    return len(gone), None if last is None else (last[0], last[1], last[2])
 
 
 def put_tx(state: ScheduleState, expected_version: int | None) -> Tx[None]:
@@ -231,6 +260,11 @@ class ScheduleSql:
 
     async def schedule_documents(self, app: str) -> list[tuple[str, dict[str, Any]]]:
         return [(r["name"], json.loads(r["document"])) for r in await self._all(DOCUMENTS, (app,), scan=True)]
+
+    async def prune_orphan_fires(
+        self, after: tuple[str, str, int], limit: int
+    ) -> tuple[int, tuple[str, str, int] | None]:
+        return await self._transact(partial(sweep_fires_tx, after, limit))
 
     async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None:
         row = await self._one(GET_FIRE, (app, name, scheduled_time))

@@ -11,10 +11,10 @@ from typing import Any, Final
 import attrs
 import pytest
 
-from foliot.storage import flow, run_sql, sessions, swf_sql
+from foliot.storage import flow, run_sql, schedules, sessions, swf_sql
 from foliot.storage.base import DebounceChange, Store, UnitOfWork
 from foliot.storage.factory import open_store
-from foliot.storage.schedules import ScheduleFire
+from foliot.storage.schedules import FIRES_START, ScheduleFire
 
 from .test_contract import T0, make_run, seed_app
 
@@ -35,7 +35,7 @@ PRUNED: Final[dict[str, tuple[Any, ...]]] = {
     "tasks": (run_sql.prune_runs_tx,),
     "timers": (run_sql.prune_runs_tx,),
     "signal_ids": (run_sql.prune_runs_tx,),
-    "schedule_fires": (run_sql.prune_runs_tx,),
+    "schedule_fires": (run_sql.prune_runs_tx, schedules.DELETE_ORPHAN_FIRE),
     "debounce_keys": (run_sql.prune_runs_tx, run_sql.OVER_DEBOUNCE, run_sql.DROP_DEBOUNCE),
     "idempotency": (run_sql.SQLITE.prune_idempotency, run_sql.POSTGRES.prune_idempotency),
     "rate_buckets": (flow.PRUNE_BUCKETS_SQLITE, flow.PRUNE_BUCKETS_POSTGRES),
@@ -146,3 +146,31 @@ async def test_a_leading_key_goes_once_its_burst_is_over_and_its_run_closed(stor
     assert await store.prune_debounce_keys(T0 + 2_000, 10) == 0
     assert await store.prune_debounce_keys(T0 + 90_000, 10) == 1
     assert await store.get_debounce("app", "wf", "later") is None
+
+
+async def orphan(store: Any, at: int, run_id: str) -> None:
+    """A fire record whose run is gone: what pruning left before records went with runs."""
+    sql = "INSERT INTO schedule_fires (app, name, scheduled_time, run_id, fired_at) VALUES (?, ?, ?, ?, ?)"
+    assert await store._change(sql, "app", "s", at, run_id, T0) == 1
+
+
+async def test_the_sweep_deletes_fire_records_whose_run_is_gone(store: Store) -> None:
+    """Fire records of runs pruned before they went together: found a page at a time, in key
+    order, and deleted; those of kept runs stay."""
+    await seed_app(store)
+    for i in (0, 2, 4, 5, 6):
+        await store.commit(fired_unit(f"run_{i}", T0 + i))
+    await orphan(store, T0 + 1, "run_gone_1")
+    await orphan(store, T0 + 3, "run_gone_3")
+    pages, after, deleted = 0, FIRES_START, 0
+    while True:
+        gone, after = await store.prune_orphan_fires(after, 2)
+        deleted, pages = deleted + gone, pages + 1
+        if after is None:
+            break
+    assert deleted == 2 and pages == 4  # 7 records, 2 a page
+    assert await store.get_schedule_fire("app", "s", T0 + 1) is None
+    assert await store.get_schedule_fire("app", "s", T0 + 3) is None
+    kept = [f.fire.run_id for f in await store.last_schedule_fires("app", "s", 20)]
+    assert kept == ["run_6", "run_5", "run_4", "run_2", "run_0"]
+    assert await store.prune_orphan_fires(FIRES_START, 100) == (0, None)
