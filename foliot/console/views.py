@@ -845,7 +845,11 @@ async def schedules() -> Response:
     apps, app, after = await _app_page()
     found = await eng.store.list_schedules(app, PAGE + 1, after) if app else []
     shown = found[:PAGE]
-    rows = [(s, await eng.store.last_schedule_fires(app, s.name, 3)) for s in shown]
+    upcoming = await eng.schedules.next_fires(shown, 1)  # cron's off the event loop
+    rows = [
+        (s, await eng.store.last_schedule_fires(app, s.name, 3), nxt)
+        for s, nxt in zip(shown, upcoming, strict=True)
+    ]
     next_url = None
     if len(found) > PAGE:
         next_url = "/console/schedules?" + urlencode({"app": app, "cursor": shown[-1].name})

@@ -27,6 +27,20 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise SystemExit(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    """A positive number (`10`, `0.5`)."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise SystemExit(f"{name} must be a number above 0, got {raw!r}")
+    return value
+
+
 def _lifetime(env: Mapping[str, str], name: str, default: int) -> int | None:
     """A positive duration string (`30d`, `24h`) in ms, or None for `never`."""
     raw = env.get(name)
@@ -148,6 +162,11 @@ class Settings:
     idempotency_ttl_ms: int | None = 86_400_000
     retention_ms: int | None = 30 * 86_400_000
     prune_interval_ms: int = 300_000
+    # Per-app bounds of schedules (issue 37), checked when one is created or replaced: how many
+    # an app may define, and the fires per second all of them may make together
+    # (`Schedule.fire_rate`: `every: 1s` is 1/s, a cron 1 / its shortest interval).
+    schedules_per_app: int = 1_000
+    schedule_fire_rate_per_app: float = 10.0
     # The console's trends (foliot/console/trends.py): one sample every interval (0: none), this
     # many kept.
     trend_interval_ms: int = 10_000
@@ -231,6 +250,8 @@ class Settings:
             admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 100)),
             admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),
             admission_lag_ms=max(0, _int(e, "FOLIOT_ADMISSION_LAG_MS", 0)),
+            schedules_per_app=max(1, _int(e, "FOLIOT_SCHEDULES_PER_APP", 1_000)),
+            schedule_fire_rate_per_app=_positive(e, "FOLIOT_SCHEDULE_FIRE_RATE_PER_APP", 10.0),
             app_internal_rate=max(1, _int(e, "FOLIOT_APP_INTERNAL_RATE", 20)),
             app_internal_burst=max(1, _int(e, "FOLIOT_APP_INTERNAL_BURST", 40)),
             max_connections=max(0, _int(e, "FOLIOT_MAX_CONNECTIONS", 0)),

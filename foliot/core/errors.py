@@ -59,6 +59,14 @@ class InvalidRequest(Refused):
         super().__init__(message, **extra)
 
 
+class QuotaExceeded(InvalidRequest):
+    """A definition that would put its app over a per-app limit (`limit`: the setting's name,
+    `max` its value): nothing stored. Not a 429: nothing changes by retrying (the clients
+    retry a 429)."""
+
+    code = "quota_exceeded"
+
+
 class Unauthorized(Refused):
     code = "unauthorized"
 

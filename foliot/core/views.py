@@ -10,7 +10,7 @@ from typing import Annotated, Any, NotRequired, TypedDict
 
 from .shapes import Shape
 from .workflow.duration import format_timestamp as ts
-from .workflow.model import ErrorInfo, Event, Run
+from .workflow.model import ErrorInfo, Event, Run, ScheduleRef
 
 # An instant as the API writes it: `2026-11-29T18:00:00.000Z` (UTC, milliseconds).
 Timestamp = Annotated[str, Shape.of(format="date-time")]
@@ -60,6 +60,7 @@ class ScheduleRefView(TypedDict):
 
     name: str
     scheduledTime: Timestamp
+    reason: str | None  # a trigger's reason
 
 
 class RunView(TypedDict):
@@ -143,10 +144,14 @@ def run_view(run: Run) -> RunView:
         "output": run.output if run.status == "completed" else None,
         "parent": _parent_view(run),
         "children": _children_view(run),
-        "schedule": None
-        if run.schedule is None
-        else {"name": run.schedule.name, "scheduledTime": at(run.schedule.scheduled_time)},
+        "schedule": _schedule_view(run.schedule),
     }
+
+
+def _schedule_view(ref: ScheduleRef | None) -> ScheduleRefView | None:
+    if ref is None:
+        return None
+    return {"name": ref.name, "scheduledTime": at(ref.scheduled_time), "reason": ref.reason}
 
 
 def _parent_view(run: Run) -> ParentView | None:

@@ -185,7 +185,16 @@ _SCHEDULE: Final = {
     "updatedAt": TS,
     "lastFires": {
         "type": "array",
-        "items": _answer({"scheduledTime": TS, "runId": STR, "firedAt": TS, "status": STR_OR_NULL}),
+        "items": _answer(
+            {
+                "scheduledTime": TS,
+                "runId": STR,
+                "firedAt": TS,
+                "source": {"enum": ["clock", "trigger", "backfill"]},
+                "reason": STR_OR_NULL,
+                "status": STR_OR_NULL,
+            }
+        ),
     },
 }
 # Members of a schedule's view only there when its document (or the one-schedule read) has them.

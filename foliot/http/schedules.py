@@ -14,7 +14,6 @@ from ..core.errors import InvalidRequest, NotFound
 from ..core.schedule.definition import parse_schedule
 from ..core.workflow.duration import DurationError, parse_timestamp
 from ..core.workflow.jsonconv import ValidationError
-from ..kinds.schedule.service import schedule_view
 from .app import (
     body,
     check_name,
@@ -65,7 +64,7 @@ async def put_schedule(app_name: str, name: str) -> Response:
     check_payload(schedule.input, "input")
     eng = engine()
     state, created = await eng.schedules.put(app_name, name, schedule, paused)
-    return json_response(schedule_view(state, []), 201 if created else 200)
+    return json_response(await eng.schedules.view(state, []), 201 if created else 200)
 
 
 @blueprint.get("/apps/<app_name>/schedules")
@@ -77,10 +76,13 @@ async def list_schedules(app_name: str) -> Response:
     cursor = request.args.get("cursor")
     if cursor is not None and (len(cursor) > MAX_CURSOR or not cursor):
         raise InvalidRequest("not a cursor this API returned", field="cursor")
-    found = await engine().store.list_schedules(app_name, limit + 1, cursor)
+    eng = engine()
+    found = await eng.store.list_schedules(app_name, limit + 1, cursor)
     page = found[:limit]
     next_cursor = page[-1].name if len(found) > limit else None
-    return json_response({"schedules": [schedule_view(s) for s in page], "nextCursor": next_cursor})
+    # Next fires of cron schedules are computed in worker threads: a page of rare expressions
+    # costs seconds of CPU and must not hold the event loop (issue 37).
+    return json_response({"schedules": await eng.schedules.views(page), "nextCursor": next_cursor})
 
 
 @blueprint.get("/apps/<app_name>/schedules/<name>")
@@ -91,7 +93,7 @@ async def get_schedule(app_name: str, name: str) -> Response:
     state = await schedules.document(app_name, name)
     if state is None:
         raise NotFound(f"schedule {name!r} not found")
-    return json_response(schedule_view(state, await schedules.last_fires(app_name, name)))
+    return json_response(await schedules.view(state, await schedules.last_fires(app_name, name)))
 
 
 @blueprint.post("/apps/<app_name>/schedules/<name>/pause")
@@ -99,8 +101,9 @@ async def pause(app_name: str, name: str) -> Response:
     await require_app(app_name)
     check_name(name, "name")
     reason = _reason(await body(ReasonBody, empty_ok=True))
-    state = await engine().schedules.pause(app_name, name, reason)
-    return json_response(schedule_view(state))
+    schedules = engine().schedules
+    state = await schedules.pause(app_name, name, reason)
+    return json_response(await schedules.view(state))
 
 
 @blueprint.post("/apps/<app_name>/schedules/<name>/unpause")
@@ -108,16 +111,17 @@ async def unpause(app_name: str, name: str) -> Response:
     await require_app(app_name)
     check_name(name, "name")
     reason = _reason(await body(ReasonBody, empty_ok=True))
-    state = await engine().schedules.unpause(app_name, name, reason)
-    return json_response(schedule_view(state))
+    schedules = engine().schedules
+    state = await schedules.unpause(app_name, name, reason)
+    return json_response(await schedules.view(state))
 
 
 @blueprint.post("/apps/<app_name>/schedules/<name>/trigger")
 async def trigger(app_name: str, name: str) -> Response:
     await require_app(app_name)
     check_name(name, "name")
-    await body(ReasonBody, empty_ok=True)
-    return json_response(await engine().schedules.trigger(app_name, name))
+    reason = _reason(await body(ReasonBody, empty_ok=True))
+    return json_response(await engine().schedules.trigger(app_name, name, reason))
 
 
 @blueprint.post("/apps/<app_name>/schedules/<name>/backfill")

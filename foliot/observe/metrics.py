@@ -562,6 +562,16 @@ class EngineCollector:
             pruner.pruned_rate_buckets,
         )
         yield _counter(
+            "foliot_pruned_debounce_keys",
+            "Leading debounce keys deleted once their burst was over and their run closed.",
+            pruner.pruned_debounce_keys,
+        )
+        yield _counter(
+            "foliot_pruned_schedule_fires",
+            "Schedule fire records deleted by the sweep because their run was gone.",
+            pruner.pruned_schedule_fires,
+        )
+        yield _counter(
             "foliot_prune_failures",
             "Pruning passes that failed (retried at the next interval).",
             pruner.failures,

@@ -408,12 +408,18 @@ class RunStore(Protocol):
 
     async def prune_closed_runs(self, closed_before: int, limit: int) -> int:
         """Delete up to `limit` runs closed before `closed_before` with their events, tasks,
-        timers and signal ids, oldest first; fewer when their histories are long (at most
-        `limit * PRUNE_EVENTS_PER_RUN` events per call, but always one run). Returns the count."""
+        timers, signal ids, schedule fire records and debounce keys, oldest first; fewer when
+        their histories are long (at most `limit * PRUNE_EVENTS_PER_RUN` events per call, but
+        always one run). Returns the count."""
         ...
 
     async def prune_idempotency(self, created_before: int, limit: int) -> int:
         """Delete up to `limit` idempotency records created before `created_before`."""
+        ...
+
+    async def prune_debounce_keys(self, now: int, limit: int) -> int:
+        """Delete up to `limit` leading debounce keys whose window ended by `now` and whose run
+        is closed (or gone): the burst is over. Returns the count."""
         ...
 
     # tasks and timers

@@ -201,6 +201,26 @@ DROP_DEBOUNCE: Final = (
 )
 
 
+# (now, true, limit): leading bursts whose window is over and whose run is closed or gone.
+OVER_DEBOUNCE: Final = (
+    "SELECT d.app, d.workflow, d.key, d.run_id FROM debounce_keys d"
+    " WHERE d.mode = 'leading' AND d.until <= ?"
+    " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = d.run_id AND r.is_open = ?)"
+    " ORDER BY d.until LIMIT ?"
+)
+
+
+def prune_debounce_tx(now: int, limit: int) -> Tx[int]:
+    """Up to `limit` leading debounce keys whose burst is over (`until` passed) and whose run
+    closed: deleting one is what the key's next start would do (`DROP_DEBOUNCE`), so no start
+    decides differently; a trailing key goes in the unit that begins or closes its run."""
+    found = yield rows(OVER_DEBOUNCE, now, True, limit)
+    if not found:
+        return 0
+    yield many(DROP_DEBOUNCE, [(r[0], r[1], r[2], r[3], now) for r in found])
+    return len(found)
+
+
 def debounce_tx(run: Run, change_: DebounceChange) -> Tx[None]:
     if change_.kind == "release":
         yield change(RELEASE_DEBOUNCE, run.app, change_.workflow, change_.key, run.run_id)
@@ -214,8 +234,8 @@ def debounce_tx(run: Run, change_: DebounceChange) -> Tx[None]:
 
 # A schedule's fire record (`UnitOfWork.fire`): a time already fired inserts nothing.
 INSERT_SCHEDULE_FIRE: Final = (
-    _insert("schedule_fires", "app, name, scheduled_time, run_id, fired_at")
-    + marks(5)
+    _insert("schedule_fires", "app, name, scheduled_time, run_id, fired_at, source, reason")
+    + marks(7)
     + " ON CONFLICT (app, name, scheduled_time) DO NOTHING"
 )
 
@@ -236,7 +256,9 @@ def unit_tx(unit: UnitOfWork, dialect: Dialect | None = None) -> Tx[bool]:
         checked = True
     if unit.fire is not None:
         f = unit.fire
-        taken = yield change(INSERT_SCHEDULE_FIRE, f.app, f.name, f.scheduled_time, f.run_id, f.fired_at)
+        taken = yield change(
+            INSERT_SCHEDULE_FIRE, f.app, f.name, f.scheduled_time, f.run_id, f.fired_at, f.source, f.reason
+        )
         if taken != 1:
             raise UniqueViolation("schedule_fire", f"schedule {f.name!r} fired {f.scheduled_time} before")
     row = run_row(run)
@@ -451,7 +473,8 @@ def prune_runs_tx(dialect: Dialect, closed_before: int, limit: int) -> Tx[int]:
     if not ids:
         return 0
     where, args = dialect.run_ids(ids)
-    for table in ("events", "tasks", "timers", "signal_ids"):
+    # A schedule's fire record and a debounce key go with the run they point at (issue 37).
+    for table in ("events", "tasks", "timers", "signal_ids", "schedule_fires", "debounce_keys"):
         yield change(f"DELETE FROM {table} WHERE run_id {where}", *args)
     deleted: int = yield change(f"DELETE FROM runs WHERE run_id {where}", *args)
     return deleted

@@ -332,6 +332,9 @@ class SqlRunStore:
     async def prune_closed_runs(self, closed_before: int, limit: int) -> int:
         return await self._transact(partial(run_sql.prune_runs_tx, self.dialect, closed_before, limit))
 
+    async def prune_debounce_keys(self, now: int, limit: int) -> int:
+        return await self._transact(partial(run_sql.prune_debounce_tx, now, limit))
+
     async def prune_idempotency(self, created_before: int, limit: int) -> int:
         return await self._change(self.dialect.prune_idempotency, created_before, limit)
 

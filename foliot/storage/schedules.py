@@ -5,7 +5,8 @@ A `schedules` row per (app, name), written only by the schedule's actor and guar
 shared `timers` table (actor kind `schedule`, the actor id `sched:<app>:<name>` in `run_id`),
 derived from the document and written in the same transaction, as a run's are. The
 `schedule_fires` rows are written by the run store's unit of work (`UnitOfWork.fire`), in the
-transaction that inserts the fire's run: their key makes a scheduled time start one run, ever.
+transaction that inserts the fire's run: their key makes a scheduled time start one run, as
+long as that run is kept (the pruner deletes a fire with its run, `run_sql.prune_runs_tx`).
 
 Schedule rows carry no lease fence: their version guard already refuses a node that lost the
 actor (its version is behind the new owner's first write), and the runs they start are fenced
@@ -23,7 +24,7 @@ import attrs
 
 from ..core.errors import StaleWrite
 from ..core.schedule.machine import ScheduleState, state_from_parts, state_to_dict
-from .sql import Tx, change, many
+from .sql import Tx, change, many, rows
 
 if TYPE_CHECKING:
     from .base import UnitOfWork
@@ -50,17 +51,32 @@ UPDATE: Final = (
 DELETE: Final = "DELETE FROM schedules WHERE app = ? AND name = ? AND version = ?"
 GET: Final = f"SELECT {_COLUMNS} FROM schedules WHERE app = ? AND name = ?"
 LIST: Final = f"SELECT {_COLUMNS} FROM schedules WHERE app = ? AND name > ? ORDER BY name LIMIT ?"
+# (app, name, scheduled_time, limit): a page of fire records by key, each with whether its run
+# is still kept (the pruner's sweep for records whose run went without them).
+FIRES_PAGE: Final = (
+    "SELECT f.app, f.name, f.scheduled_time, EXISTS (SELECT 1 FROM runs r WHERE r.run_id = f.run_id)"
+    " FROM schedule_fires f WHERE (f.app, f.name, f.scheduled_time) > (?, ?, ?)"
+    " ORDER BY f.app, f.name, f.scheduled_time LIMIT ?"
+)
+DELETE_ORPHAN_FIRE: Final = (
+    "DELETE FROM schedule_fires WHERE app = ? AND name = ? AND scheduled_time = ?"
+    " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.run_id = schedule_fires.run_id)"
+)
+FIRES_START: Final = ("", "", -1)  # before every key
+# An app's definitions, for its quotas (`Schedules.put`): (name, document) of each.
+DOCUMENTS: Final = "SELECT name, document FROM schedules WHERE app = ? ORDER BY name"
 DELETE_TIMERS: Final = "DELETE FROM timers WHERE run_id = ?"
 INSERT_TIMER: Final = (
     f"INSERT INTO timers (run_id, slot, kind, key, due_at, actor_kind) VALUES (?, ?, ?, ?, ?, '{ACTOR_KIND}')"
 )
 GET_FIRE: Final = (
-    "SELECT app, name, scheduled_time, run_id, fired_at FROM schedule_fires"
+    "SELECT app, name, scheduled_time, run_id, fired_at, source, reason FROM schedule_fires"
     " WHERE app = ? AND name = ? AND scheduled_time = ?"
 )
 # The last fires, newest scheduled time first, with their runs' statuses (NULL once pruned).
 LAST_FIRES: Final = (
-    "SELECT f.app, f.name, f.scheduled_time, f.run_id, f.fired_at, r.status FROM schedule_fires f"
+    "SELECT f.app, f.name, f.scheduled_time, f.run_id, f.fired_at, f.source, f.reason, r.status"
+    " FROM schedule_fires f"
     " LEFT JOIN runs r ON r.run_id = f.run_id WHERE f.app = ? AND f.name = ?"
     " ORDER BY f.scheduled_time DESC LIMIT ?"
 )
@@ -77,6 +93,8 @@ class ScheduleFire:
     scheduled_time: int
     run_id: str
     fired_at: int
+    source: str = "clock"  # what made it: `clock`, `trigger` or `backfill`
+    reason: str | None = None  # a trigger's reason
 
 
 def _json(value: Any) -> str:
@@ -108,8 +126,20 @@ class ScheduleStore(Protocol):
         ...
 
     async def delete_schedule(self, app: str, name: str, expected_version: int) -> None:
-        """Delete the schedule and its timers (its fire records stay); `StaleWrite` when it
-        moved on or is gone."""
+        """Delete the schedule and its timers (its fire records stay, each until its run is
+        pruned); `StaleWrite` when it moved on or is gone."""
+        ...
+
+    async def schedule_documents(self, app: str) -> list[tuple[str, dict[str, Any]]]:
+        """(name, definition document) of each of the app's schedules, by name."""
+        ...
+
+    async def prune_orphan_fires(
+        self, after: tuple[str, str, int], limit: int
+    ) -> tuple[int, tuple[str, str, int] | None]:
+        """A page of up to `limit` fire records past key `after`: those whose run is gone
+        (pruned before records went with their runs) deleted. (How many, the key to go on
+        from; None at the end of the table.)"""
         ...
 
     async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None: ...
@@ -143,6 +173,20 @@ def _state(row: Any) -> ScheduleState:
         row["updated_at"],
         row["version"],
     )
+
+
+def _fire(row: tuple[Any, ...]) -> ScheduleFire:
+    app, name, scheduled_time, run_id, fired_at, source, reason = row
+    return ScheduleFire(app, name, scheduled_time, run_id, fired_at, source or "clock", reason)
+
+
+def sweep_fires_tx(after: tuple[str, str, int], limit: int) -> Tx[tuple[int, tuple[str, str, int] | None]]:
+    found = yield rows(FIRES_PAGE, *after, limit)
+    gone = [(r[0], r[1], r[2]) for r in found if not r[3]]
+    if gone:
+        yield many(DELETE_ORPHAN_FIRE, gone)
+    last = found[-1] if len(found) == limit else None
+    return len(gone), None if last is None else (last[0], last[1], last[2])
 
 
 def put_tx(state: ScheduleState, expected_version: int | None) -> Tx[None]:
@@ -214,10 +258,18 @@ class ScheduleSql:
     async def delete_schedule(self, app: str, name: str, expected_version: int) -> None:
         await self._transact(partial(delete_tx, app, name, expected_version))
 
+    async def schedule_documents(self, app: str) -> list[tuple[str, dict[str, Any]]]:
+        return [(r["name"], json.loads(r["document"])) for r in await self._all(DOCUMENTS, (app,), scan=True)]
+
+    async def prune_orphan_fires(
+        self, after: tuple[str, str, int], limit: int
+    ) -> tuple[int, tuple[str, str, int] | None]:
+        return await self._transact(partial(sweep_fires_tx, after, limit))
+
     async def get_schedule_fire(self, app: str, name: str, scheduled_time: int) -> ScheduleFire | None:
         row = await self._one(GET_FIRE, (app, name, scheduled_time))
-        return None if row is None else ScheduleFire(*row)
+        return None if row is None else _fire(tuple(row))
 
     async def last_schedule_fires(self, app: str, name: str, limit: int) -> list[FireView]:
         found = await self._all(LAST_FIRES, (app, name, limit), scan=True)
-        return [FireView(ScheduleFire(*tuple(r)[:5]), r["status"]) for r in found]
+        return [FireView(_fire(tuple(r)[:7]), r["status"]) for r in found]

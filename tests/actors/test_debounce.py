@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from trio.testing import MockClock
 
 from foliot.core.views import run_view
@@ -81,3 +82,23 @@ async def test_cancelling_a_pending_run_frees_its_key(env: Env, autojump_clock: 
     assert isinstance(reply, machine.Ok)
     again, status = await start(env, {"n": 2})
     assert status == 202 and again["runId"] != body["runId"]
+
+
+@pytest.mark.parametrize("settings_overrides", [{"prune_interval_ms": 60_000}])
+async def test_leading_keys_are_pruned_once_their_burst_is_over(env: Env, autojump_clock: MockClock) -> None:
+    """Leading keys were kept for ever (300 keys, 300 rows pointing at pruned runs): now a key
+    goes once its window is over and its run closed; an open run's key stays."""
+    await env.register(WF)
+    await env.register({"name": "hold", "steps": [{"name": "w", "type": "wait", "signal": "go"}]})
+    done = [(await start(env, {"n": i}, "leading", key=f"k{i}"))[0]["runId"] for i in range(3)]
+    held = DebouncedStart("app", "hold", None, None, None, None, "h", 10_000, "leading")
+    waiting, _ = await env.engine.runs.debounced_start(held, run_view)
+    for run_id in done:
+        await env.until(run_id, "completed")
+    store = env.engine.store
+    assert await store.get_debounce("app", "sync", "k0") is not None
+    await advance(11 + 60)  # the windows passed, and a pruning pass since
+    assert [await store.get_debounce("app", "sync", f"k{i}") for i in range(3)] == [None] * 3
+    assert await store.get_debounce("app", "hold", "h") is not None  # its run is still open
+    assert env.engine.pruner.pruned_debounce_keys == 3
+    await env.until(waiting["runId"], "waiting")

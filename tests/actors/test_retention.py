@@ -160,3 +160,15 @@ async def test_idle_rate_limit_buckets_go_a_minute_after_their_last_slot(
     # As a bucket never used: a token is free now.
     assert await store.take_rate_tokens([("later", 10_000_000)], 1, now() * 1000) == (1, None)
     assert await store.rate_bucket("later") == (now() + 10_000) * 1000
+
+
+@pytest.mark.parametrize("settings_overrides", [{"prune_interval_ms": 3_600_000}])
+async def test_fire_records_whose_run_is_gone_are_swept(env: Env, autojump_clock: MockClock) -> None:
+    """Fire records of runs pruned before they went together are deleted by the pruner's sweep."""
+    store: Any = env.engine.store
+    sql = "INSERT INTO schedule_fires (app, name, scheduled_time, run_id, fired_at) VALUES (?, ?, ?, ?, ?)"
+    for at in range(3):
+        await store._change(sql, "app", "nightly", at, f"run_gone_{at}", 0)
+    await advance(HOUR + 1)
+    assert [await store.get_schedule_fire("app", "nightly", at) for at in range(3)] == [None] * 3
+    assert env.engine.pruner.pruned_schedule_fires == 3 and env.engine.pruner.failures == 0

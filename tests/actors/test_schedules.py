@@ -5,6 +5,7 @@ time never starts a second run, even after its run closed."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any
 
@@ -13,9 +14,12 @@ import trio
 from trio.testing import MockClock
 
 from foliot.core.errors import CommitUnknown, StorageUnavailable
+from foliot.core.schedule import definition
+from foliot.core.schedule import machine as sm
 from foliot.core.schedule.definition import parse_schedule
 from foliot.core.workflow.machine import Cancel
 from foliot.core.workflow.model import Run
+from foliot.kinds.schedule.offload import next_fires_of
 from foliot.storage.base import RunFilter
 
 from .conftest import T0, Env, advance
@@ -133,6 +137,9 @@ async def test_a_trigger_racing_the_tick_makes_one_run(env: Env, autojump_clock:
     once_each(found)
     assert times(found) == [T0 + MIN]
     assert answer["runId"] == found[0].run_id  # the one run, whichever came first
+    await advance(1)
+    state = await env.engine.schedules.document("app", "tick")
+    assert state is not None and state.fired == 1  # one run, counted once
 
 
 async def test_a_backfill_ahead_of_the_clock_leaves_the_tick_nothing_to_start(
@@ -147,6 +154,13 @@ async def test_a_backfill_ahead_of_the_clock_leaves_the_tick_nothing_to_start(
     assert times(found) == [T0 + MIN, T0 + 2 * MIN, T0 + 3 * MIN]
     by_time = {r.schedule.scheduled_time: r.run_id for r in found if r.schedule is not None}
     assert [f["runId"] for f in out["fires"]] == [by_time[T0 + MIN], by_time[T0 + 2 * MIN]]
+    # The clock meeting the backfilled times counts them no second time (it did: 5 for 3 runs).
+    await advance(5 * 60)
+    found = await runs(env)
+    state = await env.engine.schedules.document("app", "tick")
+    assert state is not None and state.fired == len(found) == 8
+    fire = await env.engine.store.get_schedule_fire("app", "tick", T0 + MIN)
+    assert fire is not None and fire.source == "backfill"
 
 
 async def test_a_time_never_starts_a_second_run_after_its_run_closed(
@@ -208,6 +222,7 @@ async def test_a_crash_between_the_runs_commit_and_the_schedules_starts_no_secon
     first = next(r for r in found if r.schedule is not None and r.schedule.scheduled_time == T0 + MIN)
     fire = await store.get_schedule_fire("app", "tick", T0 + MIN)
     assert fire is not None and fire.run_id == first.run_id
+    assert state.fired == 2  # the clock's own fire met again is counted: its count was lost
 
 
 @pytest.mark.parametrize("settled", [True, False], ids=["read-back", "in-doubt"])
@@ -236,7 +251,11 @@ async def test_a_fire_whose_commit_answer_was_lost_goes_on_firing(
     once_each(found)
 
 
-@pytest.mark.parametrize("settings_overrides", [{"app_internal_rate": 2, "app_internal_burst": 2}])
+@pytest.mark.parametrize(
+    "settings_overrides",
+    # 20 fires/s: above the default FOLIOT_SCHEDULE_FIRE_RATE_PER_APP, raised to let them be defined.
+    [{"app_internal_rate": 2, "app_internal_burst": 2, "schedule_fire_rate_per_app": 20}],
+)
 async def test_an_apps_fires_wait_their_turn_and_are_late_not_missed(
     env: Env, autojump_clock: MockClock, settings_overrides: dict[str, Any]
 ) -> None:
@@ -259,3 +278,45 @@ async def test_an_apps_fires_wait_their_turn_and_are_late_not_missed(
         assert state is not None
         missed += state.missed
     assert missed == 0
+
+
+async def test_next_fires_of_rare_crons_are_computed_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1,000 schedules of a rare cron (`0 0 * 2 1#5`: ~2 ms a next time) listed held the loop
+    for seconds: every other request, /healthz too, waited. Now a concurrent task keeps
+    running while a page of them is computed, and no cron search runs on the loop's thread."""
+    states = [
+        sm.create(
+            "app", f"s{m}_{h}", parse_schedule({"workflow": "job", "cron": f"{m} {h} * 2 1#5"})[0], None, T0
+        )
+        for m in range(0, 60, 5)
+        for h in (0, 12)
+    ]  # 24 expressions: none shares a computation (the cache cannot hide the cost)
+    expected = [s.next_fires(5) for s in states]
+    definition._cron_next.cache_clear()
+    threads: set[int] = set()
+    real = definition._cron_next
+
+    def spy(expr: str, zone: Any, after: int) -> int | None:
+        threads.add(threading.get_ident())
+        return real(expr, zone, after)
+
+    monkeypatch.setattr(definition, "_cron_next", spy)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while ticks < 100:  # then idle: a spinning task would slow the thread down (the GIL)
+            ticks += 1
+            await trio.lowlevel.checkpoint()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ticker)
+        await trio.lowlevel.checkpoint()
+        before = ticks
+        found = await next_fires_of(states, 5)
+        during = ticks - before
+    assert found == expected
+    assert threads and threading.get_ident() not in threads
+    assert during >= 99  # the loop ran another task all along

@@ -36,8 +36,12 @@ async def test_create_read_replace_list_delete(api: Api) -> None:
     assert (created["skipped"], created["missed"], created["fired"]) == (0, 0, 0)
     again = await put(api, "nightly", body)
     assert again.status_code == 200 and again.json()["nextFires"] == created["nextFires"]
-    replaced = await put(api, "nightly", {**body, "cron": None, "every": "1h", "overlap": "allow"})
+    with_zone = await put(api, "nightly", {**body, "cron": None, "every": "1h"})
+    assert with_zone.status_code == 400 and with_zone.json()["error"]["field"] == "timezone"
+    plain = {**body, "cron": None, "timezone": None, "every": "1h", "overlap": "allow"}
+    replaced = await put(api, "nightly", plain)
     assert replaced.status_code == 200 and replaced.json()["every"] == "1h"
+    assert replaced.json()["timezone"] == "UTC"
     assert replaced.json()["cron"] is None and replaced.json()["overlap"] == "allow"
     for name in ("b", "c"):
         assert (await put(api, name, {"workflow": "nightly", "every": "1d"})).status_code == 201
@@ -64,7 +68,7 @@ async def test_trigger_starts_a_run_with_its_schedule_and_honours_overlap(api: A
     fired = first.json()
     assert fired["outcome"] == "started" and fired["runId"].startswith("run_")
     run = await api.run(fired["runId"])
-    assert run["schedule"] == {"name": "s", "scheduledTime": fired["scheduledTime"]}
+    assert run["schedule"] == {"name": "s", "scheduledTime": fired["scheduledTime"], "reason": None}
     assert run["businessKey"] == f"schedule:s:{fired['scheduledTime']}"
     assert run["status"] == "waiting"
     # skip (the default): the previous run is open.
@@ -77,6 +81,8 @@ async def test_trigger_starts_a_run_with_its_schedule_and_honours_overlap(api: A
             "scheduledTime": fired["scheduledTime"],
             "runId": fired["runId"],
             "firedAt": shown["lastFires"][0]["firedAt"],
+            "source": "trigger",
+            "reason": None,
             "status": "waiting",
         }
     ]
@@ -92,6 +98,22 @@ async def test_trigger_starts_a_run_with_its_schedule_and_honours_overlap(api: A
     metrics = await api.client.get("/metrics", headers=api.admin())
     assert 'foliot_schedule_fires_total{outcome="fired"} 2.0' in metrics.text
     assert 'foliot_schedule_fires_total{outcome="skipped"} 1.0' in metrics.text
+
+
+async def test_a_triggers_reason_is_recorded_on_its_run_and_its_fire(api: Api) -> None:
+    await api.register(WAIT)
+    await put(api, "s", {"workflow": "nightly", "every": "1h", "overlap": "allow"})
+    fired = (await post(api, "s/trigger", {"reason": "rerun after the outage"})).json()
+    run = await api.run(fired["runId"])
+    assert run["schedule"]["reason"] == "rerun after the outage"
+    last = (await api.call("GET", f"{BASE}/s")).json()["lastFires"]
+    assert [(f["runId"], f["source"], f["reason"]) for f in last] == [
+        (fired["runId"], "trigger", "rerun after the outage")
+    ]
+    refused = await post(api, "s/trigger", {"reason": "x" * 10_000})
+    assert refused.status_code == 400 and refused.json()["error"]["field"] == "reason"
+    unknown = await post(api, "s/trigger", {"why": "?"})
+    assert unknown.status_code == 400 and unknown.json()["error"]["field"] == "why"
 
 
 async def test_cancel_previous(api: Api) -> None:
@@ -171,6 +193,8 @@ async def test_backfill_and_a_time_starts_one_run_ever(api: Api) -> None:
         ({"workflow": "nightly", "cron": "not a cron"}, "cron"),
         ({"workflow": "nightly", "cron": "* * * * * *"}, "cron"),
         ({"workflow": "nightly", "every": "1m", "timezone": "Atlantis/Capital"}, "timezone"),
+        ({"workflow": "nightly", "every": "1m", "timezone": "Europe/Berlin"}, "timezone"),
+        ({"workflow": "nightly", "cron": "@daily", "timezone": "Atlantis/Capital"}, "timezone"),
         ({"workflow": "nightly", "every": "1m", "cron": "@daily"}, "every"),
         ({"workflow": "nightly"}, "cron"),
         ({"workflow": "nightly", "every": "999ms"}, "every"),
@@ -223,3 +247,38 @@ async def test_the_console_lists_schedules_with_next_and_last_fires(api: Api) ->
         assert "&lt;b&gt;upgrade&lt;/b&gt;" in text and "<b>upgrade" not in text
         assert f"/console/apps/orders/runs/{run_id}" in text and "waiting" in text
         assert (await c.get("/console/schedules", params={"app": "bad app"})).status_code == 400
+
+
+@pytest.mark.parametrize("settings_overrides", [{"schedules_per_app": 3, "schedule_fire_rate_per_app": 2.5}])
+async def test_an_apps_schedules_are_bounded_in_number_and_fire_rate(api: Api) -> None:
+    """Nothing bounded an app's schedules: 1,500 `every: 1s` starved every other app. Now a
+    create or replace past FOLIOT_SCHEDULES_PER_APP or FOLIOT_SCHEDULE_FIRE_RATE_PER_APP is
+    refused naming the limit, and nothing is stored."""
+    await api.register(WAIT)
+    for name in ("a", "b"):
+        assert (await put(api, name, {"workflow": "nightly", "every": "1s"})).status_code == 201
+    too_fast = await put(api, "c", {"workflow": "nightly", "every": "1s"})  # 3/s > 2.5/s
+    assert too_fast.status_code == 400, too_fast.text
+    error = too_fast.json()["error"]
+    assert error["code"] == "quota_exceeded" and error["field"] == "every"
+    assert error["limit"] == "FOLIOT_SCHEDULE_FIRE_RATE_PER_APP" and error["max"] == 2.5
+    assert (await api.call("GET", f"{BASE}/c")).status_code == 404
+    assert await api.engine.store.get_schedule("orders", "c") is None
+    every_minute = await put(api, "c", {"workflow": "nightly", "cron": "* * * * *"})  # 1/60 s
+    assert every_minute.status_code == 201, every_minute.text
+    fourth = await put(api, "d", {"workflow": "nightly", "every": "1h"})
+    assert fourth.status_code == 400, fourth.text
+    error = fourth.json()["error"]
+    assert error["code"] == "quota_exceeded" and error["field"] == "name"
+    assert error["limit"] == "FOLIOT_SCHEDULES_PER_APP" and error["max"] == 3
+    assert await api.engine.store.get_schedule("orders", "d") is None
+    # Replaces: within the rate (1 + 0.5 + 1 = 2.5/s), or not raising it, are taken.
+    assert (await put(api, "a", {"workflow": "nightly", "every": "2s"})).status_code == 200
+    assert (await put(api, "c", {"workflow": "nightly", "every": "1s"})).status_code == 200
+    assert (
+        await put(api, "b", {"workflow": "nightly", "every": "1s", "overlap": "allow"})
+    ).status_code == 200
+    slower = await put(api, "a", {"workflow": "nightly", "cron": "*/1 * * * *", "every": None})
+    assert slower.status_code == 200  # 1/60 s: lower
+    assert (await api.call("DELETE", f"{BASE}/a")).status_code == 200
+    assert (await put(api, "d", {"workflow": "nightly", "every": "1h"})).status_code == 201

@@ -37,8 +37,9 @@ async def test_schedules_commands(api: Api, run_cli: Cli, tmp_path: Path) -> Non
     assert put["name"] == "night" and put["timezone"] == "Europe/Berlin" and len(put["nextFires"]) == 5
     table = (await run_cli("schedules", "list")).stdout
     assert "night" in table and "0 3 * * *" in table and put["nextFires"][0] in table
-    trig = await run_cli.json("schedules", "trigger", "night")
+    trig = await run_cli.json("schedules", "trigger", "night", "--reason", "rerun")
     assert trig["outcome"] == "started"
+    assert (await api.run(trig["runId"]))["schedule"]["reason"] == "rerun"
     shown = (await run_cli("schedules", "show", "night")).stdout
     assert trig["runId"] in shown and "waiting" in shown
     paused = (await run_cli("schedules", "pause", "night", "--reason", "[b]db[/b] upgrade")).stdout

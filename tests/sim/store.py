@@ -320,6 +320,14 @@ class FakeStore:
         await trio.lowlevel.checkpoint()
         return 0  # the retention (30 days) outlasts a simulation
 
+    async def prune_debounce_keys(self, now: int, limit: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return 0  # no debounce in the simulated workload
+
+    async def prune_orphan_fires(self, after: Any, limit: int) -> tuple[int, Any]:
+        await trio.lowlevel.checkpoint()
+        return 0, None  # no schedules in the simulated workload
+
     async def swf_prune_closed(self, now: int, limit: int) -> int:
         await trio.lowlevel.checkpoint()
         return 0

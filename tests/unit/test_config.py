@@ -169,3 +169,13 @@ def test_the_metrics_label_cap_is_read_and_bounded() -> None:
     assert Settings.from_env({"FOLIOT_METRICS_MAX_LABEL_VALUES": "-3"}).metrics_max_label_values == 0
     with pytest.raises(SystemExit, match="FOLIOT_METRICS_MAX_LABEL_VALUES"):
         Settings.from_env({"FOLIOT_METRICS_MAX_LABEL_VALUES": "lots"})
+
+
+def test_schedule_quotas() -> None:
+    default = Settings.from_env({})
+    assert (default.schedules_per_app, default.schedule_fire_rate_per_app) == (1_000, 10.0)
+    s = Settings.from_env({"FOLIOT_SCHEDULES_PER_APP": "5", "FOLIOT_SCHEDULE_FIRE_RATE_PER_APP": "0.5"})
+    assert (s.schedules_per_app, s.schedule_fire_rate_per_app) == (5, 0.5)
+    for bad in ("0", "-1", "fast", "inf", "nan"):
+        with pytest.raises(SystemExit, match="FOLIOT_SCHEDULE_FIRE_RATE_PER_APP"):
+            Settings.from_env({"FOLIOT_SCHEDULE_FIRE_RATE_PER_APP": bad})

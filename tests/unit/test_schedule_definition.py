@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from foliot.core.schedule.definition import jitter_of, load_schedule, parse_schedule
+from foliot.core.schedule.definition import document_fire_rate, jitter_of, load_schedule, parse_schedule
 from foliot.core.workflow.duration import format_timestamp, parse_timestamp
 from foliot.core.workflow.jsonconv import ValidationError
 
@@ -50,6 +50,7 @@ def fires(schedule: Any, after: str, n: int) -> list[str | None]:
         ({"workflow": "wf", "every": "500ms"}, "every"),
         ({"workflow": "wf", "every": "soon"}, "every"),
         ({"workflow": "wf", "every": "1m", "timezone": "Mars/Olympus"}, "timezone"),
+        ({"workflow": "wf", "every": "1m", "timezone": "Europe/Berlin"}, "timezone"),
         ({"workflow": "wf", "every": "1m", "timezone": "../../etc/passwd"}, "timezone"),
         ({"workflow": "wf", "every": "1m", "overlap": "queue"}, "overlap"),
         ({"workflow": "wf", "every": "1m", "catchupWindow": "0s"}, "catchupWindow"),
@@ -124,8 +125,14 @@ def test_every_is_anchored_to_the_epoch_or_start_at() -> None:
         "2026-01-01T11:07:00.000Z",
         "2026-01-01T12:07:00.000Z",
     ]
-    # `every` ignores the time zone: elapsed time, across a DST change too.
-    ny = compile_(every="1h", timezone="America/New_York")
+    # `every` counts elapsed time, across a DST change too: a zone is refused (it would change
+    # nothing), and one stored before that was refused loads as UTC.
+    with pytest.raises(ValidationError) as info:
+        compile_(every="1h", timezone="America/New_York")
+    assert info.value.field == "timezone"
+    stored = {**compile_(every="1h").document, "timezone": "America/New_York"}
+    ny = load_schedule(stored)
+    assert ny.timezone == "UTC"
     assert fires(ny, "2026-03-08T06:30:00Z", 3) == [
         "2026-03-08T07:00:00.000Z",
         "2026-03-08T08:00:00.000Z",
@@ -227,3 +234,24 @@ def test_the_ends_of_time_end_the_fires() -> None:
     cron = compile_(cron="@monthly", startAt="9999-12-02T00:00:00Z")
     assert cron.next_after(0) is None
     assert compile_(cron="@daily").next_after(ms("0001-01-01T00:00:00Z") - 1) is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "rate"),
+    [
+        ({"every": "1s"}, 1.0),
+        ({"every": "1m"}, 1 / 60),
+        ({"cron": "* * * * *"}, 1 / 60),
+        ({"cron": "*/5 * * * *"}, 1 / 300),
+        ({"cron": "0,59 * * * *"}, 1 / 60),  # 00:59 then 01:00
+        ({"cron": "5,10 1,2 * * *"}, 1 / 300),
+        ({"cron": "0 */2 * * *"}, 1 / 7_200),
+        ({"cron": "0 22,1 * * *"}, 1 / 10_800),  # 22:00 then 01:00
+        ({"cron": "@daily"}, 1 / 86_400),
+        ({"cron": "0 0 * 2 1#5"}, 1 / 86_400),  # its day fields only make it rarer
+    ],
+)
+def test_fire_rate_is_the_most_fires_per_second(fields: dict[str, Any], rate: float) -> None:
+    schedule = compile_(**fields)
+    assert schedule.fire_rate() == pytest.approx(rate)
+    assert document_fire_rate(schedule.document) == pytest.approx(rate)  # what the quota sums

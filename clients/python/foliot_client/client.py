@@ -500,9 +500,12 @@ class Client(BaseClient):
     ) -> dict[str, Any]:
         return self.send(self.b_schedule_action(name, "unpause", _reason(reason), app, safe=True))
 
-    def trigger_schedule(self, name: str, *, app: str | None = None) -> dict[str, Any]:
-        """Fire now, as the overlap policy allows: `{scheduledTime, outcome, runId}`."""
-        return self.send(self.b_schedule_action(name, "trigger", {}, app))
+    def trigger_schedule(
+        self, name: str, *, reason: str | None = None, app: str | None = None
+    ) -> dict[str, Any]:
+        """Fire now, as the overlap policy allows: `{scheduledTime, outcome, runId}`; `reason`
+        is recorded on the run and the fire."""
+        return self.send(self.b_schedule_action(name, "trigger", _reason(reason), app))
 
     def backfill_schedule(self, name: str, start: str, end: str, *, app: str | None = None) -> dict[str, Any]:
         """A run for every scheduled time in `[start, end)` (RFC 3339); a time already fired
@@ -939,8 +942,10 @@ class AsyncClient(BaseClient):
     ) -> dict[str, Any]:
         return await self.send(self.b_schedule_action(name, "unpause", _reason(reason), app, safe=True))
 
-    async def trigger_schedule(self, name: str, *, app: str | None = None) -> dict[str, Any]:
-        return await self.send(self.b_schedule_action(name, "trigger", {}, app))
+    async def trigger_schedule(
+        self, name: str, *, reason: str | None = None, app: str | None = None
+    ) -> dict[str, Any]:
+        return await self.send(self.b_schedule_action(name, "trigger", _reason(reason), app))
 
     async def backfill_schedule(
         self, name: str, start: str, end: str, *, app: str | None = None

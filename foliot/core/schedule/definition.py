@@ -11,12 +11,15 @@ time skipped by a spring-forward change fires at the first valid minute after th
 a time repeated by a fall-back change fires once, at its first occurrence; an expression whose
 minute or hour is a wildcard (`0 * * * *`, `*/15 * * * *`) follows elapsed time: the hour that
 does not exist has no fire, the repeated hour fires twice. `every` ignores the zone (elapsed
-time from `startAt`, else from 1970-01-01T00:00:00Z).
+time from `startAt`, else from 1970-01-01T00:00:00Z), so `every` with a `timezone` other than
+UTC is refused.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import zoneinfo
 from datetime import UTC, datetime, tzinfo
 from typing import Any, Final
@@ -46,6 +49,9 @@ MIN_EVERY_MS: Final = 1_000
 MIN_CATCHUP_MS: Final = 1_000
 MAX_JITTER_MS: Final = 3_600_000
 MAX_CRON_CHARS: Final = 200
+# How far ahead one next time is searched (cronsim gives up after 50 years): one search of the
+# rarest expression costs a few ms; beyond it the schedule has no next fire (and never fires).
+CRON_HORIZON_YEARS: Final = 50
 MAX_TIMEZONE_CHARS: Final = 64
 _NAME_RULE: Final = "must match ^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
 
@@ -88,7 +94,9 @@ class Schedule:
 
     def next_after(self, after: int) -> int | None:
         """The first scheduled time strictly after `after` (epoch ms) within `startAt..endAt`,
-        or None when there is none (past `endAt`, or a cron that matches nothing for 50 years)."""
+        or None when there is none (past `endAt`, or a cron that matches nothing within
+        `CRON_HORIZON_YEARS`). A cron's costs up to a few ms: the kind computes many of them off
+        the event loop (`kinds.schedule.offload`)."""
         if self.start_at is not None and after < self.start_at:
             after = self.start_at - 1
         if self.every_ms is not None:
@@ -106,6 +114,16 @@ class Schedule:
         if (self.end_at is not None and at > self.end_at) or at > MAX_TIMESTAMP_MS:
             return None
         return at
+
+    def fire_rate(self) -> float:
+        """The most fires per second it can make (what the per-app quota of fire rate sums):
+        `every` 1000 / its milliseconds; a cron 1 / the shortest interval its minute and hour
+        fields allow (`* * * * *` 1/60, `*/5 * * * *` 1/300, `0 */2 * * *` 1/7,200; a fixed
+        minute and hour 1/86,400: its day fields only make it rarer)."""
+        if self.every_ms is not None:
+            return 1000 / self.every_ms
+        assert self.cron is not None
+        return 1 / cron_min_interval_s(self.cron)
 
     def times(self, after: int, until: int, limit: int) -> list[int]:
         """The scheduled times in `(after, until]`, at most `limit` of them, in order."""
@@ -137,6 +155,36 @@ class Schedule:
         return count, last
 
 
+def _cyclic_gap(values: set[int], period: int) -> int | None:
+    ordered = sorted(values)
+    if len(ordered) < 2:
+        return None
+    gaps = [b - a for a, b in itertools.pairwise(ordered)]
+    return min(*gaps, ordered[0] + period - ordered[-1])
+
+
+@functools.lru_cache(maxsize=1024)
+def cron_min_interval_s(expr: str) -> int:
+    """The shortest interval (s) between two consecutive times of a five-field `expr`, from its
+    minute and hour fields (a daylight-saving change may shorten one interval a year)."""
+    sim = CronSim(expr, _utc(0))
+    minutes = _cyclic_gap(sim.minutes, 60)
+    if minutes is not None:
+        return 60 * minutes
+    hours = _cyclic_gap(sim.hours, 24)
+    return 3600 * hours if hours is not None else 86_400
+
+
+def document_fire_rate(document: dict[str, Any]) -> float:
+    """`Schedule.fire_rate` of a stored definition document (`Schedule.document`), without
+    compiling it: `every` is read as a duration, `cron` (an alias expanded) parsed."""
+    every = document.get("every")
+    if every is not None:
+        return 1000 / parse_duration(every)
+    cron = str(document["cron"])
+    return 1 / cron_min_interval_s(ALIASES.get(cron.strip().lower(), cron))
+
+
 def jitter_of(app: str, name: str, scheduled: int, jitter_ms: int) -> int:
     """How long the fire of `scheduled` waits past it: in `[0, jitter_ms)`, the same for the
     same (app, schedule, time) on every node and after every restart."""
@@ -146,7 +194,11 @@ def jitter_of(app: str, name: str, scheduled: int, jitter_ms: int) -> int:
     return int.from_bytes(digest, "big") % jitter_ms
 
 
+@functools.lru_cache(maxsize=4096)
 def _cron_next(expr: str, zone: tzinfo, after: int) -> int | None:
+    """The first time of `expr` after `after`, searched at most `CRON_HORIZON_YEARS` ahead
+    (cronsim's own limit): past it, None — the schedule has no next fire, as past `endAt`.
+    Cached: schedules sharing an expression and a time (a listing) compute it once."""
     try:
         start = datetime.fromtimestamp(after / 1000, zone) if zone is not UTC else _utc(after)
         found = next(CronSim(expr, start))
@@ -225,6 +277,9 @@ def parse_schedule(raw: Any) -> tuple[Schedule, bool | None]:
         raise ValidationError(field, "give exactly one of cron and every")
     cron = _cron(body.cron) if body.cron is not None else None
     every = _duration(body.every, "every", None, MIN_EVERY_MS)
+    if every is not None and body.timezone not in (None, "UTC"):
+        # `every` counts elapsed time: a zone would change nothing, so it is not taken silently.
+        raise ValidationError("timezone", "applies to cron only; every counts elapsed time (leave it out)")
     zone_name = body.timezone if body.timezone is not None else "UTC"
     zone = _zone(zone_name)
     overlap = body.overlap if body.overlap is not None else "skip"
@@ -275,5 +330,9 @@ def parse_schedule(raw: Any) -> tuple[Schedule, bool | None]:
 
 
 def load_schedule(document: dict[str, Any]) -> Schedule:
-    """A stored definition document (`Schedule.document`) compiled again."""
-    return parse_schedule(dict(document))[0]
+    """A stored definition document (`Schedule.document`) compiled again. An `every` stored
+    with a zone (taken before it was refused) loads as UTC: the zone never changed a fire."""
+    doc = dict(document)
+    if doc.get("every") is not None and doc.get("timezone") not in (None, "UTC"):
+        doc["timezone"] = "UTC"
+    return parse_schedule(doc)[0]

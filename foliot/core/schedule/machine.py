@@ -233,10 +233,18 @@ def recheck(state: ScheduleState, previous_open: bool, now: int) -> tuple[Schedu
 
 
 def apply(
-    state: ScheduleState, action: Action, now: int, run_id: str | None = None, error: str | None = None
+    state: ScheduleState,
+    action: Action,
+    now: int,
+    run_id: str | None = None,
+    error: str | None = None,
+    *,
+    counted: bool = True,
 ) -> ScheduleState:
     """The document once `action` was performed (`run_id`: the run started for it, or found
-    started for that time before; `error`: why a start was refused, counted as skipped)."""
+    started for that time before; `error`: why a start was refused, counted as skipped;
+    `counted`: False when that run is already in `fired`, e.g. a backfill or a trigger started
+    it, so `fired` stays the number of runs the schedule started)."""
     changes: dict[str, Any] = {"updated_at": now}
     if action.advance_to is not None and action.advance_to > state.cursor:
         changes["cursor"] = action.advance_to
@@ -245,7 +253,7 @@ def apply(
     if action.kind == "start":
         if run_id is not None:
             changes.update(
-                fired=state.fired + 1, last_time=action.scheduled, last_run_id=run_id, last_error=None
+                fired=state.fired + counted, last_time=action.scheduled, last_run_id=run_id, last_error=None
             )
         else:
             changes.update(skipped=state.skipped + 1, last_error=error)

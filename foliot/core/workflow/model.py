@@ -156,10 +156,12 @@ class FanOut:
 
 @attrs.frozen
 class ScheduleRef:
-    """The schedule fire that started a run: the schedule's name and the scheduled time."""
+    """The schedule fire that started a run: the schedule's name and the scheduled time (and a
+    trigger's `reason`, when it gave one)."""
 
     name: str
     scheduled_time: int
+    reason: str | None = None
 
 
 @attrs.frozen

@@ -8,6 +8,7 @@ its run through the run kind's `start` (given as a `RunStarter`, never imported:
 imports another) with the fire record in the run's unit of work; a scheduled time that fired
 before (`UniqueViolation("schedule_fire")`: a restart between the run's commit and the
 schedule's, a trigger racing the clock, another node) answers with the run it started then.
+A cron schedule's arithmetic runs in a worker thread (`offload.cron_work`), never on the loop.
 
 The schedule's own commit follows the run's; each message is one commit of the schedule row
 guarded by its version (a `StaleWrite` reloads it and handles the message again).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -43,6 +45,7 @@ from ...core.workflow.machine import Cancel
 from ...core.workflow.model import Run, ScheduleRef, Timer
 from ...storage.schedules import ACTOR_KIND, ScheduleFire
 from ..readback import read_back
+from .offload import cron_work
 
 if TYPE_CHECKING:
     from ..host import KindHost
@@ -120,7 +123,7 @@ class Unpause:
 
 @attrs.frozen
 class Trigger:
-    pass
+    reason: str | None = None
 
 
 @attrs.frozen
@@ -217,9 +220,11 @@ class ScheduleKind:
             elif isinstance(msg, Pause):
                 result = await self._commit(actor, state, sm.pause(state, msg.reason, now))
             elif isinstance(msg, Unpause):
-                result = await self._commit(actor, state, sm.unpause(state, now))
+                result = await self._commit(
+                    actor, state, await cron_work(state.schedule, sm.unpause, state, now)
+                )
             elif isinstance(msg, Trigger):
-                result = await self._trigger(actor, state, now)
+                result = await self._trigger(actor, state, msg, now)
             elif isinstance(msg, Backfill):
                 result = await self._backfill(actor, state, msg)
             elif isinstance(msg, Delete):
@@ -276,10 +281,13 @@ class ScheduleKind:
 
     async def _put(self, actor: Actor[Doc], state: Doc, msg: Put, now: int) -> dict[str, Any]:
         if isinstance(state, Missing):
-            fresh = sm.create(state.app, state.name, msg.schedule, msg.paused, now)
+            fresh = await cron_work(
+                msg.schedule, sm.create, state.app, state.name, msg.schedule, msg.paused, now
+            )
             await self._commit(actor, state, fresh)
             return {"created": True}
-        await self._commit(actor, state, sm.replace(state, msg.schedule, msg.paused, now))
+        replaced = await cron_work(msg.schedule, sm.replace, state, msg.schedule, msg.paused, now)
+        await self._commit(actor, state, replaced)
         return {"created": False}
 
     # ------------------------------------------------------------------ fires
@@ -300,7 +308,7 @@ class ScheduleKind:
                 after, _, _ = await self._perform(after, action, now)
             await self._commit(actor, state, after)
             return
-        after, at = sm.tick(state, now)
+        after, at = await cron_work(state.schedule, sm.tick, state, now)  # counts after an outage
         if at is not None:
             action = sm.decide(after, at, await self._is_open(sm.previous_run(after)))
             after, _, _ = await self._perform(after, action, now)
@@ -309,9 +317,11 @@ class ScheduleKind:
             self._count("missed", after.missed - state.missed)
             log.info("schedule %s/%s: %d fires missed", state.app, state.name, after.missed - state.missed)
 
-    async def _trigger(self, actor: Actor[Doc], state: ScheduleState, now: int) -> dict[str, Any]:
+    async def _trigger(
+        self, actor: Actor[Doc], state: ScheduleState, msg: Trigger, now: int
+    ) -> dict[str, Any]:
         action = sm.decide(state, now, await self._is_open(sm.previous_run(state)), advance=False)
-        after, run_id, _ = await self._perform(state, action, now)
+        after, run_id, _ = await self._perform(state, action, now, "trigger", msg.reason)
         await self._commit(actor, state, after)
         if action.kind == "skip":
             outcome = "skipped"
@@ -327,13 +337,13 @@ class ScheduleKind:
         }
 
     async def _backfill(self, actor: Actor[Doc], state: ScheduleState, msg: Backfill) -> dict[str, Any]:
-        times = sm.backfill_times(state, msg.start, msg.end)
+        times = await cron_work(state.schedule, sm.backfill_times, state, msg.start, msg.end)
         assert times is not None  # the service bounded the range
         started: list[dict[str, Any]] = []
         already = 0
         fired = 0
         for at in times:
-            run_id, was_new, error = await self._start(state, at)
+            run_id, was_new, _, error = await self._start(state, at, "backfill")
             if run_id is None:
                 raise Conflict(f"backfill stopped at {format_timestamp(at)}: {error}", startedCount=fired)
             fired += was_new
@@ -347,31 +357,45 @@ class ScheduleKind:
         return {"fires": started, "started": fired, "alreadyFired": already}
 
     async def _perform(
-        self, state: ScheduleState, action: Action, now: int
+        self,
+        state: ScheduleState,
+        action: Action,
+        now: int,
+        source: str = "clock",
+        reason: str | None = None,
     ) -> tuple[ScheduleState, str | None, bool]:
         """Perform `action` (cancel, start): (the document after it, the run started or found
         started for that time before, whether it is new). A start the engine cannot make now
         (starting up, storage down) raises, so nothing is committed and the timer is handed
-        out again."""
-        if action.kind == "skip":
-            self._count("skipped")
-            return sm.apply(state, action, now), None, False
-        if action.kind == "hold":
-            return sm.apply(state, action, now), None, False
+        out again. `source` (`clock` or `trigger`) and a trigger's `reason` are recorded on
+        the fire and its run."""
+        if action.kind in ("skip", "hold"):
+            if action.kind == "skip":
+                self._count("skipped")
+            return await cron_work(state.schedule, sm.apply, state, action, now), None, False
         if action.cancel is not None:
             self._cancel(state, action.cancel)
-        run_id, was_new, error = await self._start(state, action.scheduled)
+        run_id, was_new, counted, error = await self._start(state, action.scheduled, source, reason)
         if run_id is None:
             self._count("skipped")
             when = format_timestamp(action.scheduled)
             log.warning("schedule %s/%s: the fire of %s was refused: %s", state.app, state.name, when, error)
-            return sm.apply(state, action, now, None, error=error), None, False
+            after = await cron_work(state.schedule, sm.apply, state, action, now, None, error)
+            return after, None, False
         if was_new:
             self._count("fired")
-        return sm.apply(state, action, now, run_id), run_id, was_new
+        after = await cron_work(
+            state.schedule, partial(sm.apply, counted=counted), state, action, now, run_id
+        )
+        return after, run_id, was_new
 
-    async def _start(self, state: ScheduleState, at: int) -> tuple[str | None, bool, str | None]:
-        """Start the run of scheduled time `at`: (its run id, whether it is new, the refusal)."""
+    async def _start(
+        self, state: ScheduleState, at: int, source: str, reason: str | None = None
+    ) -> tuple[str | None, bool, bool, str | None]:
+        """Start the run of scheduled time `at`: (its run id, whether it is new, whether it is
+        to be counted in `fired` now, the refusal). A run found started before is counted
+        only when the clock meets its own fire again (its start committed, the schedule's
+        commit lost): a trigger's or a backfill's run was counted when it was started."""
         spec = state.schedule
         try:
             body, _ = await self.runs.start(
@@ -384,8 +408,8 @@ class ScheduleKind:
                 idempotency_key=None,
                 request_hash="",
                 render=_run_id_of,
-                schedule=ScheduleRef(state.name, at),
-                fire=ScheduleFire(state.app, state.name, at, "", self.host.clock.now()),
+                schedule=ScheduleRef(state.name, at, reason),
+                fire=ScheduleFire(state.app, state.name, at, "", self.host.clock.now(), source, reason),
             )
         except UniqueViolation as exc:
             if exc.constraint != "schedule_fire":
@@ -393,10 +417,10 @@ class ScheduleKind:
             found = await self.host.store.get_schedule_fire(state.app, state.name, at)
             if found is None:  # pragma: no cover - the unique key said it was there
                 raise StorageError("a schedule fire vanished") from exc
-            return found.run_id, False, None
+            return found.run_id, False, source == "clock" and found.source == "clock", None
         except (NotFound, Conflict) as exc:
-            return None, False, exc.message
-        return str(body["runId"]), True, None
+            return None, False, False, exc.message
+        return str(body["runId"]), True, True, None
 
     def _cancel(self, state: ScheduleState, run_id: str) -> None:
         """cancel_previous: tell the previous run to cancel (without waiting: it may live on

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from ...actors.messages import Envelope, ReplySlot
 from ...actors.placement import check_local
-from ...core.errors import InvalidRequest, Unavailable
+from ...core.errors import InvalidRequest, QuotaExceeded, Unavailable
 from ...core.schedule import machine as sm
 from ...core.schedule.definition import Schedule
 from ...core.schedule.machine import ScheduleState
@@ -20,6 +20,7 @@ from ...core.workflow.duration import format_timestamp as ts
 from ...storage.schedules import FireView, actor_id
 from ..host import KindHost
 from .actor import Backfill, Delete, Pause, Put, RunStarter, ScheduleKind, ScheduleMeter, Trigger, Unpause
+from .offload import app_load_of, cron_work, next_fires_of
 
 NEXT_FIRES: Final = 5
 LAST_FIRES: Final = 10
@@ -61,8 +62,37 @@ class Schedules:
     ) -> tuple[ScheduleState, bool]:
         """Create or replace a schedule: (its document, created)."""
         await self._workflow_exists(app, schedule)
+        await self._within_quotas(app, name, schedule)
         reply, state = await self.ask(app, name, Put(schedule, paused))
         return state, bool(reply["created"])
+
+    async def _within_quotas(self, app: str, name: str, schedule: Schedule) -> None:
+        """The app's bounds (issue 37): at most `schedules_per_app` schedules, and all of them
+        (paused ones too: an unpause is not checked) at most `schedule_fire_rate_per_app` fires
+        per second together. A replace that does not raise the app's rate is always taken (the
+        limit may have been lowered since). Checked here, not under a lock: two PUTs of one app
+        at the same instant may each pass."""
+        settings = self.host.settings
+        documents = await self.host.store.schedule_documents(app)
+        exists, others, rate, own = await app_load_of(documents, name)
+        most = settings.schedules_per_app
+        if not exists and others + 1 > most:
+            raise QuotaExceeded(
+                f"the app has {others} schedules, its limit (FOLIOT_SCHEDULES_PER_APP) is {most}",
+                field="name",
+                limit="FOLIOT_SCHEDULES_PER_APP",
+                max=most,
+            )
+        fastest = settings.schedule_fire_rate_per_app
+        after = rate + schedule.fire_rate()
+        if after > fastest * (1 + 1e-9) and after > rate + own:
+            raise QuotaExceeded(
+                f"the app's schedules would fire up to {after:.4g}/s together, its limit"
+                f" (FOLIOT_SCHEDULE_FIRE_RATE_PER_APP) is {fastest:g}/s",
+                field="every" if schedule.every_ms is not None else "cron",
+                limit="FOLIOT_SCHEDULE_FIRE_RATE_PER_APP",
+                max=fastest,
+            )
 
     async def pause(self, app: str, name: str, reason: str | None) -> ScheduleState:
         _, state = await self.ask(app, name, Pause(reason))
@@ -72,15 +102,18 @@ class Schedules:
         _, state = await self.ask(app, name, Unpause(reason))
         return state  # type: ignore[no-any-return]
 
-    async def trigger(self, app: str, name: str) -> dict[str, Any]:
-        reply, _ = await self.ask(app, name, Trigger())
+    async def trigger(self, app: str, name: str, reason: str | None = None) -> dict[str, Any]:
+        reply, _ = await self.ask(app, name, Trigger(reason))
         return reply  # type: ignore[no-any-return]
 
     async def backfill(self, app: str, name: str, start: int, end: int) -> dict[str, Any]:
         """Start a run for every scheduled time in `[start, end)`; 400 when there are more than
         `BACKFILL_MAX`."""
         state = await self.document(app, name)
-        if state is not None and sm.backfill_times(state, start, end) is None:
+        if (
+            state is not None
+            and await cron_work(state.schedule, sm.backfill_times, state, start, end) is None
+        ):
             raise InvalidRequest(f"the range holds more than {sm.BACKFILL_MAX} scheduled times", field="to")
         reply, _ = await self.ask(app, name, Backfill(start, end))
         return reply  # type: ignore[no-any-return]
@@ -100,16 +133,33 @@ class Schedules:
     async def last_fires(self, app: str, name: str) -> list[FireView]:
         return await self.host.store.last_schedule_fires(app, name, LAST_FIRES)
 
+    async def next_fires(self, states: list[ScheduleState], count: int = NEXT_FIRES) -> list[list[int]]:
+        """Each schedule's next `count` scheduled times, cron's computed off the event loop."""
+        return await next_fires_of(states, count)
 
-def schedule_view(state: ScheduleState, fires: list[FireView] | None = None) -> dict[str, Any]:
-    """A schedule as the API shows it: its definition, its state and (for one) its last fires."""
+    async def view(self, state: ScheduleState, fires: list[FireView] | None = None) -> dict[str, Any]:
+        """`schedule_view` with its next fires computed off the event loop."""
+        (upcoming,) = await self.next_fires([state])
+        return schedule_view(state, upcoming, fires)
+
+    async def views(self, states: list[ScheduleState]) -> list[dict[str, Any]]:
+        """A listing's views (a page of up to 1,000 schedules): the next fires off the loop."""
+        upcoming = await self.next_fires(states)
+        return [schedule_view(state, u) for state, u in zip(states, upcoming, strict=True)]
+
+
+def schedule_view(
+    state: ScheduleState, next_fires: list[int], fires: list[FireView] | None = None
+) -> dict[str, Any]:
+    """A schedule as the API shows it: its definition, its state, its next fires (computed by
+    the caller: `Schedules.view`) and (for one) its last fires."""
     view: dict[str, Any] = {
         "name": state.name,
         "app": state.app,
         **{k: v for k, v in state.schedule.document.items()},
         "paused": state.paused,
         "pauseReason": state.pause_reason,
-        "nextFires": [ts(at) for at in state.next_fires(NEXT_FIRES)],
+        "nextFires": [ts(at) for at in next_fires],
         "fired": state.fired,
         "skipped": state.skipped,
         "missed": state.missed,
@@ -124,6 +174,8 @@ def schedule_view(state: ScheduleState, fires: list[FireView] | None = None) -> 
                 "scheduledTime": ts(f.fire.scheduled_time),
                 "runId": f.fire.run_id,
                 "firedAt": ts(f.fire.fired_at),
+                "source": f.fire.source,
+                "reason": f.fire.reason,
                 "status": f.status,
             }
             for f in fires

@@ -690,10 +690,12 @@ def schedules_unpause(s: Session, name: str, reason: str | None) -> None:
 
 @schedules.command("trigger")
 @click.argument("name")
+@click.option("--reason", help="recorded on the run and the fire")
 @pass_session
-def schedules_trigger(s: Session, name: str) -> None:
+def schedules_trigger(s: Session, name: str, reason: str | None) -> None:
     """Fire now, as the overlap policy allows."""
-    out = s.raw(s.client.b_schedule_action(name, "trigger", {}, s.need_app()))
+    body = {} if reason is None else {"reason": reason}
+    out = s.raw(s.client.b_schedule_action(name, "trigger", body, s.need_app()))
     run = f": run {out['runId']}" if out.get("runId") else ""
     s.out.text(f"{out['outcome']} {out['scheduledTime']}{run}", out)
 
