@@ -35,7 +35,7 @@ from ..core.workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Ru
 from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from ..http import bulk as bulk_api
 from ..http import deploys as deploys_api
-from ..http.app import check_query, engine, operator_caller
+from ..http.app import check_query, engine, operator_caller, reads_query
 from ..http.attention import Judge
 from ..http.diagnosis import observe
 from ..http.errors import status_of
@@ -204,6 +204,7 @@ def _form_fields(form: MultiDict[str, str], allowed: set[str]) -> None:
 
 
 @blueprint.get("/login")
+@reads_query
 async def login_page() -> Response:
     check_query({"next"})
     nonce = secrets.token_urlsafe(18)
@@ -480,6 +481,7 @@ RUN_ARGS: Final = {
 
 
 @blueprint.get("/runs")
+@reads_query
 @page()
 async def runs() -> Response:
     check_query(RUN_ARGS)
@@ -548,16 +550,15 @@ async def _definition(run_or_app: str, name: str, version: int) -> dict[str, Any
 
 
 async def _run_page(
-    app: str, run_id: str, status: int = 200, message: str | None = None, error: str | None = None
+    app: str,
+    run_id: str,
+    status: int = 200,
+    message: str | None = None,
+    error: str | None = None,
+    after: int = 0,
 ) -> Response:
     eng = engine()
     run = await _owned(app, run_id)
-    after = 0
-    raw_after = request.args.get("after")
-    if raw_after:
-        if not raw_after.isascii() or not raw_after.isdigit() or len(raw_after) > 18:
-            raise InvalidRequest("must be a whole number", field="after")
-        after = int(raw_after)
     events = await eng.store.list_events(run.run_id, after, EVENTS_PAGE + 1)
     more = len(events) > EVENTS_PAGE
     events = events[:EVENTS_PAGE]
@@ -616,12 +617,19 @@ async def _run_page(
 
 
 @blueprint.get("/apps/<app>/runs/<run_id>")
+@reads_query
 @page()
 async def run_detail(app: str, run_id: str) -> Response:
     check_query({"after", "done"})
     done = request.args.get("done")
     message = f"{done}: done" if done in ACTIONS else None
-    return await _run_page(app, run_id, message=message)
+    after = 0
+    raw_after = request.args.get("after")
+    if raw_after:
+        if not raw_after.isascii() or not raw_after.isdigit() or len(raw_after) > 18:
+            raise InvalidRequest("must be a whole number", field="after")
+        after = int(raw_after)
+    return await _run_page(app, run_id, message=message, after=after)
 
 
 ACTIONS: Final = {
@@ -719,6 +727,7 @@ async def intervene(app: str, run_id: str, action: str) -> Response:
 
 
 @blueprint.get("/actors")
+@reads_query
 @page()
 async def actors() -> Response:
     check_query({"sort"})
@@ -734,6 +743,7 @@ async def actors() -> Response:
 
 
 @blueprint.get("/timers")
+@reads_query
 @page()
 async def timers() -> Response:
     check_query({"cursor"})
@@ -818,6 +828,7 @@ async def _app_page() -> tuple[list[str], str, str | None]:
 
 
 @blueprint.get("/workflows")
+@reads_query
 @page()
 async def workflows() -> Response:
     check_query({"app", "cursor"})
@@ -835,6 +846,7 @@ async def workflows() -> Response:
 
 
 @blueprint.get("/schedules")
+@reads_query
 @page()
 async def schedules() -> Response:
     """An app's schedules: definition, pause, next fire, counters and the last fires' runs."""
@@ -860,6 +872,7 @@ def diff_lines(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]
 
 
 @blueprint.get("/apps/<app>/workflows/<name>")
+@reads_query
 @page()
 async def workflow(app: str, name: str) -> Response:
     check_query({"version", "against"})
@@ -1024,6 +1037,7 @@ async def bulk_action(verb: str) -> Response:
 
 
 @blueprint.get("/apps/<app>/workflows/<name>/deploy")
+@reads_query
 @page()
 async def deploy_report(app: str, name: str) -> Response:
     """The dry-run of a registered version against the runs in flight and recorded, with the
