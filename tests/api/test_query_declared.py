@@ -89,6 +89,23 @@ def _callees(fn: Callable[..., Any], tree: ast.AST) -> Iterator[Callable[..., An
                 yield inspect.unwrap(target)
 
 
+def _named_read(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> str | None:
+    """The parameter `request.args` is read for at `node` (`.get("x")`, `.getlist("x")`,
+    `["x"]`, `"x" in`), or None when the query is read some other way (whole, or by a name
+    not written out)."""
+    parent = parents.get(node)
+    call = parents.get(parent) if parent is not None else None
+    if isinstance(parent, ast.Attribute) and parent.attr in ("get", "getlist"):
+        if isinstance(call, ast.Call) and call.func is parent and call.args:
+            return _literal(call.args[0])
+        return None
+    if isinstance(parent, ast.Subscript):
+        return _literal(parent.slice)
+    if isinstance(parent, ast.Compare):
+        return _literal(parent.left)
+    return None
+
+
 def scan(fn: Callable[..., Any], reads: Reads, depth: int = 0) -> Reads:
     fn = inspect.unwrap(fn)
     if fn in reads.seen or depth > 4:
@@ -110,19 +127,8 @@ def scan(fn: Callable[..., Any], reads: Reads, depth: int = 0) -> Reads:
                     reads.named.add(name)
         if not _is_request_args(node):
             continue
-        parent = parents.get(node)
-        call = parents.get(parent) if parent is not None else None
-        if (
-            isinstance(parent, ast.Attribute)
-            and parent.attr in ("get", "getlist")
-            and isinstance(call, ast.Call)
-            and call.func is parent
-            and (name := _literal(call.args[0] if call.args else None)) is not None
-        ):
-            reads.named.add(name)
-        elif isinstance(parent, ast.Subscript) and (name := _literal(parent.slice)) is not None:
-            reads.named.add(name)
-        elif isinstance(parent, ast.Compare) and (name := _literal(parent.left)) is not None:
+        name = _named_read(node, parents)
+        if name is not None:
             reads.named.add(name)
         else:
             reads.whole.append(f"{where} line {getattr(node, 'lineno', '?')}")
@@ -154,7 +160,8 @@ def problems(app: Quart) -> list[str]:
         name = f"{sorted(rule.methods or ())} {rule.rule} ({rule.endpoint})"
         if declared is None:
             if reads.named or reads.whole:
-                found.append(f"{name}: reads {sorted(reads.named) or reads.whole} but never calls check_query")
+                read = sorted(reads.named) or reads.whole
+                found.append(f"{name}: reads {read} but never calls check_query")
             if marked:
                 found.append(f"{name}: marked @reads_query but never calls check_query")
             continue
