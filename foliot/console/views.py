@@ -31,7 +31,7 @@ from ..core.views import event_view, run_view
 from ..core.workflow import machine
 from ..core.workflow.duration import format_timestamp as ts
 from ..core.workflow.jsonconv import is_name
-from ..core.workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Run
+from ..core.workflow.model import OPEN_STATUSES, STATUSES, Run
 from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from ..http import bulk as bulk_api
 from ..http import deploys as deploys_api
@@ -592,6 +592,12 @@ async def _run_page(
         else ""
     )
     steps = [s["name"] for s in (document or {}).get("steps", [])]
+    definition = await eng.directory.maybe_definition(run.app, run.workflow, run.version)
+    offers = (
+        {action for action in machine.INTERVENTIONS if machine.accepts(run, action, definition)}
+        if definition is not None
+        else set()
+    )
     children = await eng.store.list_runs(
         RunFilter(run.app, parent_run_id=run.run_id), CHILDREN_SHOWN + 1, None
     )
@@ -611,8 +617,7 @@ async def _run_page(
         pretty=_pretty,
         message=message,
         error=error,
-        open=run.status in OPEN_STATUSES,
-        terminal=run.status in TERMINAL_STATUSES,
+        offers=offers,  # the interventions the API would accept now (`machine.accepts`)
     )
 
 
@@ -1038,10 +1043,11 @@ async def bulk_action(verb: str) -> Response:
 
 @blueprint.get("/apps/<app>/workflows/<name>/deploy")
 @reads_query
-@page()
+@page(role="operator")
 async def deploy_report(app: str, name: str) -> Response:
     """The dry-run of a registered version against the runs in flight and recorded, with the
-    form that migrates the open runs to it (operators)."""
+    form that migrates the open runs to it. The API's dry-run needs an operator token (a
+    viewer's is refused), so does this page: a viewer is refused before anything is computed."""
     check_query({"version"})
     if not is_name(app) or not is_name(name):
         raise NotFound("no such workflow")
