@@ -10,6 +10,7 @@ faces call those, never the node's internals.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,8 +47,9 @@ from .observe.tracing import make_tracer
 from .observe.trends import Sampler, Trends
 from .storage.base import Store
 from .storage.cluster import ClusterStore
+from .storage.factory import sqlite_path
 from .storage.fence import Fence
-from .storage.health import WriteHealth, refuses_writes
+from .storage.health import DiskSpace, WriteHealth, refuses_writes, statvfs_free
 
 if TYPE_CHECKING:
     from .actors.pull import Pull
@@ -132,7 +134,7 @@ class Node:
         self._committing: set[trio.CancelScope] = set()
         self._stop_by: float | None = None  # Trio time by which shielded commits must end
         self.drained_commits = 0  # commits that finished after the shutdown began
-        self.write_health = WriteHealth()  # what the last commit found (`/readyz`)
+        self.write_health = WriteHealth(space=_disk_space(settings))  # what the last commit found (`/readyz`)
         self.ready = False
         # Set by the HTTP layer to send a message to an actor owned by another node.
         self.remote_tell: Callable[[Kind[Any], str, Envelope], bool] | None = None
@@ -397,3 +399,16 @@ _PASSIVATE_WAIT_S = 5.0  # how long a hand-over waits for the actors' messages t
 
 def _in_partitions(partitions: frozenset[int], total: int) -> Callable[[str], bool]:
     return lambda actor_id: partition_of(actor_id, total) in partitions
+
+
+def _disk_space(settings: Settings) -> DiskSpace | None:
+    """The file system a SQLite store writes to, watched for `FOLIOT_MIN_FREE_BYTES` (`/readyz`);
+    None for PostgreSQL (its disk is the database server's) and an in-memory SQLite."""
+    url = settings.database_url
+    if not url.startswith("sqlite:"):
+        return None
+    path = sqlite_path(url)
+    if path == ":memory:":
+        return None
+    where = os.path.dirname(os.path.abspath(path))
+    return DiskSpace(where, settings.min_free_bytes, statvfs_free(where))

@@ -45,6 +45,7 @@ import trio
 from ..core.config import Settings
 from ..core.errors import Overloaded
 from .gate import LatencyGate
+from .lanes import Lanes
 
 if TYPE_CHECKING:
     from .dispatcher import Dispatcher
@@ -91,6 +92,8 @@ class Admission:
         self._traffic = trio.Event()  # set by a start or signal; `watch_lag` probes while set
         self._last_call = 0.0  # Trio time of the last start or signal seen
         self.lag_probes = 0  # wake-ups of `watch_lag` so far
+        # Work that enters without a caller (a schedule's fire) waits in its app's lane.
+        self.lanes = Lanes(settings.app_internal_rate, settings.app_internal_burst)
 
     def _seen(self, now: float) -> None:
         self._last_call = now

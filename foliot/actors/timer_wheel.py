@@ -160,6 +160,20 @@ class TimerWheel:
         entry.attempts += 1
         self._push(actor_id, slot, entry)
 
+    def defer(self, actor_id: str, slot: str, key: str, fire_at: int) -> None:
+        """The actor puts a firing off to `fire_at` (its app's turn has not come,
+        `actors/lanes.py`): it leaves the firings in flight and is handed out again then, unless
+        a newer arming replaced it meanwhile."""
+        flight = self._inflight.pop((actor_id, slot, key), None)
+        if flight is None:
+            return
+        self._wake.set()  # a slot is free
+        entry = flight[0]
+        if (actor_id, slot) in self._waiting or (entry.due, actor_id, slot) >= self._limit:
+            return  # a newer arming is waiting, or the page-in will read the row again
+        entry.fire_at = fire_at
+        self._push(actor_id, slot, entry)
+
     def _apply(self, actor_id: str, slot: str, arming: tuple[str, str, str, int] | None) -> None:
         tid = (actor_id, slot)
         if arming is None:

@@ -573,7 +573,7 @@ async def _run_page(
         run.current_step
         and run.is_open
         and any(
-            e.type in ("task_failed", "child_failed")
+            e.type in ("task_failed", "child_failed", "child_not_started")
             and e.step == run.current_step
             and e.generation == run.generation
             for e in events

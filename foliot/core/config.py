@@ -97,6 +97,9 @@ class Settings:
     secret_key: str | None = None
     payload_max_bytes: int = 262_144
     sync_task_max_ms: int = 30_000
+    # Runs one unit of work may create: a run, map or parallel step's children and theirs
+    # (`too_many_runs` past it; kinds/run/children.py).
+    max_tree_runs: int = 10_000
     max_live_actors: int = 100_000
     passivate_after_ms: int = 60_000
     mailbox_size: int = 64
@@ -107,6 +110,8 @@ class Settings:
     push_backlog_max: int = 10_000  # queued pushes past which new starts and signals get 429
     max_inflight_requests: int = 512  # starts + signals being served at once; more get 429
     storage_queue_max: int = 2_000  # units of work waiting for the writer; more: 503
+    # SQLite: less free space than this on the database's file system: /readyz says not ready
+    min_free_bytes: int = 64 * 1024 * 1024
     mailbox_wait_ms: int = 1_000  # how long a request waits for room in one run's mailbox
     # Latency gate: past this queueing delay for a whole interval, starts and signals are shed.
     admission_target_ms: int = 100  # 0 turns the gate off
@@ -114,6 +119,10 @@ class Settings:
     # Event-loop lag past which the gate sheds too (the process reads its sockets that late);
     # 0: measured and shown in /metrics only.
     admission_lag_ms: int = 0
+    # Work an app's definitions make without a caller (schedule fires): per app, runs started
+    # per second (a bucket of `burst`); more is put off to its turn (actors/lanes.py).
+    app_internal_rate: int = 20
+    app_internal_burst: int = 40
     # Connection bounds (foliot/http/listen.py): open connections in all (0: the descriptor
     # limit less a reserve) and per peer address (0: none), requests under way per peer
     # address (foliot/http/edge.py; 0: none), and the time a request head may take to arrive.
@@ -206,6 +215,7 @@ class Settings:
             secret_key=e.get("FOLIOT_SECRET_KEY") or None,
             payload_max_bytes=payload_max,
             sync_task_max_ms=_int(e, "FOLIOT_SYNC_TASK_MAX_MS", 30_000),
+            max_tree_runs=max(1, _int(e, "FOLIOT_MAX_TREE_RUNS", 10_000)),
             max_live_actors=_int(e, "FOLIOT_MAX_LIVE_ACTORS", 100_000),
             passivate_after_ms=_int(e, "FOLIOT_PASSIVATE_AFTER_MS", 60_000),
             mailbox_size=_int(e, "FOLIOT_MAILBOX_SIZE", 64),
@@ -216,10 +226,13 @@ class Settings:
             push_backlog_max=_int(e, "FOLIOT_PUSH_BACKLOG_MAX", 10_000),
             max_inflight_requests=_int(e, "FOLIOT_MAX_INFLIGHT_REQUESTS", 512),
             storage_queue_max=_int(e, "FOLIOT_STORAGE_QUEUE_MAX", 2_000),
+            min_free_bytes=max(0, _int(e, "FOLIOT_MIN_FREE_BYTES", 64 * 1024 * 1024)),
             mailbox_wait_ms=_int(e, "FOLIOT_MAILBOX_WAIT_MS", 1_000),
             admission_target_ms=max(0, _int(e, "FOLIOT_ADMISSION_TARGET_MS", 100)),
             admission_interval_ms=max(1, _int(e, "FOLIOT_ADMISSION_INTERVAL_MS", 200)),
             admission_lag_ms=max(0, _int(e, "FOLIOT_ADMISSION_LAG_MS", 0)),
+            app_internal_rate=max(1, _int(e, "FOLIOT_APP_INTERNAL_RATE", 20)),
+            app_internal_burst=max(1, _int(e, "FOLIOT_APP_INTERNAL_BURST", 40)),
             max_connections=max(0, _int(e, "FOLIOT_MAX_CONNECTIONS", 0)),
             peer_max_connections=max(0, _int(e, "FOLIOT_PEER_MAX_CONNECTIONS", 1_024)),
             peer_max_requests=max(0, _int(e, "FOLIOT_PEER_MAX_REQUESTS", 256)),

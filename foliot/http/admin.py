@@ -49,6 +49,9 @@ async def readyz() -> Response:
     except Exception as exc:
         raise Unavailable(f"storage is not reachable: {type(exc).__name__}") from None
     health = eng.write_health
+    short = await health.shortfall()
+    if short is not None:
+        raise Unavailable(short)
     if not await health.recheck(eng.store, eng.clock.now()):
         # No detail of the store's error here: /readyz is unauthenticated (the log has it).
         raise Unavailable(f"storage refuses writes (since {ts(health.failing_since)}); commits fail")

@@ -3,11 +3,13 @@ then migrate open runs to a registered version, a page at a time.
 
 `POST /apps/{app}/workflows/{name}/dry-run` stores nothing: it validates the candidate as
 registration would, counts the workflow's open runs by (version, step, status) in the database
-with each group's 20 newest runIds, counts the runs lacking each key the candidate reads where
-it matters in the database too (`deploy_sql.lacking_sql`; a path SQL cannot name exactly reads
-those groups' input and state in keyset pages instead), so memory is bounded by the number of
-groups, not of runs; and replays the last `replay` closed runs through the candidate's pure
-machine (`core/workflow/deploy.py`), read in keyset pages, their events in bounded batches.
+with each group's 20 newest runIds (and, at a run, map or parallel step, what their fan-outs
+hold, summed by the database: what a migration keeps), counts the runs lacking each key the
+candidate reads where it matters in the database too (`deploy_sql.lacking_sql`; a path SQL
+cannot name exactly reads those groups' input and state in keyset pages instead), so memory is
+bounded by the number of groups, not of runs; and replays the last `replay` closed runs through
+the candidate's pure machine (`core/workflow/deploy.py`), read in keyset pages, their events in
+bounded batches.
 
 `POST /apps/{app}/workflows/{name}/migrate` follows the bulk interventions (`bulk.py`): one
 keyset page of the workflow's runs (newest first), each open run that matches the filter sent
@@ -146,6 +148,9 @@ async def build_report(
         old = await version(group.version)
         first = await store.open_group_page(app, name, group, deploy.MAX_EXAMPLES, None, with_state=False)
         agg.add_group(group.version, group.step, group.status, old, group.count, (r.run_id for r in first))
+        if agg.waits_for_children(group.version, group.step, group.status):  # what migrate keeps
+            fans = await store.open_group_fans(app, name, group)
+            agg.add_fans(group.version, group.step, group.status, fans)
     reading = [g for g in groups if agg.relevant(g.step)]
     in_sql = all(deploy_sql.expressible(path) for g in reading for path in agg.paths(g.step))
     for number in sorted({g.version for g in reading}, reverse=True):

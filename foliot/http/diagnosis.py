@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from quart import Blueprint, Response
 
+from ..core.workflow.advice import over_sync_cap
 from ..core.workflow.model import Run
 from ..kinds.run.signals import reachable_signals
 from ..observe.diagnosis import Diagnosis, Observation, QueueSeen, SlotSeen, StoredTimer, diagnose
@@ -56,6 +57,13 @@ async def observe(eng: Services, run: Run) -> Observation:
         awaitable = (await reachable_signals(eng.directory, run)).names
     actor = eng.supervisor.actors.get(run.run_id)
     slot = await _slot_seen(eng, run) if run.waits_for_slot else None
+    over_cap = None
+    if run.is_open and run.current_step is not None:
+        definition = await eng.directory.maybe_definition(run.app, run.workflow, run.version)
+        step = definition.index.get(run.current_step) if definition is not None else None
+        cap = eng.settings.sync_task_max_ms
+        if step is not None and step.timeout_ms is not None and over_sync_cap(step, cap):
+            over_cap = (step.timeout_ms, cap)
     return Observation(
         slot=slot,
         run=run,
@@ -70,6 +78,7 @@ async def observe(eng: Services, run: Run) -> Observation:
         last_failure=last_failure,
         rate_wait=eng.dispatcher.delayed_until(task.token) if task is not None else None,
         awaitable_signals=awaitable,
+        over_sync_cap=over_cap,
     )
 
 

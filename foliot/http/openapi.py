@@ -237,7 +237,27 @@ ANSWERS: Final[dict[str, dict[str, Any]]] = {
     "ApiKey": _answer({"keyId": STR, "apiKey": STR}),
     "KeyRevoked": _answer({"keyId": STR, "revoked": TRUE}),
     "SigningSecret": _answer({"secretId": STR, "signingSecret": STR, "createdAt": TS}),
-    "WorkflowRegistered": _answer({"name": NAME, "version": {"type": "integer", "minimum": 1}}),
+    "WorkflowRegistered": _answer(
+        {
+            "name": NAME,
+            "version": {"type": "integer", "minimum": 1},
+            "warnings": {
+                "type": "array",
+                "description": "what will not work as written (still registered); empty when none",
+                "items": _answer(
+                    {
+                        "code": {
+                            "type": "string",
+                            "enum": ["child_workflow_missing", "timeout_over_sync_cap"],
+                        },
+                        "step": STR,
+                        "field": STR,
+                        "message": STR,
+                    }
+                ),
+            },
+        }
+    ),
     "WorkflowList": _list("workflows", _answer(_WORKFLOW), "nextCursor"),
     "WorkflowVersion": _answer({**_WORKFLOW, "definition": _ref("Workflow")}),
     "RunPage": _list("runs", _ref("RunListEntry"), "nextCursor"),

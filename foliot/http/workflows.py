@@ -7,6 +7,7 @@ import json
 from quart import Blueprint, Response, request
 
 from ..core.errors import InvalidRequest, NotFound
+from ..core.workflow.advice import child_workflows, registration_warnings
 from ..core.workflow.definition import canonical_json, parse_definition
 from ..core.workflow.duration import format_timestamp as ts
 from ..core.workflow.jsonconv import ValidationError, is_name
@@ -52,7 +53,20 @@ async def register(app_name: str) -> Response:
         app_name, definition.name, canonical_json(raw), eng.clock.now()
     )
     eng.directory.forget_workflow(app_name, definition.name)
-    return json_response({"name": record.name, "version": record.version}, 201 if created else 200)
+    # Valid, yet it will not do what it says (a child workflow not registered yet, a timeout the
+    # synchronous push never reaches): accepted, with what to look at.
+    missing = [
+        (name, version)
+        for name, version in child_workflows(definition)
+        if await eng.directory.resolve(app_name, name, version) is None
+    ]
+    warnings = registration_warnings(
+        definition, missing=missing, sync_task_max_ms=eng.settings.sync_task_max_ms
+    )
+    return json_response(
+        {"name": record.name, "version": record.version, "warnings": [w.to_json() for w in warnings]},
+        201 if created else 200,
+    )
 
 
 @blueprint.get("/apps/<app_name>/workflows")

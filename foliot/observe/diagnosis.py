@@ -74,6 +74,9 @@ class Observation:
     # The signal names the run's workflow can wait for, from its pinned version on (None: not
     # read); a buffered signal of another name is consumed by nobody.
     awaitable_signals: frozenset[str] | None = None
+    # The run's step pushes with a timeout the synchronous push never reaches:
+    # (the step's timeout, FOLIOT_SYNC_TASK_MAX_MS) in ms; None: it does not.
+    over_sync_cap: tuple[int, int] | None = None
 
 
 @attrs.frozen
@@ -147,6 +150,16 @@ def diagnose(obs: Observation) -> Diagnosis:
     facts: list[Fact] = []
     summary, attention = _summary(obs, facts)
     facts.extend(_timer_facts(obs))
+    if run.is_open and obs.over_sync_cap is not None and not (run.task is not None and run.task.accepted):
+        timeout, cap = obs.over_sync_cap
+        facts.append(
+            Fact(
+                "timeout_over_sync_cap",
+                f"step `{run.current_step}` has a timeout of {human(timeout)} but a synchronous push is cut"
+                f" at FOLIOT_SYNC_TASK_MAX_MS ({human(cap)}): each attempt fails with `timeout` unless"
+                " the handler answers 202 and completes through the API (or the step takes a `queue`)",
+            )
+        )
     if any(f.code in ("timer_missing", "timer_late") for f in facts):
         attention = True
     if run.is_open and run.deadline is not None:
@@ -238,6 +251,16 @@ def _summary(obs: Observation, facts: list[Fact]) -> tuple[str, bool]:
         return _waiting(obs, step)
     if run.status == "queued":
         return _queued_for_slot(obs)
+    if run.status == "sleeping" and run.debounce_key is not None and run.current_step is None:
+        key = run.debounce_key.partition("/")[2]
+        if run.wake_at is None:
+            return f"pending: a debounced start (key `{key}`) with no start time", True
+        return (
+            f"pending: a debounced start waiting for its debounce window (key `{key}`) to end; it begins"
+            f" at {ts(run.wake_at)} ({_in_or_ago(run.wake_at, now)}), later if another start of the"
+            " key comes first",
+            False,
+        )
     if run.status == "sleeping":
         if run.wake_at is None:
             return f"sleeping at {step} with no wake-up time", True

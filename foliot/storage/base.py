@@ -16,6 +16,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from ..core.workflow.compat import Fans
 from ..core.workflow.flow import DEFAULT_PRIORITY, Bucket
 from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
@@ -298,8 +299,11 @@ class RunStore(Protocol):
 
     async def list_runs(self, flt: RunFilter, limit: int, after: tuple[int, str] | None) -> list[Run]: ...
 
-    async def children_of(self, parent_run_id: str) -> list[Run]:
-        """Every child run of a run (all its steps and generations), oldest first."""
+    async def children_of(
+        self, parent_run_id: str, after: tuple[int, str] | None = None, limit: int | None = None
+    ) -> list[Run]:
+        """The child runs of a run (all its steps and generations), oldest first (`created_at`,
+        `run_id`): those after the keyset cursor `after`, at most `limit` (None: every one)."""
         ...
 
     async def queue_heads(self, app: str, key: str, limit: int) -> list[str]:
@@ -377,6 +381,12 @@ class RunStore(Protocol):
     ) -> list[tuple[int, str]]:
         """The newest `limit` of one group's open runs lacking `path`, as (created_at, run_id),
         newest first."""
+        ...
+
+    async def open_group_fans(self, app: str, workflow: str, group: OpenGroup) -> Fans:
+        """What the fan-outs of one group's open runs hold (`Run.fan`), summed: how many runs
+        wait for children, and their children completed, failed, cancelled and open, and the
+        items started of how many: counted by the database."""
         ...
 
     async def recent_closed_runs(

@@ -170,6 +170,28 @@ def lacking_newest_sql(postgres: bool, step: bool, path: Sequence[str]) -> tuple
     )
 
 
+_FAN_COUNTS: Final = ("total", "started", "completed", "failed", "cancelled")
+
+
+def fans_sql(postgres: bool, step: bool) -> str:
+    """Arguments: (app, workflow, version[, step], status): how many of the group's open runs
+    wait for children (a `fan` object in the document) and their fan-outs' counts summed
+    (columns runs, total, started, completed, failed, cancelled, open), in one pass along
+    `runs_open_by_step`."""
+    if postgres:
+        fan, is_object = "doc::json -> 'fan'", "json_typeof(f) = 'object'"
+        sums = [f"COALESCE(SUM((f ->> '{name}')::bigint), 0) AS {name}" for name in _FAN_COUNTS]
+        sums.append("COALESCE(SUM(json_array_length(f -> 'open')), 0) AS open")
+    else:
+        fan, is_object = "doc -> '$.fan'", "json_type(f) = 'object'"
+        sums = [f"COALESCE(SUM(f ->> '$.{name}'), 0) AS {name}" for name in _FAN_COUNTS]
+        sums.append("COALESCE(SUM(json_array_length(f, '$.open')), 0) AS open")
+    return (
+        f"SELECT COUNT(*) AS runs, {', '.join(sums)}"
+        f" FROM (SELECT {fan} AS f FROM runs WHERE {_group_where(postgres, step)}) AS g WHERE {is_object}"
+    )
+
+
 def recent_closed_sql(postgres: bool, after: bool = False) -> str:
     """Arguments: (app, workflow[, created_at, run_id], limit): the workflow's last closed runs,
     newest first (after a keyset), along `runs_closed_by_workflow` (not past the open runs)."""

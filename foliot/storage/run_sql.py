@@ -420,7 +420,22 @@ def list_runs_sql(flt: RunFilter, limit: int, after: tuple[int, str] | None) -> 
     return sql, args
 
 
-CHILDREN_OF: Final = "SELECT doc FROM runs WHERE parent_run_id = ? ORDER BY created_at, run_id"
+def children_of_sql(
+    parent_run_id: str, after: tuple[int, str] | None, limit: int | None
+) -> tuple[str, list[Any]]:
+    """A run's children, oldest first, after the keyset cursor `after`, at most `limit`."""
+    sql = "SELECT doc FROM runs WHERE parent_run_id = ?"
+    args: list[Any] = [parent_run_id]
+    if after is not None:
+        sql += " AND (created_at, run_id) > (?, ?)"
+        args.extend(after)
+    sql += " ORDER BY created_at, run_id"
+    if limit is not None:
+        sql += " LIMIT ?"
+        args.append(limit)
+    return sql, args
+
+
 # (true, true, false): open children; closed children of open parents parked on children.
 CHILD_LINKS: Final = (
     "SELECT c.doc AS child, p.doc AS parent FROM runs AS c JOIN runs AS p ON p.run_id = c.parent_run_id"

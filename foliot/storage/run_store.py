@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from ..core.workflow.compat import Fans
 from ..core.workflow.model import Event, Run, TaskRow, run_from_dict
 from . import deploy_sql, run_sql
 from .base import (
@@ -220,8 +221,11 @@ class SqlRunStore:
     async def queued_keys(self) -> list[tuple[str, str]]:
         return [(r["app"], r["queue_key"]) for r in await self._all(run_sql.QUEUED_KEYS, scan=True)]
 
-    async def children_of(self, parent_run_id: str) -> list[Run]:
-        return [_run(r["doc"]) for r in await self._all(run_sql.CHILDREN_OF, (parent_run_id,), scan=True)]
+    async def children_of(
+        self, parent_run_id: str, after: tuple[int, str] | None = None, limit: int | None = None
+    ) -> list[Run]:
+        sql, args = run_sql.children_of_sql(parent_run_id, after, limit)
+        return [_run(r["doc"]) for r in await self._all(sql, args, scan=True)]
 
     async def child_links(self) -> list[tuple[Run, Run]]:
         found = await self._all(run_sql.CHILD_LINKS, (True, True, False), scan=True)
@@ -286,6 +290,17 @@ class SqlRunStore:
             sql, [app, workflow, group.version, *step, group.status, *args, limit], scan=True
         )
         return [(int(r["created_at"]), r["run_id"]) for r in found]
+
+    async def open_group_fans(self, app: str, workflow: str, group: deploy_sql.OpenGroup) -> Fans:
+        """What the fan-outs of one group's open runs hold, summed (runs waiting for children)."""
+        sql = deploy_sql.fans_sql(self.dialect.postgres, group.step is not None)
+        step = () if group.step is None else (group.step,)
+        row = await self._one(sql, [app, workflow, group.version, *step, group.status], scan=True)
+        counts = [
+            int(row[name])
+            for name in ("runs", "total", "started", "completed", "failed", "cancelled", "open")
+        ]
+        return Fans(*counts)
 
     async def recent_closed_runs(
         self, app: str, workflow: str, limit: int, after: tuple[int, str] | None = None

@@ -234,3 +234,28 @@ async def test_a_fire_whose_commit_answer_was_lost_goes_on_firing(
     found = await until_runs(env, 3, seconds=10 * 60)
     assert lost and times(found)[:3] == [T0 + MIN, T0 + 2 * MIN, T0 + 3 * MIN]
     once_each(found)
+
+
+@pytest.mark.parametrize("settings_overrides", [{"app_internal_rate": 2, "app_internal_burst": 2}])
+async def test_an_apps_fires_wait_their_turn_and_are_late_not_missed(
+    env: Env, autojump_clock: MockClock, settings_overrides: dict[str, Any]
+) -> None:
+    """20 schedules firing every second from one app at a lane of 2 starts a second: the fires
+    are put off (the wheel's firings in flight stay free), none is lost while within its
+    catch-up window, and none starts twice (issue 37: fires went past admission)."""
+    await env.register(WAIT)
+    for i in range(20):
+        await put(env, f"tick{i}", every="1s", overlap="allow", catchupWindow="1h")
+    await advance(30)
+    found = await runs(env)
+    once_each(found)
+    # At most the burst plus the rate's share of 30 s: paced, not 600.
+    assert 50 <= len(found) <= 2 + 2 * 31, len(found)
+    assert env.engine.admission.lanes.deferred > 0
+    assert env.engine.timers.max_inflight_seen <= 40
+    missed = 0
+    for i in range(20):
+        state = await env.engine.schedules.document("app", f"tick{i}")
+        assert state is not None
+        missed += state.missed
+    assert missed == 0

@@ -8,7 +8,7 @@ import pytest
 from trio.testing import MockClock
 
 from foliot.core.errors import Refused, StorageUnavailable, UniqueViolation
-from foliot.storage.health import WriteHealth, refuses_writes
+from foliot.storage.health import WriteHealth, refuses_writes, space_failure
 
 from .conftest import Env, advance
 
@@ -56,3 +56,17 @@ def test_a_refused_unit_is_not_a_store_that_refuses_writes() -> None:
     health = WriteHealth()
     health.failed(StorageUnavailable("x" * 1000), 5)
     assert health.failing_since == 5 and len(health.reason or "") <= 300
+
+
+def test_a_write_refused_for_space_or_by_the_disk_is_told_apart() -> None:
+    assert space_failure(StorageUnavailable("database or disk is full"))
+    assert space_failure(StorageUnavailable("disk I/O error"))
+    assert space_failure(StorageUnavailable("could not extend file: No space left on device"))
+    assert not space_failure(StorageUnavailable("attempt to write a readonly database"))
+    health = WriteHealth()
+    health.failed(StorageUnavailable("attempt to write a readonly database"), 5)
+    assert health.probe_may_clear
+    health.failed(StorageUnavailable("database or disk is full"), 6)
+    assert health.space_failure and health.probe_may_clear  # no file system watched (PostgreSQL)
+    health.succeeded()
+    assert health.healthy and not health.space_failure

@@ -331,3 +331,56 @@ async def test_children_that_close_at_once_are_applied_in_bursts(api: Api) -> No
         if not cursor:
             break
     assert seen == set(range(200))
+
+
+async def test_a_step_whose_workflow_is_missing_warns_at_registration_and_leaves_no_phantom_child(
+    api: Api,
+) -> None:
+    parent = {
+        "name": "parent",
+        "steps": [
+            {"name": "ship", "type": "run", "workflow": "shipping"},
+            {
+                "name": "notify",
+                "type": "parallel",
+                "branches": [
+                    {"name": "email", "workflow": "parent"},  # itself: registered by this very call
+                    {"name": "sms", "workflow": "send-sms", "version": 2},
+                ],
+            },
+        ],
+    }
+    r = await api.call("POST", "/apps/orders/workflows", parent)
+    assert r.status_code == 201, r.text
+    assert r.json()["warnings"] == [
+        {
+            "code": "child_workflow_missing",
+            "step": "ship",
+            "field": "steps[0].workflow",
+            "message": "step 'ship' starts workflow 'shipping', which is not registered: register it"
+            " before a run reaches the step, or the step fails with workflow_not_found",
+        },
+        {
+            "code": "child_workflow_missing",
+            "step": "notify",
+            "field": "steps[1].branches[1].workflow",
+            "message": "step 'notify' starts version 2 of workflow 'send-sms', which is not registered:"
+            " register it before a run reaches the step, or the step fails with workflow_not_found",
+        },
+    ]
+    assert (await api.call("GET", "/apps/orders/workflows/parent")).status_code == 200  # registered
+    r = await api.call("POST", "/apps/orders/workflows", CHILD)
+    assert r.status_code == 201 and r.json()["warnings"] == []
+
+    run = await api.start("parent")
+    failed = await api.until(run["runId"], "failed")
+    assert failed["error"]["class"] == "workflow_not_found" and failed["error"]["step"] == "ship"
+    assert "workflow 'shipping' not found" in failed["error"]["message"]
+    events = await api.events(run["runId"])
+    assert not [e for e in events if "runId" in e["data"]]
+    (not_started,) = [e for e in events if e["type"].startswith("child_")]
+    assert not_started["type"] == "child_not_started" and not_started["step"] == "ship"
+    assert not_started["data"]["workflow"] == "shipping"
+    assert not_started["data"]["class"] == "workflow_not_found"
+    children = (await api.call("GET", f"/apps/orders/runs?parentRunId={run['runId']}")).json()["runs"]
+    assert children == []

@@ -358,3 +358,91 @@ async def test_the_recorded_sample_is_the_last_closed_runs_read_a_page_at_a_time
         assert [d["runId"] for d in report["recorded"]["diverged"]] == [f"c{n:02d}" for n in range(29, 6, -1)]
         everything = await build_report(store, lookup, "orders", "order", parse_definition(V1), 1000)
         assert everything["recorded"]["sampled"] == 30
+
+
+ITEM = {
+    "name": "item",
+    "output": "input",
+    "steps": [{"name": "gate", "type": "wait", "signal": "go"}, {"name": "charge", "type": "task"}],
+}
+MAP_V1 = {
+    "name": "order",
+    "steps": [{"name": "all", "type": "map", "itemsPath": "input", "workflow": "item", "maxConcurrency": 2}],
+}
+
+
+async def test_migrate_mid_map_runs_every_item_exactly_once(api: Api) -> None:
+    """Issue 38: a run migrated while in a map keeps its completed and running children; only
+    the items not started follow the new maxConcurrency; the dry-run says so first; a version
+    that changes the item source refuses the run. Every item is charged exactly once."""
+    from ..helpers import answer_json
+
+    charges: list[Any] = []
+
+    def charge(body: dict[str, Any], headers: dict[str, str]) -> Any:
+        charges.append(body["input"])
+        return answer_json({"charged": body["input"]})
+
+    api.handler.route("charge", charge)
+    await api.register(ITEM)
+    await api.register(MAP_V1)
+    rid = (await api.start("order", list(range(8))))["runId"]
+
+    async def complete_one() -> None:
+        view = await api.run(rid)
+        done = view["children"]["completed"]
+        await signal(api, view["children"]["openRunIds"][0], "go")
+        await api.engine.runs.wait_for(rid, lambda r: r.fan is None or r.fan.completed > done)
+
+    for _ in range(4):
+        await complete_one()
+    assert sorted(charges) == [0, 1, 2, 3]
+    running = (await api.run(rid))["children"]["openRunIds"]
+    assert len(running) == 2
+
+    wider = {**MAP_V1, "steps": [{**MAP_V1["steps"][0], "maxConcurrency": 4}]}
+    report = (await post(api, "workflows/order/dry-run", wider)).json()
+    [group] = report["openRuns"]["groups"]
+    assert group["verdict"] == "moves" and [d["field"] for d in group["differences"]] == ["maxConcurrency"]
+    assert group["migrate"] == [
+        {
+            "outcome": "stays",
+            "runs": 1,
+            "code": None,
+            "message": "stays at map step 'all' with its children: keeps 4 completed items and 2 running;"
+            " 2 items not started follow the candidate (maxConcurrency 2 → 4)",
+        }
+    ]
+    assert await api.register(wider) == 2
+    other = {**MAP_V1, "steps": [{**MAP_V1["steps"][0], "itemsPath": "input.rest"}]}
+    [plan] = (await post(api, "workflows/order/dry-run", other)).json()["openRuns"]["groups"][0]["migrate"]
+    assert plan["outcome"] == "refused" and plan["code"] == "fan_out_changed"
+    assert await api.register(other) == 3
+    refused = (await post(api, "workflows/order/migrate", {"toVersion": 3})).json()
+    assert refused["migrated"] == 0 and [r["code"] for r in refused["refused"]] == ["fan_out_changed"]
+    assert refused["refused"][0]["reason"].endswith(plan["message"].replace("the candidate", "v3"))
+    assert (await api.run(rid))["version"] == 1
+
+    moved = (await post(api, "workflows/order/migrate", {"toVersion": 2, "reason": "wider"})).json()
+    assert moved["migrated"] == 1 and moved["refused"] == [], moved
+    view = await api.run(rid)
+    assert view["version"] == 2 and view["generation"] == 1
+    assert view["children"]["completed"] == 4 and view["children"]["open"] == 4
+    assert view["children"]["openRunIds"][:2] == running  # still running, not cancelled
+    for child in running:
+        assert (await api.run(child))["status"] == "waiting"
+    while (await api.run(rid))["status"] == "waiting":
+        await complete_one()
+    done = await api.until(rid, "completed")
+    assert done["state"]["all"] == list(range(8))
+    assert sorted(charges) == list(range(8))  # every item charged exactly once
+    events = await api.events(rid)
+    assert sorted(e["data"]["index"] for e in events if e["type"] == "child_started") == list(range(8))
+    [migrated] = [e for e in events if e["type"] == "run_migrated"]
+    assert migrated["data"]["inPlace"] is True and migrated["data"]["children"] == {
+        "completed": 4,
+        "failed": 0,
+        "cancelled": 0,
+        "running": 2,
+        "notStarted": 2,
+    }

@@ -122,3 +122,49 @@ async def test_refusals(api: Api) -> None:
     assert as_other.status_code == 404  # another app's run is not found, never shown
     admin = await api.call("GET", path, headers=api.admin())
     assert admin.status_code == 200
+
+
+async def test_a_push_timeout_over_the_sync_cap_warns_at_registration_and_in_why(api: Api) -> None:
+    api.handler.route("slow", lambda body, headers: answer_json({"error": {"class": "busy"}}, 503))
+    definition = {
+        "name": "slow",
+        "steps": [
+            {
+                "name": "slow",
+                "type": "task",
+                "timeout": "1h",
+                "retry": {"maxAttempts": 3, "initialInterval": "1h"},
+            },
+            {"name": "queued", "type": "task", "queue": "q", "timeout": "1h"},
+            {"name": "fast", "type": "task", "timeout": "10s"},
+        ],
+    }
+    r = await api.call("POST", "/apps/orders/workflows", definition)
+    assert r.status_code == 201, r.text
+    (warning,) = r.json()["warnings"]
+    assert warning["code"] == "timeout_over_sync_cap" and warning["step"] == "slow"
+    assert warning["field"] == "steps[0].timeout"
+    assert "3600000 ms" in warning["message"] and "FOLIOT_SYNC_TASK_MAX_MS (30000 ms)" in warning["message"]
+    again = await api.call("POST", "/apps/orders/workflows", definition)
+    assert again.status_code == 200 and again.json()["warnings"] == r.json()["warnings"]
+
+    run = await api.start("slow")
+    with trio.fail_after(10):
+        await api.engine.runs.wait_for(
+            run["runId"], lambda r: r.timer is not None and r.timer.kind == "retry"
+        )
+    facts = {f["code"]: f["text"] for f in (await diagnosis(api, run["runId"]))["facts"]}
+    assert "FOLIOT_SYNC_TASK_MAX_MS (30 s)" in facts["timeout_over_sync_cap"]
+
+
+async def test_a_pending_debounced_run_says_it_waits_for_its_window(api: Api) -> None:
+    await api.register({"name": "sync", "steps": [{"name": "a", "type": "task"}]})
+    body = {"workflow": "sync", "debounce": {"key": "order-7", "period": "1h"}}
+    r = await api.call("POST", "/apps/orders/runs", body)
+    assert r.status_code == 202, r.text
+    pending = r.json()
+    d = await diagnosis(api, pending["runId"])
+    assert d["summary"].startswith(
+        "pending: a debounced start waiting for its debounce window (key `order-7`)"
+    )
+    assert f"it begins at {pending['startsAt']} (in " in d["summary"]

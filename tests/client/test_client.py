@@ -397,3 +397,12 @@ async def test_debounced_starts_sync_and_async(api: Api) -> None:
             lambda: sync_client.start_debounced("sync", key="k", period="1h", mode="leading")
         )
     assert dropped.dropped and dropped.run_id == lead.run_id and dropped.run is None
+
+
+async def test_registering_answers_the_warnings(api: Api) -> None:
+    parent = {"name": "parent", "steps": [{"name": "ship", "type": "run", "workflow": "shipping"}]}
+    async with client(api) as c:
+        ref = await c.register_workflow(parent)
+        assert ref.created and [w["code"] for w in ref.warnings] == ["child_workflow_missing"]
+        assert ref.warnings[0]["field"] == "steps[0].workflow"
+        assert (await c.register_workflow(FLOW)).warnings == ()

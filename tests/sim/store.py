@@ -252,10 +252,15 @@ class FakeStore:
         await trio.lowlevel.checkpoint()
         return sorted((t for t in self.tasks.values() if t.status == "open"), key=lambda t: t.created_at)
 
-    async def children_of(self, parent_run_id: str) -> list[Run]:
+    async def children_of(
+        self, parent_run_id: str, after: tuple[int, str] | None = None, limit: int | None = None
+    ) -> list[Run]:
         await trio.lowlevel.checkpoint()
         found = [r for r in self.runs.values() if r.parent is not None and r.parent.run_id == parent_run_id]
-        return sorted(found, key=lambda r: (r.created_at, r.run_id))
+        found.sort(key=lambda r: (r.created_at, r.run_id))
+        if after is not None:
+            found = [r for r in found if (r.created_at, r.run_id) > after]
+        return found if limit is None else found[:limit]
 
     async def child_links(self) -> list[tuple[Run, Run]]:
         await trio.lowlevel.checkpoint()

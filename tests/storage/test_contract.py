@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from foliot.core.errors import StaleWrite, UniqueViolation
-from foliot.core.workflow.model import Event, Run, TaskRow, Timer, run_to_dict
+from foliot.core.workflow.model import Event, ParentRef, Run, TaskRow, Timer, run_to_dict
 from foliot.storage.base import (
     SIGNAL_ID_UNIQUE,
     ApiKeyRecord,
@@ -207,6 +207,25 @@ async def test_list_runs_filters_and_pages(store: Store) -> None:
     assert [r.run_id for r in waiting] == ["r5", "r3", "r1"]
     assert await store.list_runs(RunFilter("other"), 10, None) == []
     assert await store.count_open_runs() == {"waiting": 3}
+
+
+async def test_children_are_paged_by_keyset(store: Store) -> None:
+    """A fan-out's outputs are read a page at a time (`children_of` with a cursor), oldest first,
+    only the parent's children."""
+    await store.commit(UnitOfWork(make_run("p"), None))
+    await store.commit(UnitOfWork(make_run("other"), None))
+    for i in range(7):
+        ref = ParentRef("p" if i != 3 else "other", "fan", 1, 1, i, "cancel")
+        await store.commit(UnitOfWork(make_run(f"c{i}", created=T0 + i // 2, parent=ref), None))
+    pages, after = [], None
+    while True:
+        page = await store.children_of("p", after, 2)
+        pages.append([r.run_id for r in page])
+        if len(page) < 2:
+            break
+        after = (page[-1].created_at, page[-1].run_id)
+    assert pages == [["c0", "c1"], ["c2", "c4"], ["c5", "c6"], []]
+    assert [r.run_id for r in await store.children_of("p")] == ["c0", "c1", "c2", "c4", "c5", "c6"]
 
 
 async def test_timer_paging_is_keyset(store: Store) -> None:
@@ -559,6 +578,28 @@ async def test_dry_run_counts_the_runs_lacking_a_path_as_lookup_does(store: Stor
         newest = await store.open_group_lacking_newest("app", "wf", group, path, 3)
         assert newest == sorted(lacking, reverse=True)[:3], path
     assert await store.open_group_lacking("app", "wf", group, []) == []
+
+
+async def test_dry_run_sums_the_fan_outs_of_a_group(store: Store) -> None:
+    """What migrate keeps of runs mid-map: the database sums the fan-outs of a group's runs
+    (runs without one, and other groups, left out) as `Fans.of` each and `plus` do."""
+    from foliot.core.workflow.compat import Fans
+    from foliot.core.workflow.model import ChildSlot, FanOut
+
+    fans = [
+        FanOut("m", "map", 1, 1, 20, 14, (ChildSlot(12, "c12"), ChildSlot(13, "c13")), 12),
+        FanOut("m", "map", 2, 1, 5, 5, (ChildSlot(4, "c4"),), 2, 1, 1),
+        None,  # between attempts, or held by a pause: no fan-out
+    ]
+    for n, fan in enumerate(fans):
+        await store.commit(UnitOfWork(make_run(f"f{n}", current_step="m", fan=fan), None))
+    await store.commit(UnitOfWork(make_run("other", current_step="m", status="running", fan=fans[0]), None))
+    (group,) = [
+        g for g in await store.open_run_groups("app", "wf", 1) if (g.step, g.status) == ("m", "waiting")
+    ]
+    expected = Fans.of(fans[0]).plus(Fans.of(fans[1]))  # type: ignore[arg-type]
+    assert await store.open_group_fans("app", "wf", group) == expected
+    assert expected == Fans(2, 25, 19, 14, 1, 1, 3) and expected.not_started == 6
 
 
 def test_paths_sql_cannot_say_exactly_are_left_to_python() -> None:

@@ -11,7 +11,7 @@ from foliot.core.workflow import deploy, machine
 from foliot.core.workflow.compat import COMPATIBLE, MOVES, STRANDED, step_verdict
 from foliot.core.workflow.definition import Definition, parse_definition
 from foliot.core.workflow.machine import ChildRunClosed, Gathered, SignalIn
-from foliot.core.workflow.model import Event, ParentRef
+from foliot.core.workflow.model import ErrorInfo, Event, ParentRef
 
 from .machine_kit import Kit
 
@@ -728,9 +728,225 @@ def test_migrate_moves_a_waiting_run_to_new_signals_and_child_steps() -> None:
     target = wf({"name": "w", "type": "wait", "signal": "start"})
     kit.send(machine.Migrate(target, 2, ()))
     assert kit.run.wait_signal == "start" and kit.run.generation == 2
+
+
+# --------------------------------------------------------------------------- migrate mid-fan-out
+
+MAP = {"name": "m", "type": "map", "workflow": "child", "itemsPath": "input.items", "maxConcurrency": 2}
+
+
+def started_indexes(kit: Kit) -> list[int]:
+    return [e.data["index"] for tr in kit.history for e in tr.events if e.type == "child_started"]
+
+
+def map_midway(items: int = 6, completed: int = 2) -> Kit:
+    """A map of `items` children, 2 at a time, `completed` of them done."""
+    kit = Kit([MAP, {"name": "after", "type": "task"}])
+    kit.start({"items": list(range(items))})
+    for _ in range(completed):
+        kit.send(_closed(kit, kit.run.fan.open[0].run_id, output="done"))  # type: ignore[union-attr]
+    return kit
+
+
+def test_migrate_mid_map_keeps_finished_and_running_children() -> None:
+    """Issue 38: v2 changes only maxConcurrency 2 -> 4; the run keeps its 2 completed and 2
+    running children (same generation, nothing cancelled) and the 2 items not started follow
+    v2 at once. Every item starts exactly once."""
+    kit = map_midway()
+    running = [s.run_id for s in kit.run.fan.open]  # type: ignore[union-attr]
+    generation = kit.run.generation
+    target = wf({**MAP, "maxConcurrency": 4}, {"name": "after", "type": "task"})
+    tr = kit.send(machine.Migrate(target, 2, (), "wider"))
+    assert isinstance(tr.reply, machine.Ok), tr.reply
+    assert kit.run.version == 2 and kit.run.generation == generation and kit.run.status == "waiting"
+    assert not [e for e in tr.effects if isinstance(e, machine.CancelChildren)]
+    fan = kit.run.fan
+    assert fan is not None and fan.completed == 2 and fan.started == 6 and len(fan.open) == 4
+    assert [s.run_id for s in fan.open][:2] == running
+    assert [c.parent.index for c in tr.children] == [4, 5]
+    migrated = tr.events[0]
+    assert migrated.type == "run_migrated" and migrated.data["inPlace"] is True
+    assert migrated.data["children"] == {
+        "completed": 2,
+        "failed": 0,
+        "cancelled": 0,
+        "running": 2,
+        "notStarted": 2,
+    }
+    kit.definition = target
+    for child in [s.run_id for s in fan.open]:
+        kit.send(_closed(kit, child, output="done"))
+    assert kit.run.fan is not None and kit.run.fan.completed == 6
+    kit.send(Gathered("m", generation, 1, ("done",) * 6))
+    assert kit.run.current_step == "after" and kit.run.state["m"] == ["done"] * 6
+    assert sorted(started_indexes(kit)) == list(range(6))  # each item once
+
+
+def test_migrate_mid_map_to_a_lower_concurrency_starts_nothing_until_it_fits() -> None:
+    kit = map_midway(items=6, completed=1)
+    target = wf({**MAP, "maxConcurrency": 1}, {"name": "after", "type": "task"})
+    tr = kit.send(machine.Migrate(target, 2, ()))
+    assert isinstance(tr.reply, machine.Ok) and not tr.children
+    kit.definition = target
+    kit.send(_closed(kit, kit.run.fan.open[0].run_id))  # type: ignore[union-attr]
+    assert len(kit.run.fan.open) == 1  # type: ignore[union-attr]
+    kit.send(_closed(kit, kit.run.fan.open[0].run_id))  # type: ignore[union-attr]
+    assert len(kit.run.fan.open) == 1 and kit.run.fan.started == 4  # type: ignore[union-attr]
+    assert sorted(started_indexes(kit)) == list(range(4))
+
+
+def test_migrate_of_a_paused_map_keeps_it_and_unpause_follows_the_new_step() -> None:
+    kit = map_midway()
+    kit.send(machine.Pause())
+    target = wf({**MAP, "maxConcurrency": 3}, {"name": "after", "type": "task"})
+    tr = kit.send(machine.Migrate(target, 2, ()))
+    assert isinstance(tr.reply, machine.Ok) and not tr.children and kit.run.status == "paused"
+    kit.definition = target
+    tr = kit.send(machine.Unpause())
+    assert [c.parent.index for c in tr.children] == [4]  # 2 running + 1 under the new limit
+    assert sorted(started_indexes(kit)) == list(range(5))
+
+
+@pytest.mark.parametrize(
+    ("changed", "field"),
+    [
+        ({"itemsPath": "input.other"}, "itemsPath"),
+        ({"workflow": "other"}, "workflow"),
+        ({"workflow": "child", "version": 3}, "workflow"),
+    ],
+)
+def test_migrate_refuses_a_map_whose_children_cannot_be_kept(changed: dict[str, Any], field: str) -> None:
+    kit = map_midway()
+    before = kit.run
+    tr = kit.send(machine.Migrate(wf({**MAP, **changed}, {"name": "after", "type": "task"}), 2, ()))
+    assert isinstance(tr.reply, machine.Rejected) and not tr.changed and kit.run == before
+    assert tr.reply.status == 409 and tr.reply.code == "fan_out_changed"
+    assert f"changes its {field}" in tr.reply.message and "2 completed, 2 running" in tr.reply.message
+
+
+def test_migrate_refuses_moving_a_fanned_out_run_with_a_step_map() -> None:
+    kit = map_midway()
+    target = wf({**MAP, "name": "m2"}, {"name": "after", "type": "task"})
+    tr = kit.send(machine.Migrate(target, 2, ()))  # stranded: still its children first
+    assert isinstance(tr.reply, machine.Rejected) and tr.reply.code == "fan_out_changed"
+    assert "has no step 'm'" in tr.reply.message
+    tr = kit.send(machine.Migrate(target, 2, (("m", "m2"),)))
+    assert isinstance(tr.reply, machine.Rejected) and tr.reply.code == "fan_out_changed"
+    assert "stepMap moves it to 'm2'" in tr.reply.message
+    assert kit.run.version == 1 and sorted(started_indexes(kit)) == list(range(4))
+
+
+def test_migrate_keeps_the_child_of_a_run_step_and_the_branches_of_a_parallel() -> None:
     kit = Kit([{"name": "one", "type": "run", "workflow": "child"}])
     kit.start()
     child = kit.run.fan.open[0].run_id  # type: ignore[union-attr]
+    target = wf({"name": "one", "type": "run", "workflow": "child", "retry": {"maxAttempts": 3}})
+    tr = kit.send(machine.Migrate(target, 2, ()))
+    assert isinstance(tr.reply, machine.Ok) and not tr.children and not tr.effects
+    assert kit.run.fan is not None and kit.run.fan.open[0].run_id == child and kit.run.generation == 1
+    tr = kit.send(machine.Migrate(wf({"name": "one", "type": "run", "workflow": "other"}), 3, ()))
+    assert isinstance(tr.reply, machine.Rejected) and tr.reply.code == "fan_out_changed"
+    assert "waits for the children of run step 'one' (0 completed, 1 running)" in tr.reply.message
+    branches = [{"name": "l", "workflow": "child"}, {"name": "r", "workflow": "child"}]
+    kit = Kit([{"name": "both", "type": "parallel", "branches": branches}])
+    kit.start()
+    kit.send(_closed(kit, kit.run.fan.open[0].run_id))  # type: ignore[union-attr]
+    same = wf({"name": "both", "type": "parallel", "branches": branches, "onParentClose": "abandon"})
+    assert isinstance(kit.send(machine.Migrate(same, 2, ())).reply, machine.Ok)
+    assert kit.run.fan is not None and kit.run.fan.completed == 1 and len(kit.run.fan.open) == 1
+    more = wf({"name": "both", "type": "parallel", "branches": [*branches, {"name": "x", "workflow": "c"}]})
+    tr = kit.send(machine.Migrate(more, 3, ()))
+    assert isinstance(tr.reply, machine.Rejected) and tr.reply.code == "fan_out_changed"
+
+
+def test_migrate_at_a_child_step_without_children_follows_the_old_rules() -> None:
+    """Between attempts (a retry timer, no fan-out) a changed child step is re-entered."""
+    kit = Kit([{"name": "one", "type": "run", "workflow": "child", "retry": {"maxAttempts": 2}}])
+    kit.start()
+    kit.send(_closed(kit, kit.run.fan.open[0].run_id, status="failed"))  # type: ignore[union-attr]
+    assert kit.run.fan is None and kit.run.timer is not None
     tr = kit.send(machine.Migrate(wf({"name": "one", "type": "run", "workflow": "other"}), 2, ()))
-    assert any(isinstance(e, machine.CancelChildren) and child in e.run_ids for e in tr.effects)
+    assert isinstance(tr.reply, machine.Ok) and kit.run.generation == 2
     assert [c.workflow for c in tr.children] == ["other"]
+
+
+def test_the_dry_run_says_what_migrate_does_to_runs_mid_map() -> None:
+    """The plan of a group is what the machine's Migrate does to each of its runs: the issue's
+    run keeps 12 completed items and 2 running, 6 items not started follow the new version."""
+    kit = map_midway(items=20, completed=12)
+    fan = kit.run.fan
+    assert fan is not None and (fan.completed, len(fan.open), fan.total - fan.started) == (12, 2, 6)
+    wider = wf({**MAP, "maxConcurrency": 4}, {"name": "after", "type": "task"})
+    agg = deploy.OpenRuns(wider)
+    agg.add("run1", 1, "m", "waiting", kit.definition, fan=fan)
+    [group] = agg.groups()
+    assert group["verdict"] == MOVES and [d["field"] for d in group["differences"]] == ["maxConcurrency"]
+    assert group["migrate"] == [
+        {
+            "outcome": "stays",
+            "runs": 1,
+            "code": None,
+            "message": "stays at map step 'm' with its children: keeps 12 completed items and 2 running;"
+            " 6 items not started follow the candidate (maxConcurrency 2 → 4)",
+        }
+    ]
+    assert isinstance(kit.send(machine.Migrate(wider, 2, ())).reply, machine.Ok)
+    other = wf({**MAP, "itemsPath": "input.other"}, {"name": "after", "type": "task"})
+    agg = deploy.OpenRuns(other)
+    agg.add("a", 1, "m", "waiting", kit.definition, fan=fan)
+    agg.add("b", 1, "m", "waiting", kit.definition, fan=fan)
+    [group] = agg.groups()
+    [plan] = group["migrate"]
+    assert plan["outcome"] == "refused" and plan["code"] == "fan_out_changed" and plan["runs"] == 2
+    assert plan["message"].startswith(
+        "2 runs wait for the children of map step 'm' (24 completed, 4 running) and the candidate"
+        " changes its itemsPath"
+    )
+    refused = map_midway(items=20, completed=12).send(machine.Migrate(other, 2, ()))
+    assert isinstance(refused.reply, machine.Rejected) and refused.reply.code == plan["code"]
+
+
+def test_the_plan_of_each_kind_of_group() -> None:
+    old = wf(MAP, {"name": "t", "type": "task"})
+    stays = deploy.migrate_plan(step_verdict(old, old, "t"), "t", "running", 3, "task", deploy.Fans())
+    assert [(p["outcome"], p["runs"]) for p in stays] == [("stays", 3)]
+    queued = wf(MAP, {"name": "t", "type": "task", "queue": "q"})
+    verdict = step_verdict(old, queued, "t")
+    assert [p["outcome"] for p in deploy.migrate_plan(verdict, "t", "running", 1, "task", deploy.Fans())] == [
+        "reenters"
+    ]
+    [paused] = deploy.migrate_plan(verdict, "t", "paused", 1, "task", deploy.Fans())
+    assert paused["code"] == "run_paused"
+    gone = wf(MAP)
+    [stranded] = deploy.migrate_plan(step_verdict(old, gone, "t"), "t", "running", 2, "task", deploy.Fans())
+    assert stranded["outcome"] == "refused" and stranded["code"] == "stranded"
+    # a paused group at a map step: 1 run waits for children, 1 held an answer (no fan-out)
+    wider = wf({**MAP, "maxConcurrency": 4}, {"name": "t", "type": "task"})
+    fans = deploy.Fans(runs=1, total=5, started=3, completed=1, open=2)
+    plan = deploy.migrate_plan(step_verdict(old, wider, "m"), "m", "paused", 2, "map", fans)
+    assert [(p["outcome"], p["runs"], p["code"]) for p in plan] == [
+        ("stays", 1, None),
+        ("refused", 1, "run_paused"),
+    ]
+    assert "keeps 1 completed item and 2 running; 2 items not started" in plan[0]["message"]
+
+
+def test_a_child_that_could_not_start_replays_the_same() -> None:
+    """A run step whose workflow was missing at attempt 1 and found at attempt 2: the history
+    has `child_not_started` (no id) then `child_started`; the replay follows both."""
+    step = {"name": "ship", "type": "run", "workflow": "shipping", "retry": {"maxAttempts": 2}}
+    kit = Kit([step, {"name": "after", "type": "task"}])
+    first = kit.start()
+    missing = ErrorInfo(None, "workflow_not_found", "workflow 'shipping' not found")
+    tr = machine.child_not_started(first, first.children[0], missing, kit.definition, kit.ctx())
+    kit.history[-1], kit.run = tr, tr.run
+    assert kit.run.status == "running"  # waiting to retry
+    kit.fire()
+    (child,) = kit.history[-1].children
+    kit.send(_closed(kit, child.run_id, output={"shipped": True}))
+    kit.ok("done")
+    assert kit.run.status == "completed", kit.events()
+    assert kit.events().count("child_not_started") == 1
+    result = replay(kit, kit.definition)
+    assert result.same, result.divergence
+    assert result.compared == len(recorded(kit))

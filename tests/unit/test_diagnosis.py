@@ -389,3 +389,30 @@ def test_attention_reasons(
     from foliot.observe.diagnosis import attention
 
     assert attention(doc, NOW, queue, awaited) == reasons
+
+
+def test_a_pending_debounced_run_waits_for_its_window_and_says_until_when() -> None:
+    due = NOW + 8_000
+    r = run(
+        status="sleeping",
+        current_step=None,
+        wake_at=due,
+        debounce_key="wf/order-7",
+        timer=Timer("debounce", due, "wf/order-7"),
+    )
+    d = diagnose(Observation(r, NOW, timers=stored(r)))
+    assert d.summary.startswith("pending: a debounced start waiting for its debounce window (key `order-7`)")
+    assert "1972-09-27T00:00:08.000Z (in 8 s)" in d.summary and "its step" not in d.summary
+    assert not d.attention
+
+
+def test_a_push_step_with_a_timeout_over_the_sync_cap_is_named() -> None:
+    r = run(task=task(deadline=NOW + 50 * MIN))
+    obs = Observation(r, NOW, push="sending", over_sync_cap=(3_600_000, 30_000))
+    (fact,) = [f for f in diagnose(obs).facts if f.code == "timeout_over_sync_cap"]
+    assert "1 h" in fact.text and "FOLIOT_SYNC_TASK_MAX_MS (30 s)" in fact.text and "`ship`" in fact.text
+    accepted = Observation(
+        run(task=task(deadline=NOW + 50 * MIN, accepted=True)), NOW, over_sync_cap=(3_600_000, 30_000)
+    )
+    assert "timeout_over_sync_cap" not in codes(accepted)
+    assert "timeout_over_sync_cap" not in codes(Observation(r, NOW, push="sending"))

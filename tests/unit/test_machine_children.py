@@ -432,3 +432,80 @@ def test_chain_drops_children_the_second_transition_no_longer_waits_for() -> Non
     both = machine.chain(first, second)
     assert both.children == () and all(not e.run_ids for e in both.effects if isinstance(e, CancelChildren))
     assert [e.seq for e in both.events] == list(range(1, len(both.events) + 1))
+
+
+# --------------------------------------------------------------------------- children that never start
+
+MISSING = ErrorInfo(None, "workflow_not_found", "workflow 'shipping' not found")
+
+
+def history_ids(tr: machine.Transition) -> set[str]:
+    return {str(e.data["runId"]) for e in tr.events if "runId" in e.data}
+
+
+def test_a_run_step_whose_workflow_is_missing_records_no_child_id_and_names_the_workflow() -> None:
+    kit = Kit([RUN_STEP, AFTER])
+    first = kit.start()
+    (request,) = first.children
+    tr = machine.child_not_started(first, request, MISSING, kit.definition, kit.ctx())
+    assert tr.children == () and history_ids(tr) == set()
+    (event,) = [e for e in tr.events if e.type.startswith("child_")]
+    assert event.type == "child_not_started" and event.step == "ship"
+    assert event.data == {
+        "workflow": "shipping",
+        "index": 0,
+        "class": "workflow_not_found",
+        "message": "workflow 'shipping' not found",
+    }
+    assert [e.seq for e in tr.events] == list(range(1, len(tr.events) + 1))
+    error = tr.run.error
+    assert tr.run.status == "failed" and error is not None
+    assert (
+        error.cls == "workflow_not_found" and "'shipping'" in error.message and "child1" not in error.message
+    )
+
+
+def test_a_parallel_branch_that_cannot_start_drops_its_siblings_without_ids() -> None:
+    kit = parallel_kit()
+    first = kit.start({"phone": "1"})
+    sms = first.children[1]
+    missing = ErrorInfo(None, "workflow_not_found", "version 2 of workflow 'send-sms' not found")
+    tr = machine.child_not_started(first, sms, missing, kit.definition, kit.ctx())
+    assert tr.children == () and history_ids(tr) == set()
+    assert not [i for e in tr.effects if isinstance(e, CancelChildren) for i in e.run_ids]
+    kinds = [(e.type, e.data.get("branch")) for e in tr.events if e.type.startswith("child_")]
+    assert kinds == [("child_not_started", "email"), ("child_not_started", "sms")]
+    assert "reason" in tr.events[[e.data.get("branch") for e in tr.events].index("email")].data
+    error = tr.run.error
+    assert error is not None and error.cls == "branch_failed"
+    assert "'sms' could not start" in error.message and "'send-sms' not found" in error.message
+
+
+def test_a_map_whose_workflow_is_missing_names_no_child_and_counts_what_it_drops() -> None:
+    kit = map_kit(maxConcurrency=3)
+    first = kit.start({"items": [1, 2, 3, 4, 5]})
+    missing = ErrorInfo(None, "workflow_not_found", "workflow 'w' not found")
+    tr = machine.child_not_started(first, first.children[0], missing, kit.definition, kit.ctx())
+    assert tr.children == () and history_ids(tr) == set()
+    error = tr.run.error
+    assert error is not None and error.cls == "map_failed"
+    assert "1 failed, 2 cancelled, 2 not started" in error.message
+    assert "the last was item 0 (workflow 'w' not found)" in error.message
+
+
+def test_map_failed_counts_the_open_children_it_cancels() -> None:
+    kit = map_kit(maxConcurrency=4)
+    kit.start({"items": [1, 2, 3, 4, 5, 6]})
+    kit.send(closed(kit, "child1", "failed"))
+    error = kit.run.error
+    assert error is not None and error.cls == "map_failed"
+    assert cancels(kit) == ["child2", "child3", "child4"]
+    assert "0 completed, 1 failed, 3 cancelled, 2 not started; the last was child1 (failed)" in error.message
+
+
+def test_map_failed_says_abandoned_for_children_it_leaves_running() -> None:
+    kit = map_kit(maxConcurrency=3, onParentClose="abandon")
+    kit.start({"items": [1, 2, 3]})
+    kit.send(closed(kit, "child2", "cancelled"))
+    error = kit.run.error
+    assert error is not None and "0 completed, 0 failed, 1 cancelled, 2 abandoned;" in error.message

@@ -339,7 +339,7 @@ class BaseClient:
         return Call(
             "POST",
             f"{self._app(app)}/workflows",
-            lambda s, d: WorkflowRef(d["name"], int(d["version"]), s == 201),
+            lambda s, d: WorkflowRef(d["name"], int(d["version"]), s == 201, tuple(d.get("warnings") or ())),
             json=dict(definition),
             safe=True,
         )

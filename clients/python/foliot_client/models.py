@@ -170,11 +170,14 @@ class Page(Generic[T]):
 
 @dataclass(frozen=True)
 class WorkflowRef:
-    """`{name, version}`: what registering answers; `created` is False for an identical document."""
+    """`{name, version, warnings}`: what registering answers; `created` is False for an identical
+    document. `warnings`: what is registered but will not work as written, each `{code, step,
+    field, message}` (a child workflow not registered yet, a push timeout over the server's cap)."""
 
     name: str
     version: int
     created: bool
+    warnings: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

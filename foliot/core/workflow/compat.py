@@ -6,6 +6,13 @@ step is there but differs: each difference named) or `stranded` (the step is gon
 `Migrate` uses it to decide whether a run stays where it stands or re-enters its step, and
 `deploy.compare` reports it for the dry-run; it lives apart from `deploy` so the machine can
 import it (`deploy` imports the machine for its replay).
+
+A run waiting for the children of its run, map or parallel step (its fan-out, `Run.fan`) is
+never made to start them again by a migration: it keeps its completed and running children and
+only the items not started yet follow the new step (`Verdict.keeps_fan`); a new step that no
+longer names those children (`FAN_IDENTITY`) refuses the run (`FAN_OUT_CHANGED`). `Fans` counts
+what a fan-out holds and `kept_text`/`refused_text` say it, for the machine's refusal and the
+dry-run's plan alike.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Any, Final
 import attrs
 
 from .definition import Definition, Retry, Step
+from .model import FanOut
 
 COMPATIBLE: Final = "compatible"
 MOVES: Final = "moves"
@@ -37,6 +45,15 @@ REENTER: Final = frozenset(
         "maxConcurrency",
     }
 )
+
+# Differences that name the children a fan-out step started: its kind, the child workflow (a
+# parallel's branch list: names, workflows, versions) and a map's item source. A run waiting
+# for its children cannot keep them across such a change, and a migration never restarts them
+# (finished work is never redone by a version change): it refuses the run (`FAN_OUT_CHANGED`).
+# Any other difference (maxConcurrency, inputPath, tolerance, retry, timeout, next, ...) keeps
+# the children: the items not started yet, later attempts and the step's end follow the new step.
+FAN_IDENTITY: Final = frozenset({"kind", "workflow", "itemsPath"})
+FAN_OUT_CHANGED: Final = "fan_out_changed"
 
 
 @attrs.frozen
@@ -61,8 +78,97 @@ class Verdict:
             self.verdict == MOVES and not any(d.field in REENTER for d in self.differences)
         )
 
+    @property
+    def keeps_fan(self) -> bool:
+        """A run waiting for its step's children keeps them (else the migration refuses it)."""
+        return self.verdict == COMPATIBLE or (
+            self.verdict == MOVES and not any(d.field in FAN_IDENTITY for d in self.differences)
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "differences": [d.to_json() for d in self.differences]}
+
+
+@attrs.frozen
+class Fans:
+    """What the fan-outs of `runs` runs hold, summed: their children completed, failed or
+    cancelled, running (`open`), and the items not started yet (`total - started`)."""
+
+    runs: int = 0
+    total: int = 0
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    open: int = 0
+
+    @classmethod
+    def of(cls, fan: FanOut) -> Fans:
+        return cls(1, fan.total, fan.started, fan.completed, fan.failed, fan.cancelled, len(fan.open))
+
+    def plus(self, other: Fans) -> Fans:
+        return Fans(*(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other), strict=True)))
+
+    @property
+    def not_started(self) -> int:
+        return max(0, self.total - self.started)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "completed": self.completed,
+            "failed": self.failed,
+            "cancelled": self.cancelled,
+            "running": self.open,
+            "notStarted": self.not_started,
+        }
+
+
+_NOUNS: Final = {"map": ("item", "items"), "parallel": ("branch", "branches"), "run": ("child", "children")}
+
+
+def _noun(n: int, kind: str) -> str:
+    one, many = _NOUNS.get(kind, ("child", "children"))
+    return one if n == 1 else many
+
+
+def kept_text(kind: str, fans: Fans, to: str, differences: tuple[Difference, ...]) -> str:
+    """What a migration to `to` ("v2") keeps of `fans` (at a `kind` step): e.g. "keeps 12 completed items and
+    2 running; 6 items not started follow v2 (maxConcurrency 2 → 4)"."""
+    subject = "keeps" if fans.runs == 1 else f"{fans.runs} runs keep"
+    ended = fans.failed + fans.cancelled
+    if fans.completed or ended:
+        text = f"{subject} {fans.completed} completed {_noun(fans.completed, kind)}"
+        if ended:
+            text += f", {ended} failed or cancelled (counted against the tolerance),"
+        text += f" and {fans.open} running"
+    else:
+        text = f"{subject} {fans.open} running {_noun(fans.open, kind)}"
+    if fans.not_started:
+        text += f"; {fans.not_started} {_noun(fans.not_started, kind)} not started follow {to}"
+    changed = [d for d in differences if d.field == "maxConcurrency"]
+    if changed:
+        text += "".join(f" ({d.field} {d.old} → {d.new})" for d in changed)
+    return text
+
+
+def refused_text(
+    kind: str, step: str | None, fans: Fans, to: str, verdict: Verdict, moved_to: str | None = None
+) -> str:
+    """Why a migration refuses runs waiting for the children of their `kind` step `step` (or
+    that a `stepMap` entry would move to the step `moved_to`)."""
+    subject = "waits" if fans.runs == 1 else f"{fans.runs} runs wait"
+    if moved_to is not None:
+        what = f"stepMap moves it to {moved_to!r}"
+    elif verdict.verdict == STRANDED:
+        what = f"{to} has no step {step!r}"
+    else:
+        fields = [d.field for d in verdict.differences if d.field in FAN_IDENTITY]
+        what = f"{to} changes its {', '.join(fields)}"
+    return (
+        f"{subject} for the children of {kind} step {step!r} ({fans.completed} completed,"
+        f" {fans.open} running) and {what}: its children cannot be kept, and a migration never"
+        " starts them again; migrate it once the step is over, or rewind it to restart the step"
+    )
 
 
 def _retry(retry: Retry | None) -> dict[str, Any] | None:

@@ -3,9 +3,11 @@ recorded (pure; the dry-run endpoint feeds it pages read from storage).
 
 - `compare(run, old, candidate)`: where an open run stands in the candidate (`compat`).
 - `OpenRuns`: open runs grouped by (version, step, status) with counts, up to 20 example
-  runIds and the verdict of the group, plus the state keys they lack; fed groups the store
-  counted (`add_group`) and the states of the runs whose step has reads that matter
-  (`add_state`), or a run at a time (`add`), so memory stays bounded whatever the number of runs.
+  runIds, the verdict of the group and what a migration would do to its runs (`migrate_plan`),
+  plus the state keys they lack; fed groups the store counted (`add_group`), the fan-outs of
+  groups at child steps (`add_fans`) and the states of the runs whose step has reads that
+  matter (`add_state`), or a run at a time (`add`), so memory stays bounded whatever the number
+  of runs.
 - `replay(events, recorded_run, candidate)`: a closed run's recorded history fed through the
   candidate's machine, with the recorded inputs; `same`, or the first divergence.
 - `state_keys_read(candidate)`: the `input.*`/`state.*` paths the candidate reads.
@@ -28,9 +30,20 @@ from typing import Any, Final
 import attrs
 
 from . import machine
-from .compat import COMPATIBLE, MOVES, STRANDED, Difference, Verdict, step_verdict
-from .definition import SENTINELS, Definition, Step
-from .model import ErrorInfo, Event, ParentRef, Run
+from .compat import (
+    COMPATIBLE,
+    FAN_OUT_CHANGED,
+    MOVES,
+    STRANDED,
+    Difference,
+    Fans,
+    Verdict,
+    kept_text,
+    refused_text,
+    step_verdict,
+)
+from .definition import CHILD_KINDS, SENTINELS, Definition, Step
+from .model import ErrorInfo, Event, FanOut, ParentRef, Run
 from .predicate import All, AnyOf, Compare, Not, Predicate, lookup
 
 __all__ = [
@@ -39,12 +52,14 @@ __all__ = [
     "STRANDED",
     "Difference",
     "Divergence",
+    "Fans",
     "Lacking",
     "OpenRuns",
     "ReadPath",
     "Replayed",
     "Verdict",
     "compare",
+    "migrate_plan",
     "missing_keys",
     "replay",
     "state_keys_read",
@@ -56,6 +71,52 @@ MAX_EXAMPLES: Final = 20
 def compare(run: Run, old_definition: Definition | None, candidate: Definition) -> Verdict:
     """Where `run` (pinned to `old_definition`) stands in `candidate`."""
     return step_verdict(old_definition, candidate, run.current_step)
+
+
+def migrate_plan(
+    verdict: Verdict,
+    step: str | None,
+    status: str,
+    count: int,
+    kind: str | None,
+    fans: Fans,
+    to: str = "the candidate",
+) -> list[dict[str, Any]]:
+    """What `POST …/migrate` (no `stepMap`) does to `count` open runs at `step` in `status`
+    whose step (of kind `kind` in their version) compares to the target as `verdict`, `fans.runs`
+    of them waiting for the step's children: the machine's `Migrate`, said of a group. Each
+    entry: `{outcome, runs, code, message}`, outcome `stays` (same generation), `reenters`
+    (the step restarts under generation + 1) or `refused` (with the refusal's code)."""
+    plan: list[dict[str, Any]] = []
+
+    def say(outcome: str, runs: int, message: str, code: str | None = None) -> None:
+        plan.append({"outcome": outcome, "runs": runs, "code": code, "message": message})
+
+    if fans.runs:
+        kind_of = kind or "child"
+        if verdict.verdict != STRANDED and verdict.keeps_fan:
+            kept = kept_text(kind_of, fans, to, verdict.differences)
+            say("stays", fans.runs, f"stays at {kind_of} step {step!r} with its children: {kept}")
+        else:
+            say("refused", fans.runs, refused_text(kind_of, step, fans, to, verdict), FAN_OUT_CHANGED)
+    rest = count - fans.runs
+    if rest <= 0:
+        return plan
+    if verdict.verdict == STRANDED:
+        say(
+            "refused",
+            rest,
+            f"{to} has no step {step!r}: refused without a stepMap entry (with one: re-enters the"
+            " mapped step, generation + 1)",
+            "stranded",
+        )
+    elif verdict.in_place:
+        say("stays", rest, "stays where it stands: same generation, its task or timer untouched")
+    elif status == "paused":
+        say("refused", rest, f"paused at {step!r}: unpause it to re-enter the changed step", "run_paused")
+    else:
+        say("reenters", rest, f"re-enters {step!r} with generation + 1: what is in flight there starts again")
+    return plan
 
 
 # --------------------------------------------------------------------------- state keys read
@@ -169,8 +230,10 @@ class _Group:
     step: str | None
     status: str
     verdict: Verdict
+    kind: str | None  # the step's kind in the runs' version
     count: int = 0
     examples: list[str] = attrs.Factory(list)
+    fans: Fans = attrs.Factory(Fans)
 
 
 @attrs.define
@@ -232,9 +295,12 @@ class OpenRuns:
         old: Definition | None,
         input: Any = None,
         state: Any = None,
+        fan: FanOut | None = None,
     ) -> None:
-        """One run: `add_group` of one, then `add_state`."""
+        """One run: `add_group` of one, `add_fans` of its fan-out, then `add_state`."""
         self.add_group(version, step, status, old, 1, (run_id,))
+        if fan is not None:
+            self.add_fans(version, step, status, Fans.of(fan))
         self.add_state(run_id, step, input, state)
 
     def add_group(
@@ -253,12 +319,25 @@ class OpenRuns:
         key = (version, step, status)
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = _Group(version, step, status, self.verdict(version, step, old))
+            at = old.index.get(step) if old is not None and step is not None else None
+            kind = at.kind if at is not None else None
+            group = self._groups[key] = _Group(version, step, status, self.verdict(version, step, old), kind)
         group.count += count
         for run_id in examples:
             if len(group.examples) >= MAX_EXAMPLES:
                 break
             group.examples.append(run_id)
+
+    def waits_for_children(self, version: int, step: str | None, status: str) -> bool:
+        """Whether runs of this group (added) may wait for children: their step is a run, map
+        or parallel step of their version (then `add_fans` says what their fan-outs hold)."""
+        group = self._groups.get((version, step, status))
+        return group is not None and group.kind in CHILD_KINDS
+
+    def add_fans(self, version: int, step: str | None, status: str, fans: Fans) -> None:
+        """The fan-outs of a group's runs waiting for children, summed (after `add_group`)."""
+        group = self._groups[(version, step, status)]
+        group.fans = group.fans.plus(fans)
 
     def add_state(self, run_id: str, step: str | None, input: Any, state: Any) -> None:
         """The missing-state-keys check of one run at `step` (None `state`: not read, skipped).
@@ -328,6 +407,7 @@ class OpenRuns:
                 "count": g.count,
                 "verdict": g.verdict.verdict,
                 "differences": [d.to_json() for d in g.verdict.differences],
+                "migrate": migrate_plan(g.verdict, g.step, g.status, g.count, g.kind, g.fans),
                 "exampleRunIds": g.examples,
             }
             for g in ordered
@@ -412,8 +492,10 @@ class _Player:
         self.candidate = candidate
         self.i = 0
         self.tokens = (f"replay-{n}" for n in itertools.count(1))
-        child_ids = [e.data.get("runId") for e in self.rec if e.type == "child_started"]
-        self.child_ids = iter([str(c) for c in child_ids if c is not None])
+        # A child that could not start has no id: the candidate draws a fresh one in its place.
+        children = [e for e in self.rec if e.type in ("child_started", "child_not_started")]
+        self.child_ids = iter([str(e.data["runId"]) if "runId" in e.data else None for e in children])
+        self.not_started: list[tuple[str, ErrorInfo]] = []
         self.fresh = (f"replay-child-{n}" for n in itertools.count(1))
         self.run: Run | None = None
 
@@ -424,7 +506,7 @@ class _Player:
             payload_max=1 << 62,  # recorded outputs were accepted once: never refuse them here
             signal_buffer_max=1 << 30,
             signal_buffer_max_bytes=1 << 62,
-            new_run_id=lambda: next(self.child_ids, None) or next(self.fresh),
+            new_run_id=lambda: next(self.child_ids, None) or next(self.fresh),  # None: not started
         )
 
     def diverge(self, reason: str, message: str, candidate: Event | None = None) -> _Diverged:
@@ -488,6 +570,16 @@ class _Player:
     def apply(self, tr: machine.Transition, now: int) -> None:
         self.run = tr.run
         self.check(tr.events)
+        while self.not_started:
+            # The recorded run could not start this child: so it goes in the candidate too.
+            child, error = self.not_started.pop(0)
+            fan = self.run.fan
+            slot = fan.slot(child) if fan is not None else None
+            if fan is None or slot is None:
+                continue
+            ref = ParentRef(self.run.run_id, fan.step, fan.generation, fan.attempt, slot.index)
+            message = machine.ChildNotStarted(child, ref, error)
+            self.apply(machine.transition(self.run, self.candidate, message, self.ctx(now)), now)
         if tr.gather is not None:
             self.apply(
                 machine.transition(tr.run, self.candidate, self.gathered(tr.gather), self.ctx(now)), now
@@ -513,7 +605,11 @@ class _Player:
                     e,
                 )
             r = self.rec[self.i]
-            if not _same(r, e):
+            if r.type == "child_not_started" and e.type == "child_started" and r.step == e.step:
+                if "class" in r.data:  # this one could not start; else a sibling dropped with it
+                    error = ErrorInfo(r.step, str(r.data["class"]), str(r.data.get("message", "")))
+                    self.not_started.append((str(e.data.get("runId")), error))
+            elif not _same(r, e):
                 raise self.diverge(*self.classify(r, e), e)
             self.i += 1
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import attrs
 
-from .compat import STRANDED, step_verdict
+from .compat import FAN_OUT_CHANGED, STRANDED, Fans, Verdict, refused_text, step_verdict
 from .definition import CHILD_KINDS, END, FAIL, MAX_DEPTH, MAX_ITEMS, STUCK, Definition, Step
 from .duration import DurationError, parse_timestamp
 from .flow import Bucket, step_bucket
@@ -184,6 +184,31 @@ class ChildRunClosed:
 
 
 @attrs.frozen
+class TreeTooLarge:
+    """The child runs a transition asked for would, with their own children, create more runs in
+    one unit of work than the node allows (`FOLIOT_MAX_TREE_RUNS`): the step that asked fails
+    with `too_many_runs` (not retried: the same input asks for the same tree) and none of them
+    is created."""
+
+    step: str
+    generation: int
+    attempt: int
+    message: str
+
+
+@attrs.frozen
+class ChildNotStarted:
+    """A child this run asked for in the same commit could not be started (its workflow or
+    version does not exist): it counts as a failed child that never had a run. Applied by
+    `child_not_started` before the commit, never sent between actors; `run_id` is the id the
+    request reserved, never stored and never shown."""
+
+    run_id: str
+    parent: ParentRef
+    error: ErrorInfo
+
+
+@attrs.frozen
 class Gathered:
     """The outputs of a map's or parallel step's children, read from storage once the last of
     them closed (`Transition.gather`), in item order; None for a child that did not complete."""
@@ -192,6 +217,9 @@ class Gathered:
     generation: int
     attempt: int
     outputs: tuple[Any, ...]
+    # Not 0: the outputs read so far already passed the payload limit (this many bytes), and the
+    # rest were not read; `outputs` is empty.
+    too_large: int = 0
 
 
 @attrs.frozen
@@ -200,7 +228,8 @@ class Migrate:
 
     A run whose step is compatible (see `compat.step_verdict`) stays where it stands; one whose
     step changed what is in flight, or that `step_map` sends elsewhere, re-enters its (mapped)
-    step under a new generation, as a rewind does. A stranded step with no entry is refused."""
+    step under a new generation, as a rewind does. A stranded step with no entry is refused.
+    A run waiting for its step's children keeps them, or is refused (`_migrate_fan`)."""
 
     target: Definition
     version: int
@@ -223,6 +252,8 @@ Message = (
     | Unpause
     | MarkStuck
     | ChildRunClosed
+    | TreeTooLarge
+    | ChildNotStarted
     | Gathered
     | Admit
     | Debounce
@@ -383,9 +414,11 @@ def chain(first: Transition, second: Transition) -> Transition:
     """`first` then `second` (computed on `first.run`) as one transition: one commit.
 
     Child runs `first` asked for that `second` no longer waits for are dropped (never created),
-    and so are cancellations of them."""
+    and so are cancellations of them; their `child_started` becomes `child_not_started` (no
+    `runId`: the history names no run that does not exist)."""
     children = first.children + second.children
     effects = first.effects + second.effects
+    events = first.events
     if first.children:
         fan = second.run.fan
         wanted = {slot.run_id for slot in fan.open} if fan is not None else set()
@@ -393,9 +426,11 @@ def chain(first: Transition, second: Transition) -> Transition:
         if dropped:
             children = tuple(c for c in children if c.run_id not in dropped)
             effects = tuple(_without(e, dropped) for e in effects)
+            reason = {"reason": "its step stopped waiting for its children before it started"}
+            events = _not_started(events, dropped, reason)
     return Transition(
         second.run,
-        first.events + second.events,
+        events + second.events,
         effects,
         first.tasks + second.tasks,
         first.reply,
@@ -404,6 +439,31 @@ def chain(first: Transition, second: Transition) -> Transition:
         children,
         second.gather,
     )
+
+
+def child_not_started(
+    tr: Transition, request: ChildRequest, error: ErrorInfo, definition: Definition, ctx: Context
+) -> Transition:
+    """`tr` after the actor found it cannot start `request` (`error`: its workflow or version
+    does not exist): one transition, the request withdrawn. The history records
+    `child_not_started` (the workflow, `class` and `message`, no `runId`) where `child_started`
+    was, and the step goes on as for a failed child."""
+    events = _not_started(tr.events, {request.run_id}, {"class": error.cls, "message": error.message})
+    tr = attrs.evolve(tr, events=events)
+    return chain(
+        tr, transition(tr.run, definition, ChildNotStarted(request.run_id, request.parent, error), ctx)
+    )
+
+
+def _not_started(events: tuple[Event, ...], run_ids: set[str], why: dict[str, Any]) -> tuple[Event, ...]:
+    """`events` with the `child_started` of `run_ids` recorded as `child_not_started` instead."""
+    out = []
+    for e in events:
+        if e.type == "child_started" and e.data.get("runId") in run_ids:
+            data = {k: v for k, v in e.data.items() if k != "runId"}
+            e = attrs.evolve(e, type="child_not_started", data={**data, **why})
+        out.append(e)
+    return tuple(out)
 
 
 def _without(effect: Effect, dropped: set[str]) -> Effect:
@@ -1523,9 +1583,10 @@ def _on_admit(tx: _Tx, msg: Admit) -> Reply | None:
 _CHILD_CLASSES: Final = {"timed_out": "child_timed_out", "cancelled": "child_cancelled"}
 
 
-def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
-    """A child closed: record it in the step's fan-out, then move the step on. Stale (another
-    generation, attempt or step), duplicated and unknown children change nothing."""
+def _on_child_closed(tx: _Tx, msg: ChildRunClosed | ChildNotStarted) -> Reply | None:
+    """A child closed (or could not start): record it in the step's fan-out, then move the step
+    on. Stale (another generation, attempt or step), duplicated and unknown children change
+    nothing."""
     run = tx.run
     fan = run.fan
     ref = msg.parent
@@ -1547,28 +1608,37 @@ def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
     which: dict[str, Any] = {"index": slot.index}
     if step.kind == "parallel":
         which = {"branch": step.branches[slot.index].name}
-    if msg.status == "completed":
+    # A child that never started has no run to name: its `child_not_started` is in the history.
+    never = msg.error if isinstance(msg, ChildNotStarted) else None
+    status = "failed" if isinstance(msg, ChildNotStarted) else msg.status
+    if status == "completed":
+        assert isinstance(msg, ChildRunClosed)
         fan = attrs.evolve(fan, open=opened, completed=fan.completed + 1)
         tx.emit("child_completed", step.name, fan.attempt, runId=msg.run_id, **which)
     else:
-        cls = _CHILD_CLASSES.get(msg.status, "child_failed")
-        child_error = msg.error.cls if msg.error is not None else msg.status
-        tx.emit(
-            "child_failed",
-            step.name,
-            fan.attempt,
-            runId=msg.run_id,
-            status=msg.status,
-            error=child_error,
-            **which,
-        )
-        if msg.status == "cancelled":
+        cls = _CHILD_CLASSES.get(status, "child_failed")
+        if never is None:
+            child_error = msg.error.cls if msg.error is not None else status
+            tx.emit(
+                "child_failed",
+                step.name,
+                fan.attempt,
+                runId=msg.run_id,
+                status=status,
+                error=child_error,
+                **which,
+            )
+        if status == "cancelled":
             fan = attrs.evolve(fan, open=opened, cancelled=fan.cancelled + 1)
         else:
             fan = attrs.evolve(fan, open=opened, failed=fan.failed + 1)
         if step.kind == "run":
-            detail = f": {msg.error.cls}: {msg.error.message}" if msg.error is not None else ""
-            error = ErrorInfo(step.name, cls, f"child run {msg.run_id} is {msg.status}{detail}")
+            if never is not None:
+                text = f"{never.message}: step {step.name!r} could not start its child run"
+                error = ErrorInfo(step.name, never.cls, text)
+            else:
+                detail = f": {msg.error.cls}: {msg.error.message}" if msg.error is not None else ""
+                error = ErrorInfo(step.name, cls, f"child run {msg.run_id} is {status}{detail}")
             tx.set(fan=None, timer=None, wake_at=None)
             if paused:
                 tx.hold("failed", error=error, retryable=True)
@@ -1580,19 +1650,30 @@ def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
             tx.set(fan=fan)
             tx.drop_fan(f"a sibling of it in step {step.name!r} failed")
             if step.kind == "map":
+                last = f"{msg.run_id} ({status})" if never is None else f"item {slot.index} ({never.message})"
+                # The open children are cancelled now (unless abandoned); the rest never start.
+                if step.on_parent_close == "abandon":
+                    closing = f"{fan.cancelled} cancelled, {len(fan.open)} abandoned"
+                else:
+                    closing = f"{fan.cancelled + len(fan.open)} cancelled"
+                unstarted = fan.total - fan.started
                 cls, text = (
                     "map_failed",
                     (
                         f"{fan.failed + fan.cancelled} of {fan.total} children did not complete (tolerated:"
                         f" {step.tolerance(fan.total)}): {fan.completed} completed, {fan.failed} failed,"
-                        f" {fan.cancelled} cancelled; the last was {msg.run_id} ({msg.status})"
+                        f" {closing}{f', {unstarted} not started' if unstarted else ''}; the last was {last}"
                     ),
                 )
             else:
                 branch = step.branches[slot.index].name
-                cls, text = "branch_failed", f"branch {branch!r} (child run {msg.run_id}) is {msg.status}"
+                if never is not None:
+                    cls, text = "branch_failed", f"branch {branch!r} could not start: {never.message}"
+                else:
+                    cls, text = "branch_failed", f"branch {branch!r} (child run {msg.run_id}) is {status}"
             tx.step_failed_or_hold(step, ErrorInfo(step.name, cls, text))
             return None
+    assert isinstance(msg, ChildRunClosed)  # only a run that closed completes
     if step.kind == "run":
         try:
             size = payload_size(msg.output)
@@ -1617,6 +1698,22 @@ def _on_child_closed(tx: _Tx, msg: ChildRunClosed) -> Reply | None:
     return None
 
 
+def _on_tree_too_large(tx: _Tx, msg: TreeTooLarge) -> Reply | None:
+    """The step's fan-out would create too many runs: it fails (no retry), nothing is started."""
+    run = tx.run
+    fan = run.fan
+    if (
+        not run.is_open
+        or fan is None
+        or (fan.step, fan.generation, fan.attempt) != (msg.step, msg.generation, msg.attempt)
+    ):
+        return Ok("stale")
+    step = tx.definition.step(fan.step)
+    tx.set(fan=None, timer=None, wake_at=None)
+    tx.step_failed_or_hold(step, ErrorInfo(step.name, "too_many_runs", msg.message))
+    return None
+
+
 def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
     """The outputs of a map's or parallel step's children: the step's result, and on."""
     run = tx.run
@@ -1638,12 +1735,15 @@ def _on_gathered(tx: _Tx, msg: Gathered) -> Reply | None:
         value = list(msg.outputs)
     tx.set(fan=None)
     try:
-        size = payload_size(value)
+        size = msg.too_large or payload_size(value)
     except PayloadError:
         size = tx.ctx.payload_max + 1
     if size > tx.ctx.payload_max:
         limit = tx.ctx.payload_max
-        text = f"the children's outputs of step {step.name!r} are {size} bytes, over the {limit}-byte limit"
+        which = "are" if not msg.too_large else "pass, with some still unread,"
+        text = (
+            f"the children's outputs of step {step.name!r} {which} {size} bytes, over the {limit}-byte limit"
+        )
         tx.step_failed(step, ErrorInfo(step.name, "output_too_large", text))
         return None
     tx.set(state={**run.state, step.name: value}, carried_error=None)
@@ -1663,6 +1763,8 @@ _HANDLERS: Final[dict[type, Callable[[_Tx, Any], Reply | None]]] = {
     Admit: _on_admit,
     Debounce: _on_debounce,
     ChildRunClosed: _on_child_closed,
+    TreeTooLarge: _on_tree_too_large,
+    ChildNotStarted: _on_child_closed,
     Gathered: _on_gathered,
     TaskAnswer: _on_answer,
     TimerFired: _on_timer,
@@ -1694,6 +1796,9 @@ def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
             400, "invalid_request", f"{field}: {mapped!r} is no step of version {msg.version}", field
         )
     verdict = step_verdict(tx.definition, msg.target, step)
+    fan = run.fan
+    if fan is not None:  # waiting for its step's children: they are kept, or the run refused
+        return _migrate_fan(tx, msg, fan, verdict, mapped)
     if verdict.verdict == STRANDED and mapped is None:
         return Rejected(
             409,
@@ -1724,6 +1829,30 @@ def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
     tx.emit("run_migrated", to_step, **data, toStep=to_step, inPlace=False)
     tx.park("running")
     tx.enter(to_step)
+    tx.reply = Ok(tx.run)
+    return None
+
+
+def _migrate_fan(tx: _Tx, msg: Migrate, fan: FanOut, verdict: Verdict, mapped: str | None) -> Reply | None:
+    """Migrate a run waiting for the children of its run, map or parallel step. A version change
+    never starts finished work again: the run stays at its step with its completed and running
+    children (same generation), and only the items not started yet follow the new step (a map's
+    new maxConcurrency starts more of them at once); a new step that no longer names those
+    children (`compat.FAN_IDENTITY`), or a `stepMap` entry moving the run elsewhere, refuses it."""
+    run = tx.run
+    step = run.current_step
+    moved_to = mapped if mapped is not None and mapped != step else None
+    fans = Fans.of(fan)
+    if moved_to is not None or not verdict.keeps_fan:
+        text = refused_text(fan.kind, step, fans, f"v{msg.version}", verdict, moved_to)
+        return Rejected(409, FAN_OUT_CHANGED, f"run {run.run_id} {text}")
+    assert step is not None
+    tx.set(version=msg.version)
+    tx.definition = msg.target
+    data = {"reason": msg.reason, "fromVersion": run.version, "toVersion": msg.version, "fromStep": step}
+    tx.emit("run_migrated", step, **data, toStep=step, inPlace=True, children=fans.to_json())
+    if run.status == "waiting":
+        tx.top_up(msg.target.step(step))  # the items not started follow the new step
     tx.reply = Ok(tx.run)
     return None
 

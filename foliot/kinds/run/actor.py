@@ -77,6 +77,15 @@ def slot_of(before: Run | None, after: Run, definition: Definition) -> SlotChang
     return None
 
 
+def first_slot(run: Run) -> SlotChange | None:
+    """A new run's place in its concurrency key's queue, if it waits for a slot (one admitted at
+    once takes it through `slot_of`'s admission instead)."""
+    if run.waits_for_slot:
+        assert run.concurrency_key is not None
+        return SlotChange("queue", run.concurrency_key)
+    return None
+
+
 def debounce_of(before: Run, after: Run) -> DebounceChange | None:
     """A pending debounced run that begins (or closes) releases its burst's key."""
     key = before.debounce_key

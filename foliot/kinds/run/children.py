@@ -3,7 +3,8 @@
 The machine asks for children (`Transition.children`) and for a finished fan-out's outputs
 (`Transition.gather`) but cannot read definitions or storage. Before the commit, `settle`
 resolves each child's workflow version and starts it with the pure `machine.start` (its own
-children too, to the nesting limit), or tells the parent it could not; and reads the outputs of
+children too, to the nesting limit), or tells the parent it could not (`child_not_started`:
+the history then names no run id for it); and reads the outputs of
 a map's or parallel step's children. The parent's transition and every child it starts are then
 committed as one unit of work: a parent's step and its children exist together or not at all,
 across any crash, and a retried message meets the run at its new `seq` and starts nothing twice.
@@ -22,6 +23,7 @@ from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.machine import ChildRunClosed, Gathered, Transition
 from ...core.workflow.model import ErrorInfo, Run
+from ...core.workflow.payload import PayloadError, payload_size
 
 if TYPE_CHECKING:
     from .service import Runs
@@ -29,11 +31,43 @@ if TYPE_CHECKING:
 # One settle applies at most this many follow-up messages (a child that cannot start, a
 # gather); each consumes a child request or a fan-out, so the bound is never reached in use.
 _MAX_ROUNDS: Final = 20_000
+_PAGE: Final = 64  # children read at once to gather a fan-out's outputs
+
+
+class _TreeTooLarge(Exception):
+    """More runs than the budget: unwinds to the `settle` that began the tree."""
 
 
 async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Transition, list[Transition]]:
     """`tr` with its gathers applied and its children resolved, and the child runs' own start
-    transitions (parents before their children) to commit with it."""
+    transitions (parents before their children) to commit with it.
+
+    At most `FOLIOT_MAX_TREE_RUNS` runs are created in one unit of work (children, their own
+    children, ...): past it, nothing is created and the step that asked fails with
+    `too_many_runs`. The count stops the walk as soon as it passes the limit, so a definition
+    whose tree is exponential costs no more than the limit to refuse."""
+    if not tr.children and tr.gather is None:
+        return tr, []
+    budget = [runs.host.settings.max_tree_runs]
+    try:
+        return await _settle(runs, tr, definition, budget)
+    except _TreeTooLarge:
+        pass
+    fan = tr.run.fan
+    if fan is None:  # pragma: no cover - children are only asked for by a fan-out step
+        raise AssertionError("a tree of child runs without a fan-out")
+    limit = runs.host.settings.max_tree_runs
+    text = (
+        f"step {fan.step!r} would start more than {limit} runs in one go (its children and theirs;"
+        " FOLIOT_MAX_TREE_RUNS): none was started"
+    )
+    refused = machine.TreeTooLarge(fan.step, fan.generation, fan.attempt, text)
+    return machine.chain(tr, machine.transition(tr.run, definition, refused, runs.context())), []
+
+
+async def _settle(
+    runs: Runs, tr: Transition, definition: Definition, budget: list[int]
+) -> tuple[Transition, list[Transition]]:
     if not tr.children and tr.gather is None:
         return tr, []
     ctx = runs.context()
@@ -42,8 +76,10 @@ async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Tr
     for _ in range(_MAX_ROUNDS):
         gather = tr.gather
         if gather is not None:
-            outputs = await _outputs(runs, tr.run, gather)
-            message: machine.Message = Gathered(gather.step, gather.generation, gather.attempt, outputs)
+            outputs, too_large = await _outputs(runs, tr.run, gather)
+            message: machine.Message = Gathered(
+                gather.step, gather.generation, gather.attempt, outputs, too_large
+            )
             tr = machine.chain(tr, machine.transition(tr.run, definition, message, ctx))
             continue
         missing = None
@@ -58,47 +94,64 @@ async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Tr
             break
         which = f"version {missing.version} of " if missing.version is not None else ""
         error = ErrorInfo(None, "workflow_not_found", f"{which}workflow {missing.workflow!r} not found")
-        message = ChildRunClosed(missing.run_id, missing.parent, "failed", None, error)
-        tr = machine.chain(tr, machine.transition(tr.run, definition, message, ctx))
+        tr = machine.child_not_started(tr, missing, error, definition, ctx)
     started: list[Transition] = []
     for request in tr.children:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _TreeTooLarge()
         found = resolved[(request.workflow, request.version)]
         assert found is not None
         child_definition, version = found
-        child = machine.start(
+        child = runs.begin(
             run_id=request.run_id,
             app=app,
             definition=child_definition,
             version=version,
             input=request.input,
-            business_key=None,
-            run_timeout_ms=None,
             trace_id=tr.run.trace_id,  # one trace across a parent and its children
             ctx=ctx,
             parent=request.parent,
             depth=request.depth,
             priority=tr.run.priority,  # a child run inherits its parent's priority
         )
-        child, grandchildren = await settle(runs, child, child_definition)
+        child, grandchildren = await _settle(runs, child, child_definition, budget)
         started.append(child)
         started.extend(grandchildren)
     return tr, started
 
 
-async def _outputs(runs: Runs, run: Run, gather: machine.Gather) -> tuple[Any, ...]:
-    """The outputs of the step's children in item order (None where a child did not complete)."""
+async def _outputs(runs: Runs, run: Run, gather: machine.Gather) -> tuple[tuple[Any, ...], int]:
+    """The outputs of the step's children in item order (None where a child did not complete),
+    read `_PAGE` children at a time; or, as soon as what was read passes the payload limit,
+    `((), bytes so far)`: nothing more is read (a 1,000-item map of 250 KB outputs had loaded
+    1.45 GB before its size was checked)."""
     outputs: list[Any] = [None] * gather.total
-    for child in await runs.host.store.children_of(run.run_id):
-        ref = child.parent
-        if ref is None or (ref.step, ref.generation, ref.attempt) != (
-            gather.step,
-            gather.generation,
-            gather.attempt,
-        ):
-            continue
-        if child.status == "completed" and 0 <= ref.index < gather.total:
-            outputs[ref.index] = child.output
-    return tuple(outputs)
+    limit = runs.host.settings.payload_max_bytes
+    size = 2 + 5 * gather.total  # `[]`, and `null,` for each item until its output is read
+    after: tuple[int, str] | None = None
+    while True:
+        page = await runs.host.store.children_of(run.run_id, after, _PAGE)
+        for child in page:
+            ref = child.parent
+            if ref is None or (ref.step, ref.generation, ref.attempt) != (
+                gather.step,
+                gather.generation,
+                gather.attempt,
+            ):
+                continue
+            if child.status == "completed" and 0 <= ref.index < gather.total:
+                outputs[ref.index] = child.output
+                try:
+                    size += payload_size(child.output) - 4
+                except PayloadError:
+                    size = limit + 1
+                if size > limit:
+                    return (), size
+        if len(page) < _PAGE:
+            return tuple(outputs), 0
+        last = page[-1]
+        after = (last.created_at, last.run_id)
 
 
 def closed_message(child: Run) -> ChildRunClosed:

@@ -32,7 +32,7 @@ from ...core.workflow import machine
 from ...core.workflow.definition import Definition, slot_workflow
 from ...core.workflow.flow import DEFAULT_PRIORITY, Bucket
 from ...core.workflow.machine import Context, Reply
-from ...core.workflow.model import Run, ScheduleRef, TaskRef, TaskRow, replace_run
+from ...core.workflow.model import ParentRef, Run, ScheduleRef, TaskRef, TaskRow, replace_run
 from ...storage.base import (
     DEBOUNCE_TAKEN,
     SLOT_TAKEN,
@@ -44,7 +44,7 @@ from ...storage.base import (
 from ...storage.schedules import ScheduleFire
 from ..host import KindHost
 from . import children, debounce
-from .actor import RunKind, slot_of
+from .actor import RunKind, first_slot, slot_of
 from .debounce import DebouncedStart
 from .ids import new_run_id, new_task_token
 
@@ -188,13 +188,59 @@ class Runs:
             return
         self.host.supervisor.adopt(self.kind, tr.run.run_id, tr.run)
         self.kind.perform(None, tr)
+        if tr.run.waits_for_slot:
+            # Written in its key's queue: it takes a slot at once if one is free (every new
+            # run, whatever started it; a start that was refused one wakes nobody in vain).
+            assert tr.run.concurrency_key is not None
+            self.wake_queued(tr.run.app, tr.run.concurrency_key)
+
+    def begin(
+        self,
+        *,
+        app: str,
+        definition: Definition,
+        version: int,
+        input: Any,
+        ctx: Context,
+        run_id: str | None = None,
+        business_key: str | None = None,
+        run_timeout_ms: int | None = None,
+        trace_id: str | None = None,
+        parent: ParentRef | None = None,
+        depth: int = 0,
+        debounce: tuple[str, int] | None = None,
+        priority: int = DEFAULT_PRIORITY,
+    ) -> machine.Transition:
+        """A new run's first transition: the one place a run is created, whatever creates it (an
+        API start, a schedule's fire and a debounced burst through `start`, a signal-with-start,
+        a `run`/`map`/`parallel` step's child). Its unit of work takes its place in its
+        concurrency key's queue (`first_slot`) and `adopt` wakes the key once it is committed, so
+        a rule for new runs is written here once (tests/unit/test_start_paths.py)."""
+        return machine.start(
+            run_id=run_id if run_id is not None else self.host.new_id(self.new_run_id),
+            app=app,
+            definition=definition,
+            version=version,
+            input=input,
+            business_key=business_key,
+            run_timeout_ms=run_timeout_ms,
+            trace_id=trace_id if trace_id is not None else secrets.token_hex(16),
+            ctx=ctx,
+            parent=parent,
+            depth=depth,
+            debounce=debounce,
+            priority=priority,
+        )
 
     async def settle(
         self, tr: machine.Transition, definition: Definition
     ) -> tuple[machine.Transition, tuple[UnitOfWork, ...], list[machine.Transition]]:
         """`children.settle`, and the units of work of the child runs it starts."""
         tr, started = await children.settle(self, tr, definition)
-        units = tuple(UnitOfWork(child.run, None, child.events, child.tasks) for child in started)
+        units = tuple(
+            UnitOfWork(child.run, None, child.events, child.tasks, slot=first_slot(child.run))
+            for child in started
+        )
         return tr, units, started
 
     async def debounced_start(self, req: DebouncedStart, render: Any) -> tuple[dict[str, Any], int]:
@@ -379,16 +425,13 @@ class Runs:
                 return replay, False
         definition, version = await self.definition_of(app, workflow, version)
         # No pre-check of the business key: the unique index on open runs decides, atomically.
-        run_id = self.host.new_id(self.new_run_id)
-        tr = machine.start(
-            run_id=run_id,
+        tr = self.begin(
             app=app,
             definition=definition,
             version=version,
             input=input,
             business_key=business_key,
             run_timeout_ms=run_timeout_ms,
-            trace_id=secrets.token_hex(16),
             ctx=self.context(),
             debounce=(debounce.key, debounce.until)
             if debounce is not None and debounce.mode == "trailing"
@@ -523,8 +566,6 @@ class Runs:
                 tr, _, body, started = prepared[1]
         self.adopt(tr)
         self.adopt_children(started)
-        if tr.run.waits_for_slot:
-            self.queueing()
         return body, True
 
     async def definition_of(self, app: str, workflow: str, version: int | None) -> tuple[Definition, int]:

@@ -11,7 +11,6 @@ change it reports, so a retry replays it.
 
 from __future__ import annotations
 
-import secrets
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -30,6 +29,7 @@ from ...core.errors import (
 from ...core.workflow import machine
 from ...core.workflow.model import Run
 from ...storage.base import IdempotencyRecord, UnitOfWork, json_dumps
+from .actor import first_slot
 
 if TYPE_CHECKING:
     from ...actors.admission import Ticket
@@ -125,18 +125,15 @@ async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
     """Start the run with the signal in it; None when another caller's run took the key first."""
     definition, version = await runs.definition_of(req.app, req.workflow, req.version)
     ctx = runs.context()
-    run_id = runs.host.new_id(runs.new_run_id)
-    started = machine.start(
-        run_id=run_id,
+    started = runs.begin(
         app=req.app,
         definition=definition,
         version=version,
         input=req.input,
         business_key=req.business_key,
-        run_timeout_ms=None,
-        trace_id=secrets.token_hex(16),
         ctx=ctx,
     )
+    run_id = started.run.run_id
     signalled = machine.transition(started.run, definition, req.signal, ctx)
     if isinstance(signalled.reply, machine.Rejected):
         raise _error(signalled.reply)  # nothing stored: the signal itself is refused
@@ -152,6 +149,7 @@ async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
         signal_ids=both.signal_ids,
         idempotency_expired_before=runs.idempotency_cutoff(),
         children=children_units,
+        slot=first_slot(both.run),
     )
 
     async def commit_and_perform() -> None:

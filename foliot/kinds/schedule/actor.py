@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
+import trio
 
 from ...actors.messages import Envelope
 from ...actors.runtime import Actor
@@ -284,6 +285,12 @@ class ScheduleKind:
     # ------------------------------------------------------------------ fires
 
     async def _fired(self, actor: Actor[Doc], state: ScheduleState, msg: Fired, now: int) -> None:
+        wait_s = self.host.admission.lanes.take(state.app, trio.current_time())
+        if wait_s > 0:
+            # Not this app's turn yet (`actors/lanes.py`): the firing goes back to the wheel
+            # for then, holding none of its firings in flight; nothing is committed.
+            self.host.timers.defer(actor.id, msg.slot, msg.key, now + int(wait_s * 1000) + 1)
+            return
         if msg.slot == "buffer":
             if state.buffered is None or msg.key != f"{state.buffered}#{state.armings}":
                 return  # stale: settled as applied

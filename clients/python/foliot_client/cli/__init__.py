@@ -750,6 +750,8 @@ def workflows_push(s: Session, files: Sequence[str]) -> None:
     rows = []
     for path in files:
         ref = s.call(s.client.b_register_workflow(read_definition(path), s.need_app()))
+        for warning in ref.warnings:
+            echo(f"warning: {path}: {warning.get('message')}", err=True)
         rows.append({"file": path, "name": ref.name, "version": ref.version, "created": ref.created})
     s.out.table(rows, ("file", "name", "version", "created"), {"workflows": rows})
 
@@ -839,11 +841,13 @@ def workflows_dry_run(s: Session, file: str, replay: int | None) -> None:
             "count": g["count"],
             "verdict": g["verdict"],
             "differences": ", ".join(d["field"] for d in g["differences"]),
+            "migrate": "; ".join(f"{p['outcome']}: {p['message']}" for p in g.get("migrate", [])),
         }
         for g in report["openRuns"]["groups"]
     ]
     echo(f"open runs: {report['openRuns']['total']}")
-    s.out.table(rows, ("version", "step", "status", "count", "verdict", "differences"), {"groups": rows})
+    columns = ("version", "step", "status", "count", "verdict", "differences", "migrate")
+    s.out.table(rows, columns, {"groups": rows})
     recorded = report["recorded"]
     echo(f"recorded runs replayed: {recorded['sampled']}, same: {recorded['same']}")
     for d in recorded["diverged"]:

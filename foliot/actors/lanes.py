@@ -1,0 +1,48 @@
+"""Per-app lanes for work that enters without a caller: a schedule's fire today (the triggers of
+issue "Events and answers" next).
+
+A request from an app is refused at once when the engine is saturated (`admission.py`); work the
+engine makes for an app on its own has nobody to refuse, and must not be dropped either. It
+takes a token of its app's lane first: each app may start `rate` such runs per second (a bucket
+holding `burst`). Without a token the work is put off, durably, to when the app's next token is
+due: a schedule's fire hands its timer back to the wheel for then (`TimerWheel.defer`), so it
+holds none of the wheel's firings in flight, which every other app's sleeps and deadlines
+share. One app's 2,000 `every: 1s` schedules then wait behind each other, not in front of the
+other apps. A fire put off is late, never missed; its catch-up window decides as for any late
+fire.
+
+Time is passed in (seconds on any monotonic clock). A lane is forgotten once full again, so the
+memory follows the apps with recent work, not the apps there are.
+"""
+
+from __future__ import annotations
+
+
+class Lanes:
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = max(float(rate), 0.001)
+        self.burst = float(max(1, burst))
+        self._lanes: dict[str, tuple[float, float]] = {}  # app -> (tokens, at)
+        self.taken = 0
+        self.deferred = 0
+
+    def take(self, app: str, now: float) -> float:
+        """Take one of `app`'s tokens: 0.0, or (none left) the seconds until its next one."""
+        self._forget_full(now)
+        tokens, at = self._lanes.get(app, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        if tokens >= 1:
+            self._lanes[app] = (tokens - 1, now)
+            self.taken += 1
+            return 0.0
+        self._lanes[app] = (tokens, now)
+        self.deferred += 1
+        return (1 - tokens) / self.rate
+
+    def _forget_full(self, now: float) -> None:
+        """Every few hundred takes: drop the lanes refilled since (a new one starts full)."""
+        if (self.taken + self.deferred) % 256:
+            return
+        full = [a for a, (t, at) in self._lanes.items() if t + (now - at) * self.rate >= self.burst]
+        for app in full:
+            del self._lanes[app]

@@ -1,0 +1,31 @@
+"""Per-app lanes for work without a caller (actors/lanes.py): a token bucket per app, time passed
+in; one app's empty bucket never delays another's."""
+
+from __future__ import annotations
+
+from foliot.actors.lanes import Lanes
+
+
+def test_an_app_gets_its_burst_then_its_rate() -> None:
+    lanes = Lanes(rate=2, burst=3)
+    assert [lanes.take("a", 0.0) for _ in range(3)] == [0.0, 0.0, 0.0]
+    assert lanes.take("a", 0.0) == 0.5  # the next token is half a second away
+    assert lanes.take("a", 0.5) == 0.0
+    assert lanes.take("a", 0.5) == 0.5
+    assert lanes.take("b", 0.5) == 0.0  # another app's lane is untouched
+    assert (lanes.taken, lanes.deferred) == (5, 2)
+
+
+def test_a_lane_refills_to_its_burst_and_no_more() -> None:
+    lanes = Lanes(rate=1, burst=2)
+    assert lanes.take("a", 0.0) == 0.0
+    assert lanes.take("a", 100.0) == 0.0
+    assert lanes.take("a", 100.0) == 0.0
+    assert lanes.take("a", 100.0) == 1.0
+
+
+def test_full_lanes_are_forgotten() -> None:
+    lanes = Lanes(rate=1, burst=1)
+    for i in range(600):
+        lanes.take(f"app{i}", float(i))
+    assert len(lanes._lanes) < 300  # refilled lanes are dropped every 256 takes

@@ -1,0 +1,62 @@
+"""One path for every start (issue 38): a run is created only by `Runs.begin`, so a rule added to
+new runs (a concurrency key's queue, the per-app limits) cannot miss a path again.
+
+The product's source is read, not run: a new call of `machine.start` outside `Runs.begin`, or a
+new caller of `begin`/`start` that is not listed here, fails this test until it is listed (and
+the rule it must keep is checked for it)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import foliot
+
+ROOT = Path(foliot.__file__).parent
+
+
+def _calls(attr: str) -> set[str]:
+    """`module:function` of every call of `<something>.<attr>(...)` in the product outside the
+    pure core (the dry-run's replay in `core/workflow/deploy.py` starts nothing)."""
+    found: set[str] = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("core/"):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == attr
+                ):
+                    owner = node.func.value
+                    name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+                    found.add(f"{rel}:{func.name}:{name}")
+    return found
+
+
+def test_machine_start_is_called_only_by_runs_begin() -> None:
+    run_starts = {c for c in _calls("start") if c.endswith(":machine")}
+    assert run_starts == {"kinds/run/service.py:begin:machine"}
+
+
+def test_every_caller_of_begin_is_a_known_start_path() -> None:
+    runs_begin = {c for c in _calls("begin") if c.startswith("kinds/run/") or ":runs" in c}
+    assert runs_begin == {
+        "kinds/run/service.py:start:self",
+        "kinds/run/children.py:_settle:runs",
+        "kinds/run/signal_start.py:_start:runs",
+    }
+
+
+def test_every_caller_of_runs_start_is_a_known_start_path() -> None:
+    callers = {c for c in _calls("start") if c.endswith(":runs")}
+    assert callers == {
+        "http/runs.py:start_run_call:runs",  # POST /apps/{app}/runs
+        "kinds/run/debounce.py:debounced_start:runs",  # a debounced burst's run
+        "kinds/schedule/actor.py:_start:runs",  # a schedule's fire
+    }
