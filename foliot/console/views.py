@@ -31,11 +31,11 @@ from ..core.views import event_view, run_view
 from ..core.workflow import machine
 from ..core.workflow.duration import format_timestamp as ts
 from ..core.workflow.jsonconv import is_name
-from ..core.workflow.model import OPEN_STATUSES, STATUSES, TERMINAL_STATUSES, Run
+from ..core.workflow.model import OPEN_STATUSES, STATUSES, Run
 from ..core.workflow.payload import MAX_DEPTH, DepthError, loads
 from ..http import bulk as bulk_api
 from ..http import deploys as deploys_api
-from ..http.app import check_query, engine, operator_caller
+from ..http.app import check_query, engine, operator_caller, reads_query
 from ..http.attention import Judge
 from ..http.diagnosis import observe
 from ..http.errors import status_of
@@ -204,6 +204,7 @@ def _form_fields(form: MultiDict[str, str], allowed: set[str]) -> None:
 
 
 @blueprint.get("/login")
+@reads_query
 async def login_page() -> Response:
     check_query({"next"})
     nonce = secrets.token_urlsafe(18)
@@ -480,6 +481,7 @@ RUN_ARGS: Final = {
 
 
 @blueprint.get("/runs")
+@reads_query
 @page()
 async def runs() -> Response:
     check_query(RUN_ARGS)
@@ -548,16 +550,15 @@ async def _definition(run_or_app: str, name: str, version: int) -> dict[str, Any
 
 
 async def _run_page(
-    app: str, run_id: str, status: int = 200, message: str | None = None, error: str | None = None
+    app: str,
+    run_id: str,
+    status: int = 200,
+    message: str | None = None,
+    error: str | None = None,
+    after: int = 0,
 ) -> Response:
     eng = engine()
     run = await _owned(app, run_id)
-    after = 0
-    raw_after = request.args.get("after")
-    if raw_after:
-        if not raw_after.isascii() or not raw_after.isdigit() or len(raw_after) > 18:
-            raise InvalidRequest("must be a whole number", field="after")
-        after = int(raw_after)
     events = await eng.store.list_events(run.run_id, after, EVENTS_PAGE + 1)
     more = len(events) > EVENTS_PAGE
     events = events[:EVENTS_PAGE]
@@ -593,6 +594,12 @@ async def _run_page(
         else ""
     )
     steps = [s["name"] for s in (document or {}).get("steps", [])]
+    definition = await eng.directory.maybe_definition(run.app, run.workflow, run.version)
+    offers = (
+        {action for action in machine.INTERVENTIONS if machine.accepts(run, action, definition)}
+        if definition is not None
+        else set()
+    )
     children = await eng.store.list_runs(
         RunFilter(run.app, parent_run_id=run.run_id), CHILDREN_SHOWN + 1, None
     )
@@ -612,18 +619,24 @@ async def _run_page(
         pretty=_pretty,
         message=message,
         error=error,
-        open=run.status in OPEN_STATUSES,
-        terminal=run.status in TERMINAL_STATUSES,
+        offers=offers,  # the interventions the API would accept now (`machine.accepts`)
     )
 
 
 @blueprint.get("/apps/<app>/runs/<run_id>")
+@reads_query
 @page()
 async def run_detail(app: str, run_id: str) -> Response:
     check_query({"after", "done"})
     done = request.args.get("done")
     message = f"{done}: done" if done in ACTIONS else None
-    return await _run_page(app, run_id, message=message)
+    after = 0
+    raw_after = request.args.get("after")
+    if raw_after:
+        if not raw_after.isascii() or not raw_after.isdigit() or len(raw_after) > 18:
+            raise InvalidRequest("must be a whole number", field="after")
+        after = int(raw_after)
+    return await _run_page(app, run_id, message=message, after=after)
 
 
 ACTIONS: Final = {
@@ -721,6 +734,7 @@ async def intervene(app: str, run_id: str, action: str) -> Response:
 
 
 @blueprint.get("/actors")
+@reads_query
 @page()
 async def actors() -> Response:
     check_query({"sort"})
@@ -736,6 +750,7 @@ async def actors() -> Response:
 
 
 @blueprint.get("/timers")
+@reads_query
 @page()
 async def timers() -> Response:
     check_query({"cursor"})
@@ -820,6 +835,7 @@ async def _app_page() -> tuple[list[str], str, str | None]:
 
 
 @blueprint.get("/workflows")
+@reads_query
 @page()
 async def workflows() -> Response:
     check_query({"app", "cursor"})
@@ -837,6 +853,7 @@ async def workflows() -> Response:
 
 
 @blueprint.get("/schedules")
+@reads_query
 @page()
 async def schedules() -> Response:
     """An app's schedules: definition, pause, next fire, counters and the last fires' runs."""
@@ -866,6 +883,7 @@ def diff_lines(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]
 
 
 @blueprint.get("/apps/<app>/workflows/<name>")
+@reads_query
 @page()
 async def workflow(app: str, name: str) -> Response:
     check_query({"version", "against"})
@@ -1031,10 +1049,12 @@ async def bulk_action(verb: str) -> Response:
 
 
 @blueprint.get("/apps/<app>/workflows/<name>/deploy")
-@page()
+@reads_query
+@page(role="operator")
 async def deploy_report(app: str, name: str) -> Response:
     """The dry-run of a registered version against the runs in flight and recorded, with the
-    form that migrates the open runs to it (operators)."""
+    form that migrates the open runs to it. The API's dry-run needs an operator token (a
+    viewer's is refused), so does this page: a viewer is refused before anything is computed."""
     check_query({"version"})
     if not is_name(app) or not is_name(name):
         raise NotFound("no such workflow")

@@ -15,7 +15,16 @@ from ..core.workflow.model import STATUSES
 from ..core.workflow.schema import workflow_json_schema
 from ..observe.metrics import CONTENT_TYPE, SWF_CLOSE_STATUSES
 from ..storage.cluster import ClusterPostgres
-from .app import check_query, engine, json_response, query_int, reads_query, require_admin
+from .app import (
+    EmptyBody,
+    body,
+    check_query,
+    engine,
+    json_response,
+    query_int,
+    reads_query,
+    require_admin,
+)
 from .openapi import document
 from .reference import render
 from .sessions import idle_ends, key_check, session_key
@@ -218,6 +227,7 @@ async def overdue() -> Response:
 
 
 @blueprint.get("/admin/sessions")
+@reads_query
 async def sessions() -> Response:
     """The console's live sessions, newest first (`foliot.http.sessions`)."""
     await require_admin()
@@ -258,6 +268,7 @@ async def end_session(session_id: str) -> Response:
     """End one console session: its cookie is refused from the next request on, everywhere."""
     await require_admin()
     check_query(set())
+    await body(EmptyBody, empty_ok=True)  # an unknown member is a 400 and nothing ends
     eng = engine()
     if len(session_id) > 64 or not await eng.store.end_console_session(session_id, eng.clock.now()):
         raise NotFound(f"console session {session_id!r} not found (or already ended)")

@@ -319,6 +319,7 @@ def number(raw: str, field: str, low: int = 0, high: int = INT64_MAX) -> int:
 
 
 def query_int(name: str, default: int, low: int, high: int) -> int:
+    _check_declared({name})
     raw = request.args.get(name)
     return default if raw is None else number(raw, name, low, high)
 
@@ -326,6 +327,7 @@ def query_int(name: str, default: int, low: int, high: int) -> int:
 def check_query(allowed: set[str]) -> None:
     """Every parameter is one the route takes, given once: `status=a&status=b` is refused
     rather than read as `a` (no list parameters; a silent first-wins would hide the mistake)."""
+    _check_declared(allowed)
     for key in request.args:
         if key not in allowed:
             raise InvalidRequest("unknown query parameter", field=key)
@@ -337,11 +339,31 @@ _READS_QUERY: set[Callable[..., Any]] = set()
 V = TypeVar("V", bound=Callable[..., Any])
 
 
+class UndeclaredQuery(RuntimeError):
+    """A view reads a query parameter but is not marked `@reads_query`: the gate in
+    `authenticate_header` refuses every query to it, so the parameter could never be given.
+    A programming error (a 500, logged), never the caller's: tests/api/test_query_declared.py
+    finds every such view without calling it."""
+
+
 def reads_query(view: V) -> V:
     """Mark a view that reads query parameters (it checks them with `check_query`); a request
-    with a query to any other API route is refused before the view runs."""
+    with a query to any other API route is refused before the view runs. Put it right under
+    the route decorator (it marks the function the route calls)."""
     _READS_QUERY.add(view)
     return view
+
+
+def _check_declared(names: set[str]) -> None:
+    """Raise `UndeclaredQuery` when this request's view reads `names` but is not marked."""
+    if not names or not has_request_context() or request.endpoint is None:
+        return
+    view = current_app.view_functions.get(request.endpoint)
+    if view is not None and view not in _READS_QUERY:
+        raise UndeclaredQuery(
+            f"view {request.endpoint!r} reads query parameters {sorted(names)} but is not marked "
+            "@reads_query (every query to it is refused before it runs)"
+        )
 
 
 def unread_query(view: Callable[..., Any] | None) -> str | None:

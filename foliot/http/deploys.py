@@ -38,7 +38,17 @@ from ..core.workflow.model import OPEN_STATUSES, Run
 from ..storage import deploy_sql
 from ..storage.base import RunFilter, Store, encode_cursor
 from ..storage.deploy_sql import OpenGroup, OpenRunRow
-from .app import body, check_name, check_query, engine, json_response, query_int, raw_json, require_app
+from .app import (
+    body,
+    check_name,
+    check_query,
+    engine,
+    json_response,
+    query_int,
+    raw_json,
+    reads_query,
+    require_app,
+)
 from .bulk import _first
 from .runs import MAX_BUSINESS_KEY, _check_reason, _runs_cursor
 
@@ -75,6 +85,7 @@ def _candidate(raw: Any) -> tuple[Any, int | None]:
 
 
 @blueprint.post("/apps/<app_name>/workflows/<name>/dry-run")
+@reads_query
 async def dry_run(app_name: str, name: str) -> Response:
     await require_app(app_name)
     check_name(name, "name")

@@ -705,6 +705,9 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("GET", "/admin/swf/parked"): {"after": {"type": "string"}, "limit": _LIMIT},
     ("GET", "/admin/runs/overdue"): {"olderThan": DURATION, "limit": _LIMIT},
     ("GET", "/admin/sessions"): {"limit": _LIMIT},
+    ("POST", f"{A}/workflows/{{name}}/dry-run"): {
+        "replay": {"type": "integer", "minimum": 0, "maximum": deploys.MAX_REPLAY}
+    },
 }
 
 _PARAM = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")

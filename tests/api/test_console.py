@@ -392,6 +392,43 @@ async def test_state_edit_skip_rewind_redrive_through_forms(api: Api) -> None:
         )
 
 
+def offered(page: str) -> set[str]:
+    """The interventions a run page offers: its forms' actions."""
+    return set(re.findall(r'<form method="post" action="/console/apps/[^"]+/runs/[^/"]+/([a-z]+)"', page))
+
+
+async def test_a_run_page_offers_only_what_the_api_accepts(api: Api) -> None:
+    """Issue 38, item 8: a queued run offered skip (`skip None`) and rewind, which the API
+    refuses. Each page offers exactly the interventions `machine.accepts` allows, and each one
+    offered is accepted, each other one refused with 409."""
+    await api.register({**WAITER, "name": "one", "concurrency": {"limit": 1}})
+    first = (await api.start("one"))["runId"]
+    await api.until(first, "waiting")
+    queued = (await api.start("one"))["runId"]
+    await api.until(queued, "queued")
+    async with browser(api) as c:
+        await login(api, await operator_token(api, "operator"), c)
+        page = await c.get(f"/console/apps/orders/runs/{queued}")
+        assert page.status_code == 200
+        assert offered(page.text) == {"cancel", "pause", "state"}
+        assert "skip None" not in page.text and ">Rewind<" not in page.text
+        waiting = await c.get(f"/console/apps/orders/runs/{first}")
+        assert offered(waiting.text) == {"cancel", "pause", "rewind", "skip", "state"}
+        csrf = await csrf_of(c, f"/console/apps/orders/runs/{queued}")
+        form = {"csrf": csrf, "confirm": "yes"}
+        for action in ("skip", "rewind", "redrive", "unpause"):
+            data = {**form, "toStep": "w"} if action == "rewind" else form
+            r = await c.post(f"/console/apps/orders/runs/{queued}/{action}", data=data)
+            assert r.status_code == 409, (action, r.status_code)
+        paused = await c.post(f"/console/apps/orders/runs/{queued}/pause", data=form)
+        assert paused.status_code == 303
+        page = await c.get(f"/console/apps/orders/runs/{queued}")
+        assert offered(page.text) == {"cancel", "unpause", "state"}
+        await c.post(f"/console/apps/orders/runs/{queued}/cancel", data=form)
+        closed = (await c.get(f"/console/apps/orders/runs/{queued}")).text
+        assert offered(closed) == set() and "No intervention applies to a run that is cancelled" in closed
+
+
 @pytest.mark.parametrize("where", ["businessKey", "error", "signal", "input"])
 async def test_hostile_text_is_escaped(api: Api, where: str) -> None:
     evil = "<script>alert(1)</script>"
@@ -561,3 +598,18 @@ async def test_the_runs_list_and_overview_show_what_needs_attention(api: Api) ->
         card = card[: card.index("</table>")]
         cells = re.findall(r'<td class="n">(\d+)</td>', card)
         assert api.app in card and cells == ["0", "0", "0", "1"]
+
+
+async def test_a_wide_table_stays_inside_its_card(api: Api) -> None:
+    """Issue 38, item 8: the overview's "Needs attention" table spilled out of its card. A card
+    in the grid may shrink below its content (`min-width:0`), scrolls what is still too wide
+    (`overflow-x:auto`), and a long name in a cell wraps."""
+    async with browser(api) as c:
+        await login(api, ADMIN, c)
+        home = (await c.get("/console/")).text
+    rule = re.search(r"\.card\{([^}]*)\}", home)
+    assert rule is not None
+    declarations = set(rule.group(1).split(";"))
+    assert {"min-width:0", "overflow-x:auto"} <= declarations
+    assert ".card td{overflow-wrap:anywhere}" in home
+    assert '<div class="card" id="attention">' in home

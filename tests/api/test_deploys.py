@@ -186,7 +186,7 @@ async def test_the_console_shows_the_dry_run_then_migrates(api: Api) -> None:
         assert "stranded" in report.text and "step_missing" in report.text and "Migrate" in report.text
         csrf = await csrf_of(c, page_path)
         form = {"csrf": csrf, "toVersion": "2", "stepMap": "a=a2", "reason": "rename", "confirm": "yes"}
-        v_csrf = await csrf_of(viewer, page_path)
+        v_csrf = await csrf_of(viewer, "/console/apps/orders/workflows/order")
         refused = await viewer.post(
             "/console/apps/orders/workflows/order/migrate", data={**form, "csrf": v_csrf}
         )
@@ -198,6 +198,46 @@ async def test_the_console_shows_the_dry_run_then_migrates(api: Api) -> None:
         assert done.status_code == 200, done.text
         assert "3 migrated to version 2" in done.text
     assert {(await api.run(rid))["version"] for rid in open_ids} == {2}
+
+
+async def test_a_viewer_cannot_dry_run_through_the_console(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37, item 9: the API refuses a viewer's dry-run, and the console's GET deploy page
+    computed one for a viewer anyway. It needs an operator, as the API does: a viewer gets 403
+    and no dry-run is computed; the workflow page does not link it for a viewer."""
+    from foliot.http import deploys as deploys_api
+
+    from .test_console import browser, login, operator_token
+
+    await setup(api)
+    await api.register(V2)
+    computed: list[str] = []
+    real = deploys_api.dry_run_report
+
+    async def counting(app: str, name: str, raw: dict[str, Any], replay: int) -> dict[str, Any]:
+        computed.append(name)
+        return await real(app, name, raw, replay)
+
+    monkeypatch.setattr(deploys_api, "dry_run_report", counting)
+    viewer_token = await operator_token(api, "viewer")
+    page_path = "/console/apps/orders/workflows/order/deploy?version=2"
+    async with browser(api) as viewer, browser(api) as operator:
+        await login(api, viewer_token, viewer)
+        await login(api, await operator_token(api, "operator"), operator)
+        refused = await viewer.get(page_path)
+        assert refused.status_code == 403 and "needs operator" in refused.text
+        assert computed == []
+        workflow_page = await viewer.get("/console/apps/orders/workflows/order")
+        assert workflow_page.status_code == 200 and "/deploy?" not in workflow_page.text
+        api_refused = await api.call(
+            "POST",
+            "/apps/orders/workflows/order/dry-run",
+            V2,
+            headers={"Authorization": f"Bearer {viewer_token}"},
+        )
+        assert api_refused.status_code == 403  # the same rule as the API's
+        shown = await operator.get(page_path)
+        assert shown.status_code == 200 and "stranded" in shown.text and computed == ["order"]
+        assert "/deploy?" in (await operator.get("/console/apps/orders/workflows/order")).text
 
 
 async def test_missing_keys_counted_in_sql_are_those_read_run_by_run(

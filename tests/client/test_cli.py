@@ -338,6 +338,44 @@ async def test_server_strings_are_shown_literally_and_never_cut_at_80_columns(ap
     assert len(rotated["signingSecret"]) >= 32
 
 
+HOSTILE = "k\x1b[8mhid\x1b]0;pwned\x07\x1b[1A\x1b[2K\x9b2J"
+HOSTILE_SHOWN = "k\\x1b[8mhid\\x1b]0;pwned\\x07\\x1b[1A\\x1b[2K\\x9b2J"
+
+
+async def test_control_codes_from_the_server_reach_the_terminal_escaped(api: Api, run_cli: Cli) -> None:
+    """A business key and a handler's error message carrying ESC sequences (hidden text, a
+    window title, cursor up + erase line) and a C1 CSI: `runs list`, `runs show`, `why` and an
+    error show them escaped as `\\x1b`; `--json` gives them as the server sent them."""
+    api.handler.route(
+        "ship", lambda body, h: answer_json({"error": {"class": "boom", "message": f"bad {HOSTILE}",
+                                                       "retryable": False}}, 500)
+    )  # fmt: skip
+    await api.register({"name": "hostile", "steps": [{"name": "ship", "type": "task"}]})
+    run = await api.start("hostile", businessKey=HOSTILE)
+    run_id = run["runId"]
+    await api.until(run_id, "failed")
+
+    def clean(text: str) -> str:
+        assert not any(c in text for c in "\x1b\x07\x9b"), repr(text)
+        return text
+
+    listed = clean(await through_a_pipe(run_cli, "runs", "list"))
+    assert fields(listed)["businessKey"] == HOSTILE_SHOWN
+    wide = clean((await run_cli("runs", "list")).stdout)  # a table, 200 columns
+    assert HOSTILE_SHOWN in wide
+    shown = clean(await through_a_pipe(run_cli, "runs", "show", run_id))
+    assert fields(shown)["businessKey"] == HOSTILE_SHOWN
+    assert '"message":"bad k\\u001b[8mhid' in shown and "\\u009b2J" in shown  # a JSON cell: JSON's escapes
+    why = clean(await through_a_pipe(run_cli, "why", run_id))
+    assert f"bad {HOSTILE_SHOWN}" in why, why
+    as_json = await run_cli.json("runs", "list")
+    assert as_json["runs"][0]["businessKey"] == HOSTILE
+    assert f"bad {HOSTILE}" in (await run_cli.json("why", run_id))["summary"]
+    named = ("--workflow", "hostile", "--business-key", HOSTILE)
+    refused = await run_cli("runs", "signal", "go", *named, code=3)
+    assert clean(refused.stderr).startswith("error: 404") and HOSTILE_SHOWN in refused.stderr
+
+
 async def test_a_table_that_fits_stays_a_table_with_whole_values(api: Api, run_cli: Cli) -> None:
     await api.register({"name": "q", "steps": [{"name": "pick", "type": "task", "queue": "warehouse"}]})
     await api.start("q")
@@ -501,3 +539,45 @@ async def test_bulk_redrive_reports_a_compensated_run_as_refused(api: Api, run_c
     text = (await run_cli(*args, code=4)).stdout
     assert "redriven 0 of 1 matching runs (0 skipped, 1 refused)" in text
     assert f"refused {run['runId']}: step 'charge' failed" in text and "rewind" in text
+
+
+async def test_migrate_exits_6_when_runs_are_left_behind(api: Api, run_cli: Cli) -> None:
+    """Issue 38, item 7: refused runs are a failure a pipeline sees (exit 6, documented), with
+    `--json` too; a migrate that moves everything exits 0."""
+    from ..api.test_deploys import V2, setup
+
+    open_ids, _ = await setup(api)
+    assert await api.register(V2) == 2
+    left = await run_cli("workflows", "migrate", "order", "--to", "2", code=6)
+    assert "matched 3, migrated 1, skipped 0" in left.stdout
+    assert all(f"refused {rid} (v1 at a)" in left.stdout for rid in open_ids[:2])
+    as_json = await run_cli("--json", "workflows", "migrate", "order", "--to", "2", code=6)
+    assert sorted(r["runId"] for r in json.loads(as_json.stdout)["refused"]) == sorted(open_ids[:2])
+    done = await run_cli("workflows", "migrate", "order", "--to", "2", "--map", "a=a2")
+    assert "migrated 2" in done.stdout and "refused" not in done.stdout
+
+
+async def test_bulk_preview_counts_every_run_and_lists_the_first_page(
+    api: Api, run_cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37, item 9: the preview reads the runs a page at a time and keeps only the first
+    `PREVIEW_SHOWN` to list (memory bounded by a page), while counting them all."""
+    import foliot_client.cli as cli_module
+
+    monkeypatch.setattr(cli_module, "PREVIEW_PAGE", 2)
+    monkeypatch.setattr(cli_module, "PREVIEW_SHOWN", 3)
+    await api.register(WAITER)
+    runs = [(await api.start("waiter", businessKey=f"b-{i}"))["runId"] for i in range(5)]
+    for run_id in runs:
+        await api.until(run_id, "waiting")
+    await run_cli("runs", "pause", runs[0])
+    dry = await run_cli.json("runs", "bulk", "pause", "--workflow", "waiter", "--dry-run")
+    assert (dry["matched"], dry["wouldAct"], dry["skipped"]) == (5, 4, 1)
+    assert len(dry["runs"]) == 3 and {r["runId"] for r in dry["runs"]} <= set(runs)
+    text = (await run_cli("runs", "bulk", "pause", "--workflow", "waiter", "--dry-run")).stdout
+    assert "(the first 3 of 5 matching runs)" in text
+    assert "dry run: would pause 4 of 5 matching runs (1 skipped); nothing changed" in text
+    runner = CliRunner()
+    args = ["runs", "bulk", "pause", "--workflow", "waiter"]
+    said_no = await trio.to_thread.run_sync(lambda: runner.invoke(cli, args, env=run_cli.env, input="n\n"))
+    assert said_no.exit_code == 1 and "pause 4 of 5 matching runs" in said_no.stderr

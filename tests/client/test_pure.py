@@ -12,7 +12,17 @@ import pytest
 from foliot_client import errors
 from foliot_client._base import RetryPolicy, should_retry
 from foliot_client.cli.config import ConfigError, resolve
-from foliot_client.cli.render import CONFLICT, NOT_FOUND, REFUSED, UNREACHABLE, exit_code, one_line
+from foliot_client.cli.render import (
+    CONFLICT,
+    NOT_FOUND,
+    REFUSED,
+    UNREACHABLE,
+    Output,
+    cell,
+    exit_code,
+    one_line,
+    printable,
+)
 from foliot_client.handlers import HttpAnswer, answer_for_exception, answer_for_value
 from foliot_client.outcomes import ACCEPTED, Next, TaskFailure, answer_of, failure_of
 from foliot_client.signing import SignatureError, verify_signature
@@ -182,3 +192,34 @@ def test_cli_exit_codes_and_one_line_errors() -> None:
     assert exit_code(err(500, "internal")) == UNREACHABLE
     assert exit_code(errors.TransportError("refused", connected=False)) == UNREACHABLE
     assert one_line(err(400, "invalid_request")) == "error: 400 invalid_request [steps[0]]: msg"
+
+
+HOSTILE = "k\x1b[8mhidden\x1b]0;pwned\x07\x1b[1A\x1b[2K\r\x9b31m\x7f\x00"
+HOSTILE_SHOWN = "k\\x1b[8mhidden\\x1b]0;pwned\\x07\\x1b[1A\\x1b[2K\\x0d\\x9b31m\\x7f\\x00"
+
+
+def test_printable_escapes_every_control_character_as_git_quotes_a_path() -> None:
+    assert printable(HOSTILE) == HOSTILE_SHOWN
+    assert printable("plain [/x] :ship: caf\u00e9 \u00a0 a\\b") == "plain [/x] :ship: caf\u00e9 \u00a0 a\\b"
+    # In a string with something escaped, a backslash is doubled: `\x1b` always means ESC.
+    assert printable("a\\x1b\x1b") == "a\\\\x1b\\x1b"
+    assert printable("line\n\tnext") == "line\n\tnext"
+    assert printable("line\n\tnext", keep="") == "line\\x0a\\x09next"
+    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0)]:
+        assert "\\x" in printable(chr(code), keep="") and chr(code) not in printable(chr(code), keep="")
+
+
+def test_every_way_the_cli_prints_a_server_string_escapes_control_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    refused = errors.from_response(400, {"error": {"code": "invalid_request", "message": HOSTILE + "\nx"}})
+    assert one_line(refused) == f"error: 400 invalid_request: {HOSTILE_SHOWN}\\x0ax"
+    assert cell(HOSTILE) == HOSTILE_SHOWN and cell({"k": "\x9b\x1b"}) == '{"k":"\\u009b\\u001b"}'
+    out = Output(as_json=False)
+    out.table([{"businessKey": HOSTILE}], ["businessKey"])
+    out.record({"businessKey": HOSTILE, HOSTILE: 1})
+    out.text(f"message {HOSTILE}")
+    printed = capsys.readouterr().out
+    assert printed.count(HOSTILE_SHOWN) == 4 and not any(c in printed for c in "\x1b\x07\x9b\x7f\x00\r")
+    Output(as_json=True).record({"businessKey": HOSTILE})
+    assert json.loads(capsys.readouterr().out) == {"businessKey": HOSTILE}  # --json: as the server sent it

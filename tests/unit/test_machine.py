@@ -730,6 +730,10 @@ def test_situations_are_what_they_say(situation: str) -> None:
 def test_intervention_matrix(situation: str, action: str) -> None:
     k = _at(situation)
     before = k.run
+    # What the console offers (`machine.accepts`) is what the machine accepts.
+    assert machine.accepts(before, "state" if action == "edit" else action, k.definition) == (
+        action in MATRIX[situation]
+    )
     tr = k.send(INTERVENTIONS[action])
     if action in MATRIX[situation]:
         assert isinstance(tr.reply, machine.Ok), tr.reply
@@ -738,6 +742,34 @@ def test_intervention_matrix(situation: str, action: str) -> None:
         assert isinstance(tr.reply, machine.Rejected) and tr.reply.status == 409
         assert tr.reply.code == "invalid_status"
         assert not tr.changed and tr.run == before
+
+
+PAUSE_MESSAGES: dict[str, machine.Message] = {
+    **INTERVENTIONS,
+    "state": INTERVENTIONS["edit"],
+    "pause": machine.Pause("r"),
+    "unpause": machine.Unpause("r"),
+}
+
+
+@pytest.mark.parametrize("situation", ["queued", "paused"])
+def test_accepts_is_what_the_machine_does_for_a_queued_or_paused_run(situation: str) -> None:
+    """Issue 38, item 8: a queued run (no current step) takes cancel, pause and a state edit,
+    never skip, rewind or redrive; a paused one only cancel, unpause and a state edit. Every
+    intervention of `machine.INTERVENTIONS` agrees with the machine's answer."""
+    k = Kit([{"name": "w", "type": "wait", "signal": "go"}], concurrency={"limit": 1})
+    k.start()
+    if situation == "paused":
+        k.send(machine.Pause("hold"))
+    before = k.run
+    assert before.status == situation
+    offered = {a for a in machine.INTERVENTIONS if machine.accepts(before, a, k.definition)}
+    expected = {"cancel", "pause", "state"} if situation == "queued" else {"cancel", "unpause", "state"}
+    assert offered == expected
+    for action in machine.INTERVENTIONS:
+        k.run = before
+        reply = k.send(PAUSE_MESSAGES[action]).reply
+        assert isinstance(reply, machine.Ok) == (action in offered), (action, reply)
 
 
 def test_cancel_closes_the_in_flight_task() -> None:

@@ -1364,8 +1364,32 @@ def _invalid_status(run: Run, action: str) -> Rejected:
     return Rejected(409, "invalid_status", f"cannot {action} a run that is {run.status}{where}")
 
 
+def _skippable(run: Run, definition: Definition) -> bool:
+    if run.status not in ("running", "waiting", "sleeping", "stuck", "failed") or run.current_step is None:
+        return False
+    return run.current_step in definition.index and definition.step(run.current_step).kind != "choice"
+
+
+#: Whether a run, as it stands, accepts each intervention (else 409 `invalid_status`): the one
+#: predicate the handlers below ask, and the console too (it offers only these).
+INTERVENTIONS: Final[dict[str, Callable[[Run, Definition], bool]]] = {
+    "cancel": lambda run, _: run.is_open,
+    "redrive": lambda run, _: run.status in ("failed", "stuck", "timed_out") and run.current_step is not None,
+    "rewind": lambda run, _: run.status not in ("cancelled", "paused", "queued"),
+    "skip": _skippable,
+    "state": lambda run, _: run.status != "cancelled",
+    "pause": lambda run, _: run.is_open and run.status != "paused",
+    "unpause": lambda run, _: run.status == "paused",
+}
+
+
+def accepts(run: Run, action: str, definition: Definition) -> bool:
+    """Whether `run` accepts intervention `action` (a key of `INTERVENTIONS`) by its status."""
+    return INTERVENTIONS[action](run, definition)
+
+
 def _on_cancel(tx: _Tx, msg: Cancel) -> Reply | None:
-    if not tx.run.is_open:
+    if not accepts(tx.run, "cancel", tx.definition):
         return _invalid_status(tx.run, "cancel")
     tx.finish("cancelled", "run_cancelled", None, reason=msg.reason)
     tx.reply = Ok(tx.run)
@@ -1374,7 +1398,7 @@ def _on_cancel(tx: _Tx, msg: Cancel) -> Reply | None:
 
 def _on_redrive(tx: _Tx, msg: Redrive) -> Reply | None:
     run = tx.run
-    if run.status not in ("failed", "stuck", "timed_out") or run.current_step is None:
+    if not accepts(run, "redrive", tx.definition) or run.current_step is None:
         return _invalid_status(run, "redrive")
     refusal = compensated_refusal(run)
     if refusal is not None:
@@ -1408,7 +1432,7 @@ def compensated_refusal(run: Run) -> str | None:
 
 def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
     run = tx.run
-    if run.status in ("cancelled", "paused", "queued"):
+    if not accepts(run, "rewind", tx.definition):
         return _invalid_status(run, "rewind")
     target = msg.target or tx.definition
     if msg.to_step not in target.index:
@@ -1449,13 +1473,9 @@ def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
 
 def _on_skip(tx: _Tx, msg: Skip) -> Reply | None:
     run = tx.run
-    if run.status not in ("running", "waiting", "sleeping", "stuck", "failed") or run.current_step is None:
-        return _invalid_status(run, "skip")
-    if run.current_step not in tx.definition.index:
+    if not accepts(run, "skip", tx.definition) or run.current_step is None:
         return _invalid_status(run, "skip")
     step = tx.definition.step(run.current_step)
-    if step.kind == "choice":
-        return _invalid_status(run, "skip")
     if (err := _check_size(msg.output, tx.ctx.payload_max, "output")) is not None:
         return err
     tx.close_task("superseded")
@@ -1482,7 +1502,7 @@ def _check_size(value: Any, limit: int, field: str) -> Rejected | None:
 
 def _on_edit(tx: _Tx, msg: EditState) -> Reply | None:
     run = tx.run
-    if run.status == "cancelled":
+    if not accepts(run, "state", tx.definition):
         return _invalid_status(run, "edit the state of")
     for key, value in msg.set.items():
         if (err := _check_size(value, tx.ctx.payload_max, f"set.{key}")) is not None:
@@ -1502,7 +1522,7 @@ def _on_pause(tx: _Tx, msg: Pause) -> Reply | None:
     `Unpause`. An in-flight push finishes (its answer is held), signals are buffered, step
     timers that come due wait for the unpause; the run timeout keeps running."""
     run = tx.run
-    if not run.is_open or run.status == "paused":
+    if not accepts(run, "pause", tx.definition):
         return _invalid_status(run, "pause")
     tx.set(status="paused", paused_from=run.status)
     tx.emit("run_paused", run.current_step, reason=msg.reason, fromStatus=run.status)
@@ -1515,7 +1535,7 @@ def _on_pause(tx: _Tx, msg: Pause) -> Reply | None:
 
 def _on_unpause(tx: _Tx, msg: Unpause) -> Reply | None:
     run = tx.run
-    if run.status != "paused":
+    if not accepts(run, "unpause", tx.definition):
         return _invalid_status(run, "unpause")
     tx.set(status=run.paused_from or "running", paused_from=None, held=None)
     tx.emit("run_unpaused", run.current_step, reason=msg.reason, toStatus=tx.run.status)

@@ -24,7 +24,7 @@ from .._base import BULK_ACTIONS, OPERATOR_ROLES, UNSET, BulkSelection, Call, _r
 from ..client import Client
 from ..errors import FoliotError
 from .config import ConfigError, config_path, load_profiles, resolve
-from .render import CONFLICT, REFUSED, USAGE, Output, exit_code, one_line
+from .render import CONFLICT, LEFT_BEHIND, REFUSED, USAGE, Output, echo, exit_code, one_line, printable
 
 T = TypeVar("T")
 
@@ -80,7 +80,7 @@ class Session:
         try:
             return self.client.send(call)
         except FoliotError as exc:
-            click.echo(one_line(exc), err=True)
+            echo(one_line(exc), err=True)
             raise SystemExit(exit_code(exc)) from None
 
     def close(self) -> None:
@@ -89,7 +89,7 @@ class Session:
 
 
 def fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
+    echo(f"error: {message}", err=True)
     raise SystemExit(USAGE)
 
 
@@ -459,14 +459,32 @@ BULK_VERBS = {"pause": "paused", "unpause": "unpaused", "cancel": "cancelled", "
 BULK_COLUMNS = ("runId", "status", "currentStep", "version", "businessKey", "would")
 
 
-def _bulk_preview(s: Session, action: str, selection: BulkSelection) -> list[dict[str, Any]]:
+PREVIEW_PAGE = 1000  # runs read per listing call of a preview (the server's largest page)
+PREVIEW_SHOWN = 100  # runs a preview lists (it counts them all)
+
+
+@dataclasses.dataclass
+class Preview:
+    """What a bulk action would do: counted page by page over every matching run, and the
+    first `PREVIEW_SHOWN` of them kept to list (memory bounded by one page, whatever matches)."""
+
+    matched: int = 0
+    acting: int = 0
+    shown: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        return self.matched - self.acting
+
+
+def _bulk_preview(s: Session, action: str, selection: BulkSelection) -> Preview:
     """The runs the bulk action would examine now (the listing's filters, then step and version,
     as the server applies them), each marked with what the action would do to it."""
-    chosen: list[dict[str, Any]] = []
+    preview = Preview()
     cursor = None
     while True:
         call = s.client.b_list_runs(
-            selection.workflow, selection.status, selection.business_key, 1000, cursor, s.need_app()
+            selection.workflow, selection.status, selection.business_key, PREVIEW_PAGE, cursor, s.need_app()
         )
         page = s.raw(call)
         for run in page["runs"]:
@@ -475,10 +493,13 @@ def _bulk_preview(s: Session, action: str, selection: BulkSelection) -> list[dic
             if selection.version is not None and run.get("version") != selection.version:
                 continue
             would = action if run.get("status") in BULK_APPLIES[action] else "skip"
-            chosen.append({**run, "would": would})
+            preview.matched += 1
+            preview.acting += would != "skip"
+            if len(preview.shown) < PREVIEW_SHOWN:
+                preview.shown.append({**run, "would": would})
         cursor = page.get("nextCursor")
         if cursor is None:
-            return chosen
+            return preview
 
 
 @runs.command("bulk")
@@ -513,15 +534,17 @@ def runs_bulk(
     selection = BulkSelection(workflow, status, business_key, step, version, reason, page_size)
     if dry_run or not yes:
         preview = _bulk_preview(s, action, selection)
-        acting = sum(1 for run in preview if run["would"] != "skip")
-        summary = f"{action} {acting} of {len(preview)} matching runs ({len(preview) - acting} skipped)"
+        acting = preview.acting
+        summary = f"{action} {acting} of {preview.matched} matching runs ({preview.skipped} skipped)"
         if dry_run:
-            document = {"action": action, "dryRun": True, "matched": len(preview), "wouldAct": acting,
-                        "skipped": len(preview) - acting, "runs": preview}  # fmt: skip
+            document = {"action": action, "dryRun": True, "matched": preview.matched, "wouldAct": acting,
+                        "skipped": preview.skipped, "runs": preview.shown}  # fmt: skip
             if s.out.as_json:
                 s.out.json(document)
             else:
-                s.out.table(preview, BULK_COLUMNS)
+                s.out.table(preview.shown, BULK_COLUMNS)
+                if preview.matched > len(preview.shown):
+                    s.out.text(f"(the first {len(preview.shown)} of {preview.matched} matching runs)")
                 s.out.text(f"dry run: would {summary}; nothing changed")
             return
         if acting == 0:
@@ -529,11 +552,11 @@ def runs_bulk(
             return
         question = f"{summary} of workflow {workflow!r} in app {s.need_app()!r}: go ahead?"
         try:
-            confirmed = click.confirm(question, default=False, err=True)
+            confirmed = click.confirm(printable(question), default=False, err=True)
         except click.exceptions.Abort:
             confirmed = False
         if not confirmed:
-            click.echo("not confirmed: nothing changed (--yes skips the question)", err=True)
+            echo("not confirmed: nothing changed (--yes skips the question)", err=True)
             raise SystemExit(REFUSED)
     totals = {"matched": 0, "acted": 0, "skipped": 0, "pages": 0}
     refused: list[dict[str, Any]] = []
@@ -556,8 +579,8 @@ def runs_bulk(
         raise SystemExit(CONFLICT)  # runs were left behind (each a 409 on its own): a pipeline sees it
 
 
-def _no_totals(preview: Sequence[dict[str, Any]]) -> dict[str, int]:
-    return {"matched": len(preview), "acted": 0, "skipped": len(preview), "pages": 0}
+def _no_totals(preview: Preview) -> dict[str, int]:
+    return {"matched": preview.matched, "acted": 0, "skipped": preview.matched, "pages": 0}
 
 
 @runs.command("rewind")
@@ -737,7 +760,7 @@ def workflows_push(s: Session, files: Sequence[str]) -> None:
     for path in files:
         ref = s.call(s.client.b_register_workflow(read_definition(path), s.need_app()))
         for warning in ref.warnings:
-            click.echo(f"warning: {path}: {warning.get('message')}", err=True)
+            echo(f"warning: {path}: {warning.get('message')}", err=True)
         rows.append({"file": path, "name": ref.name, "version": ref.version, "created": ref.created})
     s.out.table(rows, ("file", "name", "version", "created"), {"workflows": rows})
 
@@ -767,8 +790,8 @@ def workflows_show(s: Session, name: str, version: int | None) -> None:
     if s.out.as_json:
         s.out.json(document)
     else:
-        click.echo(f"# {document['name']} version {document['version']} ({document.get('createdAt')})")
-        click.echo(yaml.safe_dump(document["definition"], sort_keys=False, allow_unicode=True), nl=False)
+        echo(f"# {document['name']} version {document['version']} ({document.get('createdAt')})")
+        echo(yaml.safe_dump(document["definition"], sort_keys=False, allow_unicode=True), nl=False)
 
 
 def _canonical(definition: Any) -> list[str]:
@@ -801,7 +824,7 @@ def workflows_diff(s: Session, name: str, old: int | None, new: int | None, path
     if s.out.as_json:
         s.out.json({"from": labels[0], "to": labels[1], "same": not lines, "diff": "".join(lines)})
     else:
-        click.echo("".join(lines), nl=False)
+        echo("".join(lines), nl=False)
 
 
 @workflows.command("dry-run")
@@ -817,7 +840,7 @@ def workflows_dry_run(s: Session, file: str, replay: int | None) -> None:
         return
     if not report["valid"]:
         for error in report.get("errors", []):
-            click.echo(f"invalid: {error.get('field')}: {error.get('message')}")
+            echo(f"invalid: {error.get('field')}: {error.get('message')}")
         raise SystemExit(1)
     rows = [
         {
@@ -831,15 +854,15 @@ def workflows_dry_run(s: Session, file: str, replay: int | None) -> None:
         }
         for g in report["openRuns"]["groups"]
     ]
-    click.echo(f"open runs: {report['openRuns']['total']}")
+    echo(f"open runs: {report['openRuns']['total']}")
     columns = ("version", "step", "status", "count", "verdict", "differences", "migrate")
     s.out.table(rows, columns, {"groups": rows})
     recorded = report["recorded"]
-    click.echo(f"recorded runs replayed: {recorded['sampled']}, same: {recorded['same']}")
+    echo(f"recorded runs replayed: {recorded['sampled']}, same: {recorded['same']}")
     for d in recorded["diverged"]:
-        click.echo(f"  {d['runId']} v{d['version']} at seq {d['seq']}: {d['reason']}: {d['message']}")
+        echo(f"  {d['runId']} v{d['version']} at seq {d['seq']}: {d['reason']}: {d['message']}")
     for m in report["missingStateKeys"]:
-        click.echo(f"missing {m['path']} (read by {m['readBy']} {m['field']}) in {m['runs']} open runs")
+        echo(f"missing {m['path']} (read by {m['readBy']} {m['field']}) in {m['runs']} open runs")
 
 
 @workflows.command("migrate")
@@ -865,7 +888,9 @@ def workflows_migrate(
     reason: str | None,
     limit: int | None,
 ) -> None:
-    """Move the open runs of NAME to version --to, page after page (resumable: run it again)."""
+    """Move the open runs of NAME to version --to, page after page (resumable: run it again).
+
+    Exits 6 when the server refused some runs (listed; they stay on their version)."""
     mapping: dict[str, str] = {}
     for entry in step_map:
         old, sep, new = entry.partition("=")
@@ -907,10 +932,12 @@ def workflows_migrate(
             break
     if s.out.as_json:
         s.out.json({**totals, "refused": refused})
-        return
-    click.echo(f"matched {totals['matched']}, migrated {totals['migrated']}, skipped {totals['skipped']}")
-    for r in refused:
-        click.echo(f"refused {r['runId']} (v{r['version']} at {r['step']}): {r['reason']}")
+    else:
+        echo(f"matched {totals['matched']}, migrated {totals['migrated']}, skipped {totals['skipped']}")
+        for r in refused:
+            echo(f"refused {r['runId']} (v{r['version']} at {r['step']}): {r['reason']}")
+    if refused:  # runs left behind: a pipeline must not read this as done
+        raise SystemExit(LEFT_BEHIND)
 
 
 # --- apps (admin) -----------------------------------------------------------------------------
@@ -1081,9 +1108,9 @@ def why(s: Session, run_id: str) -> None:
         s.out.json(document)
         return
     flag = "needs attention: " if document.get("attention") else ""
-    click.echo(f"{flag}{document.get('summary', '')}")
+    echo(f"{flag}{document.get('summary', '')}")
     for fact in document.get("facts") or []:
-        click.echo(f"  - {_fact(fact)}")
+        echo(f"  - {_fact(fact)}")
 
 
 def _fact(fact: Any) -> str:
@@ -1116,7 +1143,7 @@ def main(argv: Sequence[str] | None = None, prog_name: str = "foliot-cli") -> in
     try:
         cli.main(args=list(argv) if argv is not None else None, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+        echo("aborted", err=True)
         return 130
     except click.ClickException as exc:
         exc.show()

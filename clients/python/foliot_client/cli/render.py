@@ -1,15 +1,21 @@
-"""Tables for people (rich), JSON for scripts, one-line errors, exit codes.
+r"""Tables for people (rich), JSON for scripts, one-line errors, exit codes.
 
 Every value the server sent is shown literally: the console parses no markup and no emoji
 codes, and cells are `Text` objects, so a business key `k[/x]` or an idempotency key
 `run_…:1:ship:1` prints as it is. Nothing is ever cut with `…`: a table that would not fit the
 terminal's width (80 columns in a pipe unless `COLUMNS` says otherwise) is printed as one
 `field  value` block per row instead, each value whole on its line.
+
+Nor does a server string reach the terminal as control codes: every string the CLI prints
+passes through `printable`, which shows C0 controls, DEL and C1 controls (so every ESC
+sequence: colours, hidden text, cursor moves, window titles) escaped as `\x1b`, as git quotes
+a path. `--json` prints JSON, whose strings escape control characters already.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,8 +34,34 @@ USAGE = 2  # bad options or files (click's own code for usage errors)
 NOT_FOUND = 3
 CONFLICT = 4  # 409: the run's status does not allow it, a closed task, a key in use, ...
 UNREACHABLE = 5  # no answer, or the server failed (5xx, overloaded, unavailable)
+LEFT_BEHIND = 6  # done, but some runs were refused (`workflows migrate`): they stay where they were
 
 GAP = 2  # spaces between two table columns
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_JSON_UNESCAPED = re.compile(r"[\x7f-\x9f]")  # the controls `json.dumps` leaves as they are
+
+
+def printable(text: str, keep: str = "\n\t") -> str:
+    r"""`text` with every control character but those in `keep` shown escaped (`\x1b`), so a
+    string from the server cannot move the cursor, clear lines, hide text or retitle the
+    terminal. A string with none is returned as it is; in one with some, backslashes are
+    doubled too, so `\x1b` in the output always means the escaped character."""
+    if not any(c not in keep for c in _CONTROL.findall(text)):
+        return text
+
+    def escape(found: re.Match[str]) -> str:
+        c = found.group()
+        if c == "\\":
+            return "\\\\"
+        return c if c in keep else f"\\x{ord(c):02x}"
+
+    return re.sub(r"[\x00-\x1f\x7f-\x9f\\]", escape, text)
+
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """A line for people (never for `--json`): control characters escaped (`printable`)."""
+    click.echo(printable(text), err=err, nl=nl)
 
 
 def exit_code(error: FoliotError) -> int:
@@ -45,18 +77,24 @@ def exit_code(error: FoliotError) -> int:
 def one_line(error: FoliotError) -> str:
     """`error: 409 invalid_status: ...` or `error: cannot reach http://...: ...`."""
     if isinstance(error, ApiError):
-        return f"error: {error.one_line()}"
-    if isinstance(error, TransportError):
-        return f"error: cannot reach the server: {error}"
-    return f"error: {error}"
+        line = f"error: {error.one_line()}"
+    elif isinstance(error, TransportError):
+        line = f"error: cannot reach the server: {error}"
+    else:
+        line = f"error: {error}"
+    return printable(line, keep="")
 
 
 def cell(value: Any) -> str:
+    """A value as one table cell or record value, control characters escaped (a line break
+    stays: the layout shows a multi-line value on its lines)."""
     if value is None:
         return "-"
     if isinstance(value, dict | list):
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return str(value)
+        # JSON escapes C0 controls itself; DEL and C1 get JSON's escape too (still JSON).
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return _JSON_UNESCAPED.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+    return printable(str(value), keep="\n")
 
 
 def literal_console() -> Console:
@@ -119,10 +157,11 @@ class Output:
         if self.as_json:
             self.json(document)
             return
-        self._fields([(key, cell(document[key])) for key in fields or list(document) if key in document])
+        chosen = fields or list(document)
+        self._fields([(printable(key, ""), cell(document[key])) for key in chosen if key in document])
 
     def text(self, line: str, document: Any = None) -> None:
         if self.as_json:
             self.json(document if document is not None else {"message": line})
         else:
-            self.console.print(Text(line))
+            self.console.print(Text(printable(line)))
