@@ -301,7 +301,13 @@ ANSWERS: Final[dict[str, dict[str, Any]]] = {
             },
             "openRuns": _answer({"groups": {"type": "array", "items": {"type": "object"}}, "total": INT}),
             "recorded": _answer(
-                {"sampled": INT, "same": INT, "diverged": {"type": "array", "items": {"type": "object"}}}
+                {
+                    "sampled": INT,
+                    "same": INT,
+                    "diverged": {"type": "array", "items": {"type": "object"}},
+                    "events": INT,
+                    "cursor": STR_OR_NULL,
+                }
             ),
             "missingStateKeys": {"type": "array", "items": {"type": "object"}},
         },
@@ -692,6 +698,10 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("GET", "/admin/swf/parked"): {"after": {"type": "string"}, "limit": _LIMIT},
     ("GET", "/admin/runs/overdue"): {"olderThan": DURATION, "limit": _LIMIT},
     ("GET", "/admin/sessions"): {"limit": _LIMIT},
+    ("POST", f"{A}/workflows/{{name}}/dry-run"): {
+        "replay": {"type": "integer", "minimum": 0, "maximum": 1000},
+        "cursor": {"type": "string"},
+    },
 }
 
 _PARAM = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
