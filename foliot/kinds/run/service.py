@@ -6,7 +6,6 @@ entry point refuses with 503 until the node has recovered (`KindHost.ready`).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 from collections.abc import Callable, Coroutine
@@ -301,9 +300,12 @@ class Runs:
         task_status.started()
         await trio.sleep(_PUMP_START_S)
         after: tuple[str, str] | None = None
-        with contextlib.suppress(StorageError):
+        self._queueing = trio.Event()  # set again by a page with keys, or by a run queueing
+        try:
             while (after := await self._sweep(after, self.host.clock.now())) is not None:
                 pass
+        except StorageError:
+            self._queueing.set()  # the next period looks again
         after = None
         while True:
             await self._queueing.wait()
