@@ -50,7 +50,8 @@ DEFECTS = [
     # A defect of the simulation's own, not of foliot: a commit in flight when the node died,
     # applied afterwards ("orphaned") with its slot admission refused, was logged as itself
     # rather than as its `otherwise` (the run queued): the checker saw two runs in a slot of 1.
-    (600454, None, "commit_orphaned", "harness: an orphaned refused admission logged as admitted"),
+    # (Seed 600454 until the pump stopped polling, issue 37.5; 17172 fails with that logging.)
+    (17172, None, "commit_orphaned", "harness: an orphaned refused admission logged as admitted"),
 ]
 
 
