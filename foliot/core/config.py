@@ -171,6 +171,10 @@ class Settings:
     # many kept.
     trend_interval_ms: int = 10_000
     trend_samples: int = 360
+    # Dry-runs (foliot/http/deploys.py): recorded events replayed per request (past it the
+    # answer is partial, with a cursor), and dry-runs of one app under way at once (429 past it).
+    dryrun_max_events: int = 200_000
+    dryrun_concurrency: int = 2
     # AWS SWF access keys preset from the environment (id, secret); never stored.
     swf_credentials: tuple[tuple[str, str], ...] = attrs.field(default=(), repr=False)
     # Several nodes on one PostgreSQL: this node's id (None: generated per process) and the
@@ -269,6 +273,8 @@ class Settings:
             prune_interval_ms=interval,
             trend_interval_ms=_trend_interval(_int(e, "FOLIOT_TREND_INTERVAL_MS", 10_000)),
             trend_samples=min(100_000, max(2, _int(e, "FOLIOT_TREND_SAMPLES", 360))),
+            dryrun_max_events=max(1, _int(e, "FOLIOT_DRYRUN_MAX_EVENTS", 200_000)),
+            dryrun_concurrency=max(1, _int(e, "FOLIOT_DRYRUN_CONCURRENCY", 2)),
             swf_credentials=swf_credentials(e.get("FOLIOT_SWF_CREDENTIALS")),
             node_id=_node_id(e.get("FOLIOT_NODE_ID")),
             advertise_url=_advertise_url(e.get("FOLIOT_ADVERTISE_URL")),

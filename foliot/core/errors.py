@@ -90,8 +90,8 @@ class PayloadTooLarge(Refused):
 class Overloaded(Refused):
     """The engine is saturated: refused at once, nothing stored; retry after `retry_after` s.
 
-    `reason` says which bound was reached: `inflight`, `latency`, `mailbox`, `push_backlog` (429) or
-    `storage` (503)."""
+    `reason` says which bound was reached: `inflight`, `latency`, `mailbox`, `push_backlog`,
+    `dry_run_concurrency` (429) or `storage` (503)."""
 
     code = "overloaded"
 

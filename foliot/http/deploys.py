@@ -9,7 +9,10 @@ candidate reads where it matters in the database too (`deploy_sql.lacking_sql`; 
 cannot name exactly reads those groups' input and state in keyset pages instead), so memory is
 bounded by the number of groups, not of runs; and replays the last `replay` closed runs through
 the candidate's pure machine (`core/workflow/deploy.py`), read in keyset pages, their events in
-bounded batches.
+bounded batches, each batch replayed in a worker thread (`REPLAY_THREADS` at once on a node) so
+a replay never holds the event loop. A request replays at most `FOLIOT_DRYRUN_MAX_EVENTS`
+events, then answers with `recorded.cursor` to resume from (`?cursor=`); an app has at most
+`FOLIOT_DRYRUN_CONCURRENCY` dry-runs under way (429 past it).
 
 `POST /apps/{app}/workflows/{name}/migrate` follows the bulk interventions (`bulk.py`): one
 keyset page of the workflow's runs (newest first), each open run that matches the filter sent
@@ -20,23 +23,25 @@ so a page retried is safe; each move is one `run_migrated` event carrying the re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, Final
 
 import attrs
 import trio
-from quart import Blueprint, Response
+from quart import Blueprint, Response, request
 
 from ..actors.placement import Elsewhere
-from ..core.errors import InvalidRequest, Refused
+from ..core.digits import INT64_MAX
+from ..core.errors import InvalidRequest, Overloaded, Refused
 from ..core.workflow import deploy, machine
 from ..core.workflow.definition import Definition, parse_definition
 from ..core.workflow.jsonconv import ValidationError
-from ..core.workflow.model import OPEN_STATUSES, Run
+from ..core.workflow.model import OPEN_STATUSES, Event, Run
 from ..storage import deploy_sql
-from ..storage.base import RunFilter, Store, encode_cursor
+from ..storage.base import RunFilter, Store, decode_cursor, encode_cursor
 from ..storage.deploy_sql import OpenGroup, OpenRunRow
 from .app import (
     body,
@@ -50,18 +55,19 @@ from .app import (
     require_app,
 )
 from .bulk import _first
-from .runs import MAX_BUSINESS_KEY, _check_reason, _runs_cursor
+from .runs import MAX_BUSINESS_KEY, MAX_CURSOR, _check_reason, _runs_cursor
 
 blueprint = Blueprint("deploys", __name__)
 log = logging.getLogger("foliot.http")
 
 DEFAULT_REPLAY: Final = 100
 MAX_REPLAY: Final = 1000
-OPEN_PAGE: Final = 2000  # open runs (with their states) held at once by a dry-run
-MIN_GROUP_PAGE: Final = 100  # open runs of one group read per query, at least
-REPLAY_BATCH: Final = 100  # recorded runs read in one query (and their events, at most:)
-REPLAY_EVENTS: Final = 20_000  # events read in one query (a run with more is read alone)
+OPEN_PAGE: Final = 200  # open runs (with their input and state) held at once by a dry-run
+MIN_GROUP_PAGE: Final = 20  # open runs of one group read per query, at least
+REPLAY_BATCH: Final = 20  # recorded runs read in one query (and their events, at most:)
+REPLAY_EVENTS: Final = 5_000  # events read in one query, replayed as one slice in a worker thread
 MAX_REPLAY_EVENTS: Final = 10_000  # events of one recorded run replayed (then: truncated)
+REPLAY_THREADS: Final = 2  # replay slices running at once on a node (the rest wait their turn)
 DEFAULT_LIMIT: Final = 100
 MAX_LIMIT: Final = 1000
 CONCURRENCY: Final = 16
@@ -84,23 +90,95 @@ def _candidate(raw: Any) -> tuple[Any, int | None]:
     return raw, None
 
 
+def _dry_run_cursor(cursor: str | None) -> tuple[int, str, int] | None:
+    """`(createdAt, runId, runs left to replay)` from `recorded.cursor`; 400 unless it could be
+    one this API returned."""
+    if cursor is None:
+        return None
+    parts = decode_cursor(cursor, 3) if len(cursor) <= MAX_CURSOR else None
+    if (
+        parts is None
+        or type(parts[0]) is not int
+        or not -INT64_MAX <= parts[0] <= INT64_MAX
+        or not isinstance(parts[1], str)
+        or not 1 <= len(parts[1]) <= 64
+        or type(parts[2]) is not int
+        or not 1 <= parts[2] <= MAX_REPLAY
+    ):
+        raise InvalidRequest("not a cursor this API returned", field="cursor")
+    return parts[0], parts[1], parts[2]
+
+
 @blueprint.post("/apps/<app_name>/workflows/<name>/dry-run")
 @reads_query
 async def dry_run(app_name: str, name: str) -> Response:
     await require_app(app_name)
     check_name(name, "name")
-    check_query({"replay"})
+    check_query({"replay", "cursor"})
     replay = query_int("replay", DEFAULT_REPLAY, 0, MAX_REPLAY)
+    resume = _dry_run_cursor(request.args.get("cursor"))
     raw, body_replay = _candidate(await raw_json())
     if not isinstance(raw, dict):
         raise InvalidRequest("the candidate must be a workflow object", field="definition")
     return json_response(
-        await dry_run_report(app_name, name, raw, body_replay if body_replay is not None else replay)
+        await dry_run_report(
+            app_name, name, raw, body_replay if body_replay is not None else replay, resume=resume
+        )
     )
 
 
-async def dry_run_report(app: str, name: str, raw: dict[str, Any], replay: int) -> dict[str, Any]:
-    """The dry-run's answer (the console's page calls this too)."""
+# Dry-runs under way per (engine, app) in this Trio run.
+_UNDER_WAY: trio.lowlevel.RunVar[dict[tuple[int, str], int]] = trio.lowlevel.RunVar("foliot_dry_runs")
+_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("foliot_replay_threads")
+
+
+@contextlib.contextmanager
+def _dry_run_slot(eng: Any, app: str) -> Iterator[None]:
+    """One of the app's `FOLIOT_DRYRUN_CONCURRENCY` dry-runs under way on this node; past it a
+    429 `overloaded` (`reason: dry_run_concurrency`) naming the limit, at once."""
+    try:
+        under = _UNDER_WAY.get()
+    except LookupError:
+        under = {}
+        _UNDER_WAY.set(under)
+    key, limit = (id(eng), app), eng.settings.dryrun_concurrency
+    if under.get(key, 0) >= limit:
+        refusal = Overloaded(
+            f"app {app!r} has {limit} dry-runs under way, the most FOLIOT_DRYRUN_CONCURRENCY allows:"
+            " retry when one has answered",
+            reason="dry_run_concurrency",
+        )
+        refusal.extra["limit"] = limit
+        raise refusal
+    under[key] = under.get(key, 0) + 1
+    try:
+        yield
+    finally:
+        under[key] -= 1
+        if not under[key]:
+            del under[key]
+
+
+def _replay_threads() -> trio.CapacityLimiter:
+    try:
+        return _THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(REPLAY_THREADS)
+        _THREADS.set(limiter)
+        return limiter
+
+
+async def dry_run_report(
+    app: str, name: str, raw: dict[str, Any], replay: int, *, resume: tuple[int, str, int] | None = None
+) -> dict[str, Any]:
+    """The dry-run's answer (the console's page calls this too); `resume`: from a cursor."""
+    with _dry_run_slot(engine(), app):
+        return await _dry_run_report(app, name, raw, replay, resume)
+
+
+async def _dry_run_report(
+    app: str, name: str, raw: dict[str, Any], replay: int, resume: tuple[int, str, int] | None
+) -> dict[str, Any]:
     try:
         candidate = parse_definition(raw)
     except ValidationError as exc:
@@ -108,7 +186,7 @@ async def dry_run_report(app: str, name: str, raw: dict[str, Any], replay: int) 
             "valid": False,
             "errors": [{"field": exc.field or None, "message": exc.message}],
             "openRuns": {"groups": [], "total": 0},
-            "recorded": {"sampled": 0, "same": 0, "diverged": []},
+            "recorded": {"sampled": 0, "same": 0, "diverged": [], "events": 0, "cursor": None},
             "missingStateKeys": [],
         }
     if candidate.name != name:
@@ -118,7 +196,10 @@ async def dry_run_report(app: str, name: str, raw: dict[str, Any], replay: int) 
     async def lookup(number: int) -> Definition | None:
         return await eng.directory.maybe_definition(app, name, number)
 
-    return await build_report(eng.store, lookup, app, name, candidate, replay)
+    max_events = eng.settings.dryrun_max_events
+    return await build_report(
+        eng.store, lookup, app, name, candidate, replay, max_events=max_events, resume=resume
+    )
 
 
 async def build_report(
@@ -128,10 +209,15 @@ async def build_report(
     name: str,
     candidate: Definition,
     replay: int,
+    *,
+    max_events: int = 200_000,
+    resume: tuple[int, str, int] | None = None,
 ) -> dict[str, Any]:
     """The report of a valid candidate: open runs counted by group, and the runs lacking the
     keys the candidate reads, in the database; the last `replay` closed runs replayed a page at
-    a time (bench/dry_run.py times this on both stores)."""
+    a time, each slice in a worker thread (bench/dry_run.py times this on both stores). At most
+    `max_events` events are replayed: past them `recorded.cursor` resumes the sample (`resume`:
+    the run it stopped after and the runs left)."""
     definitions: dict[int, Definition | None] = {}
 
     async def version(number: int) -> Definition | None:
@@ -162,18 +248,25 @@ async def build_report(
             state = json.loads(row.state) if row.state is not None else None
             given = json.loads(row.input) if row.input is not None else None
             agg.add_state(row.run_id, row.step, given, state)
-    sampled, same = 0, 0
+            await trio.lowlevel.checkpoint()  # a large input or state decoded: others' turn
+    left = replay if resume is None else resume[2]
+    after: tuple[int, str] | None = None if resume is None else (resume[0], resume[1])
+    cap = min(MAX_REPLAY_EVENTS, max_events)  # a run's events replayed (then: truncated)
+    sampled, same, replayed = 0, 0, 0
     diverged: list[dict[str, Any]] = []
-    after: tuple[int, str] | None = None
-    while sampled < replay:  # keyset pages of the last closed runs, their events by budget
-        asked = min(REPLAY_BATCH, replay - sampled)
+    cursor: str | None = None
+    while sampled < left:  # keyset pages of the last closed runs, their events by budget
+        asked = min(REPLAY_BATCH, left - sampled)
         page = await store.recent_closed_runs(app, name, asked, after)
-        for chunk in replay_chunks(page, REPLAY_EVENTS):
-            histories = await store.events_of([r.run_id for r in chunk], MAX_REPLAY_EVENTS)
-            for run in chunk:
-                events = histories.get(run.run_id, [])
-                result = deploy.replay(events, run, candidate, truncated=run.seq > len(events))
+        taken = _within(page, cap, max_events - replayed)
+        for chunk in replay_chunks(taken, REPLAY_EVENTS):
+            histories = await store.events_of([r.run_id for r in chunk], cap)
+            results = await trio.to_thread.run_sync(
+                _replay_slice, chunk, histories, candidate, limiter=_replay_threads()
+            )
+            for run, (result, count) in zip(chunk, results, strict=True):
                 sampled += 1
+                replayed += count
                 if result.divergence is None:
                     same += 1
                 else:
@@ -181,16 +274,48 @@ async def build_report(
                         {"runId": run.run_id, "version": run.version, "status": run.status}
                         | result.divergence.to_json()
                     )
-            await trio.lowlevel.checkpoint()
+            after = (chunk[-1].created_at, chunk[-1].run_id)
+        if len(taken) < len(page):  # the budget is spent: the rest from a cursor
+            if after is not None and sampled < left:
+                cursor = encode_cursor(after[0], after[1], left - sampled)
+            break
         if len(page) < asked:
             break
         after = (page[-1].created_at, page[-1].run_id)
     return {
         "valid": True,
         "openRuns": {"groups": agg.groups(), "total": agg.total},
-        "recorded": {"sampled": sampled, "same": same, "diverged": diverged},
+        "recorded": {
+            "sampled": sampled,
+            "same": same,
+            "diverged": diverged,
+            "events": replayed,
+            "cursor": cursor,
+        },
         "missingStateKeys": agg.missing(),
     }
+
+
+def _within(runs: Sequence[Run], cap: int, room: int) -> Sequence[Run]:
+    """The first of `runs` whose events (`seq`, at most `cap` each) fit in `room`."""
+    used = 0
+    for i, run in enumerate(runs):
+        used += min(max(run.seq, 1), cap)
+        if used > room:
+            return runs[:i]
+    return runs
+
+
+def _replay_slice(
+    chunk: Sequence[Run], histories: dict[str, list[Event]], candidate: Definition
+) -> list[tuple[deploy.Replayed, int]]:
+    """In a worker thread: each run of `chunk` replayed through `candidate` (pure), with the
+    number of its events replayed."""
+    out = []
+    for run in chunk:
+        events = histories.get(run.run_id, [])
+        out.append((deploy.replay(events, run, candidate, truncated=run.seq > len(events)), len(events)))
+    return out
 
 
 def replay_chunks(runs: Sequence[Run], budget: int) -> list[list[Run]]:

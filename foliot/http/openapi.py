@@ -310,7 +310,13 @@ ANSWERS: Final[dict[str, dict[str, Any]]] = {
             },
             "openRuns": _answer({"groups": {"type": "array", "items": {"type": "object"}}, "total": INT}),
             "recorded": _answer(
-                {"sampled": INT, "same": INT, "diverged": {"type": "array", "items": {"type": "object"}}}
+                {
+                    "sampled": INT,
+                    "same": INT,
+                    "diverged": {"type": "array", "items": {"type": "object"}},
+                    "events": INT,
+                    "cursor": STR_OR_NULL,
+                }
             ),
             "missingStateKeys": {"type": "array", "items": {"type": "object"}},
         },
@@ -706,7 +712,8 @@ QUERY: dict[tuple[str, str], dict[str, dict[str, Any]]] = {
     ("GET", "/admin/runs/overdue"): {"olderThan": DURATION, "limit": _LIMIT},
     ("GET", "/admin/sessions"): {"limit": _LIMIT},
     ("POST", f"{A}/workflows/{{name}}/dry-run"): {
-        "replay": {"type": "integer", "minimum": 0, "maximum": deploys.MAX_REPLAY}
+        "replay": {"type": "integer", "minimum": 0, "maximum": deploys.MAX_REPLAY},
+        "cursor": {"type": "string"},
     },
 }
 

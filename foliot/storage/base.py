@@ -168,6 +168,19 @@ class SlotChange:
     limit: int = 0
 
 
+@attrs.frozen
+class QueuedKey:
+    """A concurrency key runs wait for (`RunStore.queued_keys`): its oldest waiting run (`head`,
+    of workflow `version`, created at `since`) and the slots of the key held."""
+
+    app: str
+    key: str
+    head: str
+    version: int
+    since: int
+    held: int
+
+
 def flatten(units: Sequence[UnitOfWork]) -> list[UnitOfWork]:
     """`units` with the child runs each of them starts, parents first."""
     if not any(unit.children for unit in units):
@@ -338,8 +351,10 @@ class RunStore(Protocol):
         """Queued runs per (app, workflow), from the queue index (never a scan of all runs)."""
         ...
 
-    async def queued_keys(self) -> list[tuple[str, str]]:
-        """(app, key) of every concurrency key runs wait for."""
+    async def queued_keys(self, after: tuple[str, str] | None, limit: int) -> list[QueuedKey]:
+        """A page of the concurrency keys runs wait for: at most `limit` of them after `after`
+        (app, key) in key order (None: from the first). Costs one index seek per key, however
+        many runs wait behind each head."""
         ...
 
     async def child_links(self) -> list[tuple[Run, Run]]:

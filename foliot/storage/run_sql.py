@@ -113,7 +113,26 @@ QUEUE_ROOM: Final = (
 QUEUE_AHEAD: Final = (
     "SELECT COUNT(*) AS n FROM runs WHERE app = ? AND queue_key = ? AND (created_at, run_id) < (?, ?)"
 )
-QUEUED_KEYS: Final = "SELECT DISTINCT app, queue_key FROM runs WHERE queue_key IS NOT NULL"
+# (app, key, limit): the keys runs wait for after (app, key), in key order, at most `limit` of
+# them, each with its oldest waiting run and the slots of the key held. A skip-scan of the
+# queue's index: one seek per key (the first entry of a key is its head), never a read of the
+# runs behind a head, so a page costs `limit` seeks however many runs wait.
+QUEUED_KEYS: Final = (
+    "WITH RECURSIVE k(app, queue_key, run_id, n) AS ("
+    " SELECT app, queue_key, run_id, 1 FROM (SELECT app, queue_key, run_id FROM runs"
+    " WHERE queue_key IS NOT NULL AND (app, queue_key) > (?, ?)"
+    " ORDER BY app, queue_key, created_at, run_id LIMIT 1) AS first"
+    " UNION ALL"
+    " SELECT r.app, r.queue_key, r.run_id, k.n + 1 FROM k JOIN runs r ON r.run_id = COALESCE("
+    "(SELECT q.run_id FROM runs q WHERE q.app = k.app AND q.queue_key > k.queue_key"
+    " ORDER BY q.queue_key, q.created_at, q.run_id LIMIT 1),"
+    " (SELECT q.run_id FROM runs q WHERE q.app > k.app AND q.queue_key IS NOT NULL"
+    " ORDER BY q.app, q.queue_key, q.created_at, q.run_id LIMIT 1))"
+    " WHERE k.n < ?)"
+    " SELECT k.app, k.queue_key, k.run_id, r.workflow_version, r.created_at,"
+    " (SELECT COUNT(*) FROM runs s WHERE s.app = k.app AND s.slot_key = k.queue_key) AS held"
+    " FROM k JOIN runs r ON r.run_id = k.run_id ORDER BY k.n"
+)
 SET_SLOT: Final = "UPDATE runs SET slot_key = ?, queue_key = ? WHERE run_id = ?"
 # A workflow's keys (`<workflow>/<value>`), in key order, at most `limit` of them: the scan
 # walks the app's partial index in order and stops after that many groups.

@@ -24,6 +24,7 @@ from .base import (
     DebounceRow,
     IdempotencyRecord,
     OverdueGroup,
+    QueuedKey,
     RunFilter,
     SecretRecord,
     TimerRecord,
@@ -218,8 +219,20 @@ class SqlRunStore:
         )
         return {(r["app"], r["workflow"]): int(r["n"]) for r in await self._all(sql, scan=True)}
 
-    async def queued_keys(self) -> list[tuple[str, str]]:
-        return [(r["app"], r["queue_key"]) for r in await self._all(run_sql.QUEUED_KEYS, scan=True)]
+    async def queued_keys(self, after: tuple[str, str] | None, limit: int) -> list[QueuedKey]:
+        app, key = after if after is not None else ("", "")
+        found = await self._all(run_sql.QUEUED_KEYS, (app, key, limit))
+        return [
+            QueuedKey(
+                r["app"],
+                r["queue_key"],
+                r["run_id"],
+                int(r["workflow_version"]),
+                int(r["created_at"]),
+                int(r["held"]),
+            )
+            for r in found
+        ]
 
     async def children_of(
         self, parent_run_id: str, after: tuple[int, str] | None = None, limit: int | None = None

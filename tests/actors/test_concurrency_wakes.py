@@ -1,7 +1,8 @@
 """Concurrency keys' wake-ups (issue 23), under MockClock: a wake tells `Admit` to as many of a
 key's oldest queued runs as its free slots leave room for, and to none when the key is full (an
 `Admit` the guard refuses costs an actor and a transaction under the key's lock); the pump,
-the fallback for a lost wake-up, still admits a run nobody woke."""
+the fallback for a lost wake-up, still admits a run nobody woke, and an idle node's pump does
+one bounded page of work per period however many keys wait (issue 37.5)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import trio.testing
 from trio.testing import MockClock
 
 from foliot.core.workflow import machine
+from foliot.kinds.run import service
 
 from .conftest import Env, advance
 
@@ -98,7 +100,78 @@ async def test_the_pump_leaves_a_full_key_alone_and_admits_a_run_nobody_woke(
     await trio.testing.wait_all_tasks_blocked()
     assert told == [ids[2]]  # the close's wake-up, lost on the way
     assert (await env.engine.runs.document(ids[2])).status == "queued"
-    await advance(2.5)
-    await env.until(ids[2], "waiting")  # the pump found a slot free (the workflow's limit: 2)
+    await advance(service._SWEEP_S + 0.5)
+    await env.until(ids[2], "waiting")  # the pump's sweep found a slot free (the limit: 2)
     assert told[1:2] == [ids[2]]
     assert (await env.engine.runs.document(ids[3])).status == "queued"
+
+
+ONE = {
+    "name": "one",
+    "concurrency": {"limit": 1, "key": "input.customer"},
+    "steps": [{"name": "hold", "type": "wait", "signal": "go"}],
+}
+PAGE = 5  # the sweep's page in these tests (`_SWEEP_KEYS`)
+
+
+async def waiting_keys(env: Env, count: int) -> dict[str, list[str]]:
+    """`count` keys of `one` (limit 1), each with a run holding its slot and one queued."""
+    await env.register(ONE)
+    ids = {}
+    for n in range(count):
+        ids[f"one/{n:02}"] = [await env.start("one", {"customer": f"{n:02}", "i": i}) for i in range(2)]
+    await trio.testing.wait_all_tasks_blocked()
+    return ids
+
+
+def count_calls(env: Env, monkeypatch: pytest.MonkeyPatch, *names: str) -> dict[str, list[Any]]:
+    """What the store's methods `names` answered, call by call, from now on."""
+    store = env.engine.store
+    calls: dict[str, list[Any]] = {name: [] for name in names}
+    for name in names:
+        real = getattr(store, name)
+
+        async def call(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            found = await _real(*args)
+            calls[_name].append(found)
+            return found
+
+        monkeypatch.setattr(store, name, call)
+    return calls
+
+
+async def test_an_idle_pump_reads_one_bounded_page_per_period_however_many_keys_wait(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service, "_SWEEP_KEYS", PAGE)
+    keys = await waiting_keys(env, 4 * PAGE)
+    await advance(service._PUMP_START_S + 1)  # the start's sweep of every key is behind
+    calls = count_calls(env, monkeypatch, "queued_keys", "queue_room")
+    told = admits(env, monkeypatch)
+    periods = 12
+    await advance(periods * service._SWEEP_S)
+    await trio.testing.wait_all_tasks_blocked()
+    # One read of at most a page per period, no read per key (every key is full), nobody told:
+    # the work of a period does not grow with the 20 keys waiting.
+    assert len(calls["queued_keys"]) == periods
+    assert all(len(page) <= PAGE + 1 for page in calls["queued_keys"])  # one more: is there?
+    assert calls["queue_room"] == [] and told == []
+    # Page after page, every key is looked at within keys / page periods.
+    seen = [queued.key for page in calls["queued_keys"][:4] for queued in page[:PAGE]]
+    assert seen == sorted(keys)
+
+
+async def test_a_lost_wake_up_is_repaired_by_the_sweep_within_keys_per_page_periods(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service, "_SWEEP_KEYS", PAGE)
+    keys = await waiting_keys(env, 3 * PAGE)
+    await advance(service._PUMP_START_S + service._SWEEP_S)  # the heads have waited a period
+    last = max(keys)  # on the sweep's last page
+    told = admits(env, monkeypatch, drop=1)
+    await env.engine.runs.ask(keys[last][0], machine.SignalIn("go"))
+    await trio.testing.wait_all_tasks_blocked()
+    assert told == [keys[last][1]]  # the close's wake-up, lost on the way
+    with trio.fail_after(3 * service._SWEEP_S + 1):  # three pages: every key once
+        await env.until(keys[last][1], "waiting")
+    assert told[1:] == [keys[last][1]]  # the sweep told it, and no run of a full key

@@ -58,9 +58,30 @@ async def test_a_restart_keeps_the_queue(api: Api) -> None:
     # What storage says: two slots held, one run waiting.
     store = api.engine.store
     assert await store.queue_heads("orders", "per-customer/a", 10) == [ids[2]]
-    assert await store.queued_keys() == [("orders", "per-customer/a")]
+    [queued] = await store.queued_keys(None, 10)
+    assert (queued.app, queued.key, queued.head, queued.held) == ("orders", "per-customer/a", ids[2], 2)
+    assert await store.queued_keys(("orders", "per-customer/a"), 10) == []  # the page after it
     run = await api.engine.runs.document(ids[2])
     assert await store.queue_ahead(run) == (0, 2)
+
+
+async def test_the_waiting_keys_are_read_page_by_page_with_their_heads(api: Api) -> None:
+    """The pump's sweep reads the keys runs wait for a page at a time (issue 37.5), resuming
+    after the last key it saw, each with its oldest waiting run and the slots held."""
+    await api.register({**LIMITED, "concurrency": {"limit": 1, "key": "input.customer"}})
+    heads = {}
+    for customer in "dcba":  # created out of key order
+        ids = [(await api.start("per-customer", {"customer": customer, "n": n}))["runId"] for n in range(3)]
+        heads[f"per-customer/{customer}"] = ids[1]  # ids[0] holds the slot, ids[2] waits behind
+    store = api.engine.store
+    first = await store.queued_keys(None, 2)
+    assert [(q.app, q.key, q.head, q.held) for q in first] == [
+        ("orders", key, heads[key], 1) for key in ("per-customer/a", "per-customer/b")
+    ]
+    rest = await store.queued_keys(("orders", "per-customer/b"), 2)
+    assert [q.key for q in rest] == ["per-customer/c", "per-customer/d"]
+    assert [q.head for q in rest] == [heads["per-customer/c"], heads["per-customer/d"]]
+    assert await store.queued_keys(("orders", "per-customer/d"), 2) == []
 
 
 async def test_concurrency_is_validated_and_nothing_is_stored(api: Api) -> None:

@@ -4,12 +4,16 @@ replayed, missing state keys; nothing stored) and the paged, resumable, idempote
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
+import trio
 
+from foliot.core.workflow import deploy
 from foliot.core.workflow.definition import Definition, parse_definition
 from foliot.core.workflow.model import Run
+from foliot.http import deploys
 from foliot.http.deploys import MAX_REPLAY_EVENTS, build_report, replay_chunks
 from foliot.storage import deploy_sql
 from foliot.storage.base import UnitOfWork
@@ -81,7 +85,7 @@ async def test_dry_run_reports_open_and_recorded_runs_and_stores_nothing(api: Ap
     listed = await api.call("GET", "/apps/orders/workflows/order")
     assert listed.json()["version"] == 1  # nothing registered
     same = await post(api, "workflows/order/dry-run", {"definition": V1, "replay": 1})
-    assert same.json()["recorded"] == {"sampled": 1, "same": 1, "diverged": []}
+    assert same.json()["recorded"] == {"sampled": 1, "same": 1, "diverged": [], "events": 10, "cursor": None}
     assert {g["verdict"] for g in same.json()["openRuns"]["groups"]} == {"compatible"}
 
 
@@ -446,3 +450,176 @@ async def test_migrate_mid_map_runs_every_item_exactly_once(api: Api) -> None:
         "running": 2,
         "notStarted": 2,
     }
+
+
+# --------------------------------------------------------------------------- bounds (issue 37.6)
+
+
+async def closed_runs(store: Any, count: int) -> None:
+    """`count` closed runs of `order` v1 (c00 the oldest), each with two recorded events."""
+    from foliot.core.workflow.model import Event
+
+    await store.migrate()
+    await store.add_workflow_version("orders", "order", json.dumps(V1), 1)
+    for n in range(count):
+        run = Run(
+            f"c{n:02d}", "orders", "order", 1, "completed", None, {}, 1, 1_800_000_000_000 + n, 0, "t", seq=2
+        )
+        await store.commit(UnitOfWork(run, None, (Event(1, 0, 1, "run_started"), Event(2, 0, 1, "x"))))
+
+
+async def test_a_dry_run_replays_at_most_its_budget_and_resumes_from_its_cursor(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`FOLIOT_DRYRUN_MAX_EVENTS`: past the budget the recorded sample is partial, with a cursor
+    that resumes it after the last run replayed; the parts together are the whole sample."""
+    monkeypatch.setattr(deploys, "REPLAY_BATCH", 7)  # the budget ends inside a page, and on one
+    candidate = parse_definition(V1)
+
+    async def lookup(number: int) -> Definition | None:
+        return candidate
+
+    async with open_store(database_url) as store:
+        await closed_runs(store, 30)
+        whole = await build_report(store, lookup, "orders", "order", candidate, 23)
+        assert whole["recorded"]["sampled"] == 23 and whole["recorded"]["cursor"] is None
+        assert whole["recorded"]["events"] == 46
+        parts, resume = [], None
+        while True:
+            report = await build_report(
+                store, lookup, "orders", "order", candidate, 23, max_events=10, resume=resume
+            )
+            recorded = report["recorded"]
+            parts.append(recorded)
+            assert recorded["events"] <= 10 and recorded["sampled"] == len(recorded["diverged"])
+            if recorded["cursor"] is None:
+                break
+            resume = deploys._dry_run_cursor(recorded["cursor"])
+    assert [p["sampled"] for p in parts] == [5, 5, 5, 5, 3]  # 10 events: 5 runs of 2
+    assert [d for p in parts for d in p["diverged"]] == whole["recorded"]["diverged"]
+    assert sum(p["same"] for p in parts) == whole["recorded"]["same"]
+
+
+async def test_a_replay_runs_off_the_event_loop(database_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While runs are replayed, a concurrent task keeps ticking: each replay waits (in its
+    thread) until the ticker has ticked since it began, which never happens if the replay holds
+    the loop (then each wait times out)."""
+    ticked = threading.Event()
+    held: list[str] = []
+    real = deploy.replay
+
+    def replay(events: Any, run: Run, candidate: Definition, *, truncated: bool = False) -> Any:
+        ticked.clear()
+        result = real(events, run, candidate, truncated=truncated)
+        if not held and not ticked.wait(timeout=2):
+            held.append(run.run_id)
+        return result
+
+    monkeypatch.setattr(deploy, "replay", replay)
+    candidate = parse_definition(V1)
+
+    async def lookup(number: int) -> Definition | None:
+        return candidate
+
+    async with open_store(database_url) as store:
+        await closed_runs(store, 40)
+        ticks = 0
+        async with trio.open_nursery() as nursery:
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    ticked.set()
+                    await trio.lowlevel.checkpoint()
+
+            nursery.start_soon(ticker)
+            report = await build_report(store, lookup, "orders", "order", candidate, 40)
+            nursery.cancel_scope.cancel()
+    assert report["recorded"]["sampled"] == 40
+    assert held == [], f"the loop was held while {held[0]} was replayed"
+    assert ticks > 40
+
+
+async def test_an_apps_concurrent_dry_runs_are_bounded_with_a_429_naming_the_limit(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`FOLIOT_DRYRUN_CONCURRENCY` (2): a third dry-run of the same app while two are under way
+    is refused at once (429, Retry-After, the limit named); another app's is not; once one
+    has answered the app may dry-run again."""
+
+    await api.register(V1)
+    release, arrived = trio.Event(), trio.Event()
+    entered: list[str] = []
+    real = deploys.build_report
+
+    async def slow(store: Any, lookup: Any, app: str, *args: Any, **kw: Any) -> dict[str, Any]:
+        entered.append(app)
+        arrived.set()
+        await release.wait()
+        return await real(store, lookup, app, *args, **kw)
+
+    monkeypatch.setattr(deploys, "build_report", slow)
+    r = await api.client.put("/apps/billing", json={"handlerBaseUrl": api.handler.url}, headers=api.admin())
+    assert r.status_code == 201, r.text
+    billing = {"Authorization": f"Bearer {r.json()['apiKey']}"}
+    r = await api.call("POST", "/apps/billing/workflows", V1, headers=billing)
+    assert r.status_code in (200, 201), r.text
+    answers: list[int] = []
+
+    async def dry_run(app: str = "orders", headers: Any = None) -> None:
+        r = await api.call("POST", f"/apps/{app}/workflows/order/dry-run", V1, headers=headers)
+        answers.append(r.status_code)
+
+    async def until_entered(count: int) -> None:
+        nonlocal arrived
+        with trio.fail_after(10):
+            while len(entered) < count:
+                await arrived.wait()
+                arrived = trio.Event()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(dry_run)
+        nursery.start_soon(dry_run)
+        await until_entered(2)
+        with trio.fail_after(5):  # refused at once, not queued behind the two
+            r = await post(api, "workflows/order/dry-run", V1)
+        assert r.status_code == 429, r.text
+        assert r.headers["Retry-After"] == "1"
+        error = r.json()["error"]
+        assert error["code"] == "overloaded" and error["reason"] == "dry_run_concurrency"
+        assert "FOLIOT_DRYRUN_CONCURRENCY" in error["message"] and error["limit"] == 2
+        nursery.start_soon(dry_run, "billing", billing)
+        await until_entered(3)  # another app's is not refused
+        assert entered == ["orders", "orders", "billing"]
+        release.set()
+    assert answers == [200, 200, 200]
+    r = await post(api, "workflows/order/dry-run", V1)
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("settings_overrides", [{"dryrun_max_events": 15}])
+async def test_a_partial_dry_run_answers_a_cursor_that_resumes_it_over_http(api: Api) -> None:
+    await api.register(V1)
+    done = []
+    for _ in range(3):
+        rid = (await api.start("order"))["runId"]
+        await signal(api, rid, "go", {"ok": True})
+        await signal(api, rid, "done")
+        await api.until(rid, "completed")
+        done.append(rid)
+    seen: list[str] = []
+    params = {"replay": "2"}  # the query's `replay` (the cursor carries the runs left after it)
+    for _ in range(10):
+        r = await post(api, "workflows/order/dry-run", V2, params=params)
+        assert r.status_code == 200, r.text
+        recorded = r.json()["recorded"]
+        assert recorded["sampled"] == 1 and 0 < recorded["events"] <= 15  # one run's events fit
+        seen += [d["runId"] for d in recorded["diverged"]]
+        if recorded["cursor"] is None:
+            break
+        params = {"cursor": recorded["cursor"]}
+    assert seen == done[::-1][:2]  # the last two closed runs, newest first, each once
+    for bad in ("garbage", "W1sxLCJ4Il0", ""):
+        r = await post(api, "workflows/order/dry-run", V2, params={"cursor": bad})
+        assert r.status_code == 400 and r.json()["error"]["field"] == "cursor", r.text

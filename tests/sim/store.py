@@ -30,6 +30,7 @@ from foliot.storage.base import (
     AppRecord,
     CommitObserver,
     IdempotencyRecord,
+    QueuedKey,
     SecretRecord,
     TimerRecord,
     UnitOfWork,
@@ -273,9 +274,15 @@ class FakeStore:
                 links.append((child, parent))
         return links
 
-    async def queued_keys(self) -> list[tuple[str, str]]:
+    async def queued_keys(self, after: tuple[str, str] | None, limit: int) -> list[QueuedKey]:
         await trio.lowlevel.checkpoint()
-        return sorted(set(self.queue_key.values()))
+        keys = sorted(k for k in set(self.queue_key.values()) if after is None or k > after)[:limit]
+        page = []
+        for app, key in keys:
+            head = self.runs[self._heads((app, key), 1)[0]]
+            held = sum(1 for k in self.slot_key.values() if k == (app, key))
+            page.append(QueuedKey(app, key, head.run_id, head.version, head.created_at, held))
+        return page
 
     async def queue_heads(self, app: str, key: str, limit: int) -> list[str]:
         await trio.lowlevel.checkpoint()

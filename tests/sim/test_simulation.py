@@ -31,12 +31,9 @@ DEFECTS = [
     # for the next restart, and its caller was told nothing was changed.
     (108, [6], LOST, "a start: its first push never sent"),
     (7, [15, 16], LOST, "a child's close: its parent never told"),
-    (
-        51,
-        [4, 5, 6, 7, 14, 15, 18, 19, 20, 21, 22, 23],
-        LOST,
-        "a task's answer: its next step's sleep never armed",
-    ),
+    # Re-picked when the concurrency pump stopped polling (issue 37.5) moved seed 51 away: the
+    # whole seed fails with `RunKind.applied` answering "not applied" (a sleep never fired).
+    (440, None, LOST, "a task's answer: its next step's sleep never armed"),
     (127, [20, 21, 23, 24, 25, 26], LOST, "a failed attempt: its retry never armed"),
     (160, [1, 3, 7, 8, 10, 11, 12, 13], LOST, "a retry's firing: the next attempt never pushed"),
     (163, [10, 11, 12, 13, 14, 15], LOST, "a claim: the task's deadline never armed"),
@@ -53,7 +50,8 @@ DEFECTS = [
     # A defect of the simulation's own, not of foliot: a commit in flight when the node died,
     # applied afterwards ("orphaned") with its slot admission refused, was logged as itself
     # rather than as its `otherwise` (the run queued): the checker saw two runs in a slot of 1.
-    (600454, None, "commit_orphaned", "harness: an orphaned refused admission logged as admitted"),
+    # (Seed 600454 until the pump stopped polling, issue 37.5; 17172 fails with that logging.)
+    (17172, None, "commit_orphaned", "harness: an orphaned refused admission logged as admitted"),
 ]
 
 

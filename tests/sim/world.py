@@ -263,7 +263,7 @@ class Connection:
                     continue
                 self.world.count("commit_orphaned")
                 # Its slot admission refused, what landed is its `otherwise` (the run queued):
-                # logged as the unit, the checker saw one more run holding the slot (seed 600454).
+                # logged as the unit, the checker saw one more run holding the slot (seed 17172).
                 self.world.committed(unit if written or unit.otherwise is None else unit.otherwise)
         self.in_flight.clear()
 

@@ -48,7 +48,12 @@ from .actor import RunKind, first_slot, slot_of
 from .debounce import DebouncedStart
 from .ids import new_run_id, new_task_token
 
-_PUMP_S = 2.0  # how often waiting concurrency keys are re-tried (a lost wake-up's bound)
+# Concurrency keys are woken on change (`WakeQueued`, when a slot is freed); the pump's sweep
+# only repairs a lost wake-up: every `_SWEEP_S`, one page of at most `_SWEEP_KEYS` waiting keys.
+_PUMP_START_S = 2.0  # after a start, every waiting key is looked at once, this soon
+_SWEEP_S = 30.0  # a page of waiting keys is looked at this often; younger heads are left alone
+_SWEEP_KEYS = 200  # keys per page: the sweep's work per period, however many keys wait
+_WAKE_RETRIES_S = (1.0, 4.0)  # a wake-up whose read failed tries again after these
 
 
 P = ParamSpec("P")
@@ -257,10 +262,14 @@ class Runs:
         self._queueing.set()
 
         async def wake() -> None:
-            try:
-                held, heads = await self.host.store.queue_room(app, key, limit or 1)
-            except StorageError:
-                return  # the pump tries again shortly
+            for delay in (*_WAKE_RETRIES_S, None):
+                try:
+                    held, heads = await self.host.store.queue_room(app, key, limit or 1)
+                    break
+                except StorageError:
+                    if delay is None:
+                        return  # left to the pump's sweep
+                    await trio.sleep(delay)
             for place, (run_id, version) in enumerate(heads):
                 if not await self._fits(app, key, version, held + place):
                     break  # nor may a run behind it: a start never overtakes a queued run
@@ -280,22 +289,52 @@ class Runs:
         return definition is None or held < definition.slot_limit(key)
 
     async def pump(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Every few seconds, the oldest run of each concurrency key with runs waiting tries to
-        take a slot, if one is free: what a lost wake-up (a crash, a message between nodes)
-        would leave waiting."""
+        """The safety net for a lost wake-up (a crash between a commit and its effects, a message
+        between nodes, a failed read): a key is woken when a slot of it is freed, so this only
+        sweeps. Once after a start, every waiting key, page after page; then every `_SWEEP_S`
+        one page of at most `_SWEEP_KEYS` keys, resuming where the last one ended (from the
+        first again after the last), each key whose oldest run has waited longer than a period.
+        Its work per period is one read and at most a page of keys however many keys wait, so
+        an idle node's CPU does not grow with them; every key is looked at again within
+        ceil(keys / `_SWEEP_KEYS`) periods. With no key waiting it sleeps until a run queues."""
         task_status.started()
+        await trio.sleep(_PUMP_START_S)
+        after: tuple[str, str] | None = None
+        self._queueing = trio.Event()  # set again by a page with keys, or by a run queueing
+        try:
+            while (after := await self._sweep(after, self.host.clock.now())) is not None:
+                pass
+        except StorageError:
+            self._queueing.set()  # the next period looks again
+        after = None
         while True:
             await self._queueing.wait()
-            await trio.sleep(_PUMP_S)
+            await trio.sleep(_SWEEP_S)
+            if after is None:
+                # A new cycle: a run queueing from now on sets the new event (none is missed),
+                # and a cycle whose first page is empty lets the pump sleep until one does.
+                self._queueing = trio.Event()
             try:
-                keys = await self.host.store.queued_keys()
+                after = await self._sweep(after, self.host.clock.now() - int(_SWEEP_S * 1000))
             except StorageError:
+                self._queueing.set()  # try again next period
+
+    async def _sweep(self, after: tuple[str, str] | None, cutoff: int) -> tuple[str, str] | None:
+        """One page of the pump's sweep, of the keys after `after`: each whose head was created
+        before `cutoff`, has a slot free (`_fits`) and is this node's is told `Admit` (as a
+        wake-up would). Where the next page starts (None: from the first key again)."""
+        page = await self.host.store.queued_keys(after, _SWEEP_KEYS + 1)  # one more: is there?
+        if page:
+            self._queueing.set()
+        for queued in page[:_SWEEP_KEYS]:
+            if queued.since >= cutoff or not self.host.accepts(queued.head):
                 continue
-            if not keys:
-                self._queueing = trio.Event()  # nothing waits: sleep until something queues
-                continue
-            for app, key in keys:
-                self.wake_queued(app, key, local_only=True)
+            if await self._fits(queued.app, queued.key, queued.version, queued.held):
+                self.tell(queued.head, machine.Admit())
+        if len(page) <= _SWEEP_KEYS:
+            return None
+        last = page[_SWEEP_KEYS - 1]
+        return last.app, last.key
 
     async def reconcile(self, only: Callable[[str], bool]) -> tuple[int, int]:
         """After a restart: what parents and children may not have been told (`children`)."""
