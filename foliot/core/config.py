@@ -114,6 +114,8 @@ class Settings:
     # Runs one unit of work may create: a run, map or parallel step's children and theirs
     # (`too_many_runs` past it; kinds/run/children.py).
     max_tree_runs: int = 10_000
+    # Open runs one app may have (issue 37); a start past it is refused (`quota_exceeded`, 429).
+    app_max_open_runs: int = 1_000_000
     max_live_actors: int = 100_000
     passivate_after_ms: int = 60_000
     mailbox_size: int = 64
@@ -239,6 +241,7 @@ class Settings:
             payload_max_bytes=payload_max,
             sync_task_max_ms=_int(e, "FOLIOT_SYNC_TASK_MAX_MS", 30_000),
             max_tree_runs=max(1, _int(e, "FOLIOT_MAX_TREE_RUNS", 10_000)),
+            app_max_open_runs=max(1, _int(e, "FOLIOT_APP_MAX_OPEN_RUNS", 1_000_000)),
             max_live_actors=_int(e, "FOLIOT_MAX_LIVE_ACTORS", 100_000),
             passivate_after_ms=_int(e, "FOLIOT_PASSIVATE_AFTER_MS", 60_000),
             mailbox_size=_int(e, "FOLIOT_MAILBOX_SIZE", 64),

@@ -306,6 +306,14 @@ class FakeStore:
         await trio.lowlevel.checkpoint()
         return None
 
+    async def get_app_limits(self, app: str) -> dict[str, int | float]:
+        await trio.lowlevel.checkpoint()
+        return {}
+
+    async def open_runs_of(self, app: str) -> int:
+        await trio.lowlevel.checkpoint()
+        return sum(1 for run in self.runs.values() if run.app == app and run.is_open)
+
     async def count_open_runs(self) -> dict[str, int]:
         await trio.lowlevel.checkpoint()
         counts: dict[str, int] = {}

@@ -188,12 +188,14 @@ class TreeTooLarge:
     """The child runs a transition asked for would, with their own children, create more runs in
     one unit of work than the node allows (`FOLIOT_MAX_TREE_RUNS`): the step that asked fails
     with `too_many_runs` (not retried: the same input asks for the same tree) and none of them
-    is created."""
+    is created. Also when they would put the app over its open-runs limit (`code`
+    `quota_exceeded`, issue 37)."""
 
     step: str
     generation: int
     attempt: int
     message: str
+    code: str = "too_many_runs"
 
 
 @attrs.frozen
@@ -1759,7 +1761,7 @@ def _on_tree_too_large(tx: _Tx, msg: TreeTooLarge) -> Reply | None:
         return Ok("stale")
     step = tx.definition.step(fan.step)
     tx.set(fan=None, timer=None, wake_at=None)
-    tx.step_failed_or_hold(step, ErrorInfo(step.name, "too_many_runs", msg.message))
+    tx.step_failed_or_hold(step, ErrorInfo(step.name, msg.code, msg.message))
     return None
 
 

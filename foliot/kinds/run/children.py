@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from ...core.errors import OverQuota
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.machine import ChildRunClosed, Gathered, Transition
@@ -42,26 +43,36 @@ async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Tr
     """`tr` with its gathers applied and its children resolved, and the child runs' own start
     transitions (parents before their children) to commit with it.
 
-    At most `FOLIOT_MAX_TREE_RUNS` runs are created in one unit of work (children, their own
-    children, ...): past it, nothing is created and the step that asked fails with
-    `too_many_runs`. The count stops the walk as soon as it passes the limit, so a definition
-    whose tree is exponential costs no more than the limit to refuse."""
+    At most `FOLIOT_MAX_TREE_RUNS` runs (or the app's `maxTreeRuns` override) are created in one
+    unit of work (children, their own children, ...): past it, nothing is created and the step
+    that asked fails with `too_many_runs`. The count stops the walk as soon as it passes the
+    limit, so a definition whose tree is exponential costs no more than the limit to refuse.
+    A tree that would put the app over its open-runs limit (`Runs.within_open_runs`) is not
+    started either: the step fails with `quota_exceeded`."""
     if not tr.children and tr.gather is None:
         return tr, []
-    budget = [runs.host.settings.max_tree_runs]
-    try:
-        return await _settle(runs, tr, definition, budget)
-    except _TreeTooLarge:
-        pass
+    limits = await runs.host.directory.limits(tr.run.app, runs.host.settings)
+    limit = limits.max_tree_runs
     fan = tr.run.fan
+    step = fan.step if fan is not None else ""
+    try:
+        settled, started = await _settle(runs, tr, definition, [limit])
+        if started:
+            # The app's open-runs limit (issue 37), for the whole tree at once: all or none.
+            await runs.within_open_runs(tr.run.app, len(started))
+        return settled, started
+    except _TreeTooLarge:
+        code = "too_many_runs"
+        text = (
+            f"step {step!r} would start more than {limit} runs in one go (its children and theirs;"
+            f" {limits.setting('maxTreeRuns')}): none was started"
+        )
+    except OverQuota as exc:
+        code = "quota_exceeded"
+        text = f"step {step!r} started no child run: {exc.message}"
     if fan is None:  # pragma: no cover - children are only asked for by a fan-out step
         raise AssertionError("a tree of child runs without a fan-out")
-    limit = runs.host.settings.max_tree_runs
-    text = (
-        f"step {fan.step!r} would start more than {limit} runs in one go (its children and theirs;"
-        " FOLIOT_MAX_TREE_RUNS): none was started"
-    )
-    refused = machine.TreeTooLarge(fan.step, fan.generation, fan.attempt, text)
+    refused = machine.TreeTooLarge(fan.step, fan.generation, fan.attempt, text, code)
     return machine.chain(tr, machine.transition(tr.run, definition, refused, runs.context())), []
 
 
