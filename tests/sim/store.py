@@ -306,13 +306,19 @@ class FakeStore:
         await trio.lowlevel.checkpoint()
         return None
 
+    def app_limits(self, app: str) -> dict[str, int | float]:
+        return {}  # no overrides: every app has the settings' limits
+
+    def open_runs(self, app: str) -> int:
+        return sum(1 for run in self.runs.values() if run.app == app and run.is_open)
+
     async def get_app_limits(self, app: str) -> dict[str, int | float]:
         await trio.lowlevel.checkpoint()
-        return {}
+        return self.app_limits(app)
 
     async def open_runs_of(self, app: str) -> int:
         await trio.lowlevel.checkpoint()
-        return sum(1 for run in self.runs.values() if run.app == app and run.is_open)
+        return self.open_runs(app)
 
     async def count_open_runs(self) -> dict[str, int]:
         await trio.lowlevel.checkpoint()
