@@ -14,7 +14,11 @@ it checks that recovery cancelled no child (their parents all wait for them) and
 signalled child still completes and is counted by its parent.
 
 When filed (issue 37): /readyz took 48-54 s at 1.4 GB with ~168,000 open children, because
-recovery read every open child with its parent's whole document at once.
+recovery read every open child with its parent's whole document at once. Measured on a shared
+2-core machine, SQLite: before the fix (main 3fd06f7) 10 x 1,000 children took 144.7 s to
+/readyz at 4.57 GB peak, and 100 x 1,000 passed 9.9 GB, not ready after 90 s (killed); with
+recovery in pages, 100 x 1,000 were ready in 11.8 s (4.5 s of it the empty-database floor) at
+81 MB peak, no child cancelled.
 """
 
 from __future__ import annotations
