@@ -1868,6 +1868,8 @@ def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
         tx.set(version=msg.version)
         tx.definition = msg.target
         tx.emit("run_migrated", step, **data, toStep=step, inPlace=True)
+        if run.status == "queued" and run.concurrency_key is not None:
+            tx.wake(run.concurrency_key)  # its new version's limit may leave it a slot now
         tx.reply = Ok(tx.run)
         return None
     assert to_step is not None
