@@ -110,3 +110,21 @@ async def test_a_queued_run_migrated_off_concurrency_is_admitted_and_the_dry_run
     assert r.json()["migrated"] == 2, r.text
     assert await _admitted_within(api, queued["runId"], 3)
     assert "concurrency" in str(group), group
+
+
+async def test_a_pending_debounced_run_is_not_rewound(api: Api) -> None:
+    """A rewind made a trailing debounced run begin before its burst ended: past its key's
+    concurrency limit (two runs active of a limit of 1), and with its burst left claimed, so
+    every later debounced start of the key answered 409 until the run closed."""
+    await api.register({**KEYED, "concurrency": {"limit": 1}})
+    holder = await api.start("keyed", {})
+    body = {"workflow": "keyed", "input": {"n": 1}, "debounce": {"key": "d", "period": "1h"}}
+    pending = (await api.call("POST", f"/apps/{api.app}/runs", body)).json()["runId"]
+    r = await api.call("POST", f"/apps/{api.app}/runs/{pending}/rewind", {"toStep": "hold"})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "invalid_status", r.text
+    assert "debounced run that has not begun" in r.json()["error"]["message"]
+    assert (await api.run(pending))["status"] == "sleeping"
+    assert (await api.run(holder["runId"]))["status"] == "waiting"
+    again = await api.call("POST", f"/apps/{api.app}/runs", {**body, "input": {"n": 2}})
+    assert again.status_code == 202 and again.json()["runId"] == pending, again.text
+    assert (await api.run(pending))["input"] == {"n": 2}
