@@ -25,6 +25,7 @@ class Lanes:
         self._lanes: dict[str, tuple[float, float]] = {}  # app -> (tokens, at)
         self.taken = 0
         self.deferred = 0
+        self._calls = 0
 
     def take(self, app: str, now: float) -> float:
         """Take one of `app`'s tokens: 0.0, or (none left) the seconds until its next one."""
@@ -39,9 +40,24 @@ class Lanes:
         self.deferred += 1
         return (1 - tokens) / self.rate
 
+    def take_up_to(self, app: str, n: int, now: float) -> tuple[int, float]:
+        """Take up to `n` of `app`'s tokens: (how many were taken, and when fewer than `n`, the
+        seconds until the next one)."""
+        self._forget_full(now)
+        tokens, at = self._lanes.get(app, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        granted = min(n, int(tokens))
+        self._lanes[app] = (tokens - granted, now)
+        self.taken += granted
+        if granted < n:
+            self.deferred += 1
+            return granted, (1 - (tokens - granted)) / self.rate
+        return granted, 0.0
+
     def _forget_full(self, now: float) -> None:
         """Every few hundred takes: drop the lanes refilled since (a new one starts full)."""
-        if (self.taken + self.deferred) % 256:
+        self._calls += 1
+        if self._calls % 256:
             return
         full = [a for a, (t, at) in self._lanes.items() if t + (now - at) * self.rate >= self.burst]
         for app in full:

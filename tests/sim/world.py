@@ -186,6 +186,8 @@ _READS = frozenset(
         "open_tasks",
         "children_of",
         "child_links",
+        "parent_fans",
+        "get_runs",
         "queued_keys",
         "queue_heads",
         "queue_room",

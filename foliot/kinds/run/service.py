@@ -106,7 +106,12 @@ class Runs:
             signal_buffer_max=settings.signal_buffer_max,
             signal_buffer_max_bytes=settings.signal_buffer_max_bytes,
             new_run_id=self._new_child_id,
+            grant_children=self._grant_children,
         )
+
+    def _grant_children(self, app: str, n: int) -> tuple[int, int]:
+        granted, wait_s = self.host.admission.child_lanes.take_up_to(app, n, trio.current_time())
+        return granted, int(wait_s * 1000) + 1
 
     def _new_child_id(self) -> str:
         return self.host.new_id(self.new_run_id)
