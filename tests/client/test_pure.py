@@ -223,3 +223,19 @@ def test_every_way_the_cli_prints_a_server_string_escapes_control_codes(
     assert printed.count(HOSTILE_SHOWN) == 4 and not any(c in printed for c in "\x1b\x07\x9b\x7f\x00\r")
     Output(as_json=True).record({"businessKey": HOSTILE})
     assert json.loads(capsys.readouterr().out) == {"businessKey": HOSTILE}  # --json: as the server sent it
+
+
+def test_bidirectional_formatting_characters_are_shown_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    """A business key with U+202E (right-to-left override) reached the terminal raw from
+    `runs list`, `runs show`, `runs events` and `schedules show`: the rest of its line is shown
+    reversed, so a cell could read as another run's id or status ("Trojan Source")."""
+    spoof = "bk\u202edeliatf\u2066x\u2069\u200f"
+    assert printable(spoof) == "bk\\u202edeliatf\\u2066x\\u2069\\u200f"
+    assert cell({"k": "\u202e"}) == '{"k":"\\u202e"}'
+    rtl = "caf\u00e9 \u05e9\u05dc\u05d5\u05dd"
+    assert printable(rtl) == rtl  # right-to-left text itself stays
+    out = Output(as_json=False)
+    out.table([{"businessKey": spoof}], ["businessKey"])
+    out.record({"input": {"k": spoof}})
+    printed = capsys.readouterr().out
+    assert not any(c in printed for c in "\u202e\u2066\u2069\u200f"), printed

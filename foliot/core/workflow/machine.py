@@ -1404,7 +1404,9 @@ def _skippable(run: Run, definition: Definition) -> bool:
 INTERVENTIONS: Final[dict[str, Callable[[Run, Definition], bool]]] = {
     "cancel": lambda run, _: run.is_open,
     "redrive": lambda run, _: run.status in ("failed", "stuck", "timed_out") and run.current_step is not None,
-    "rewind": lambda run, _: run.status not in ("cancelled", "paused", "queued"),
+    # Not a trailing debounced run that has not begun (`debounce_key` set): it would begin past
+    # its key's concurrency slot and leave its burst claimed (every later start of the key 409).
+    "rewind": lambda run, _: run.status not in ("cancelled", "paused", "queued") and run.debounce_key is None,
     "skip": _skippable,
     "state": lambda run, _: run.status != "cancelled",
     "pause": lambda run, _: run.is_open and run.status != "paused",
@@ -1461,6 +1463,13 @@ def compensated_refusal(run: Run) -> str | None:
 
 def _on_rewind(tx: _Tx, msg: Rewind) -> Reply | None:
     run = tx.run
+    if run.debounce_key is not None and run.status != "paused":
+        return Rejected(
+            409,
+            "invalid_status",
+            f"cannot rewind run {run.run_id}: a debounced run that has not begun (it begins when its"
+            " burst ends; cancel it to drop it)",
+        )
     if not accepts(run, "rewind", tx.definition):
         return _invalid_status(run, "rewind")
     target = msg.target or tx.definition
@@ -1897,6 +1906,8 @@ def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
         tx.set(version=msg.version)
         tx.definition = msg.target
         tx.emit("run_migrated", step, **data, toStep=step, inPlace=True)
+        if run.status == "queued" and run.concurrency_key is not None:
+            tx.wake(run.concurrency_key)  # its new version's limit may leave it a slot now
         tx.reply = Ok(tx.run)
         return None
     assert to_step is not None

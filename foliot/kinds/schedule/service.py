@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import trio
+
 from ...actors.messages import Envelope, ReplySlot
 from ...actors.placement import check_local
 from ...core.errors import InvalidRequest, QuotaExceeded, Unavailable
@@ -32,6 +34,9 @@ class Schedules:
     def __init__(self, host: KindHost, runs: RunStarter, meter: ScheduleMeter | None = None) -> None:
         self.host = host
         self.kind = ScheduleKind(host, runs, meter)
+        # Per app: the lock its PUTs take around the quota check and the write, and how many
+        # hold or wait for it (the entry is dropped at 0), so concurrent PUTs cannot each pass.
+        self._quota_locks: dict[str, tuple[trio.Lock, list[int]]] = {}
 
     def _check_ready(self) -> None:
         if not self.host.ready:
@@ -62,8 +67,16 @@ class Schedules:
     ) -> tuple[ScheduleState, bool]:
         """Create or replace a schedule: (its document, created)."""
         await self._workflow_exists(app, schedule)
-        await self._within_quotas(app, name, schedule)
-        reply, state = await self.ask(app, name, Put(schedule, paused))
+        lock, users = self._quota_locks.setdefault(app, (trio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:  # the check and the write of one app's PUTs one at a time
+                await self._within_quotas(app, name, schedule)
+                reply, state = await self.ask(app, name, Put(schedule, paused))
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._quota_locks[app]
         return state, bool(reply["created"])
 
     async def _within_quotas(self, app: str, name: str, schedule: Schedule) -> None:
@@ -71,8 +84,8 @@ class Schedules:
         (paused ones too: an unpause is not checked) at most `schedule_fire_rate_per_app` fires
         per second together (each overridden by the app's limits, `schedules`,
         `scheduleFireRate`). A replace that does not raise the app's rate is always taken (the
-        limit may have been lowered since). Checked here, not under a lock: two PUTs of one app
-        at the same instant may each pass."""
+        limit may have been lowered since). Checked under the app's lock on this node (`put`):
+        in a cluster, two PUTs of one app to schedules other nodes own may still each pass."""
         limits = await self.host.directory.limits(app, self.host.settings)
         documents = await self.host.store.schedule_documents(app)
         exists, others, rate, own = await app_load_of(documents, name)

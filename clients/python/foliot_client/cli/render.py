@@ -38,8 +38,13 @@ LEFT_BEHIND = 6  # done, but some runs were refused (`workflows migrate`): they 
 
 GAP = 2  # spaces between two table columns
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_JSON_UNESCAPED = re.compile(r"[\x7f-\x9f]")  # the controls `json.dumps` leaves as they are
+# The bidirectional formatting characters (LRM, RLM, ALM, the embeddings, overrides and
+# isolates): not controls, but they reorder what follows on the line, so a business key could
+# show another run's id or status in a cell ("Trojan Source"): shown escaped as `\u202e`.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}]")
+_ESCAPED = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_BIDI}\\\\]")
+_JSON_UNESCAPED = re.compile(f"[\\x7f-\\x9f{_BIDI}]")  # what `json.dumps` leaves as it is
 
 
 def printable(text: str, keep: str = "\n\t") -> str:
@@ -54,9 +59,11 @@ def printable(text: str, keep: str = "\n\t") -> str:
         c = found.group()
         if c == "\\":
             return "\\\\"
-        return c if c in keep else f"\\x{ord(c):02x}"
+        if c in keep:
+            return c
+        return f"\\x{ord(c):02x}" if ord(c) <= 0xFF else f"\\u{ord(c):04x}"
 
-    return re.sub(r"[\x00-\x1f\x7f-\x9f\\]", escape, text)
+    return _ESCAPED.sub(escape, text)
 
 
 def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
