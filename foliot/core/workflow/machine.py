@@ -1215,6 +1215,11 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
         tx.set(timer=None, wake_at=None, debounce_key=None, status="running")
         tx.emit("debounce_ended", None, waitedMs=tx.ctx.now - run.created_at)
         _begin(tx)
+        if tx.run.waits_for_slot:
+            # Queued now, not at its start (`adopt` wakes only new runs): the key's oldest run
+            # tries a slot at once, and the pump learns a run waits (found by the simulation).
+            assert tx.run.concurrency_key is not None
+            tx.wake(tx.run.concurrency_key)
         return None
     assert run.current_step is not None
     step = tx.definition.step(run.current_step)
