@@ -149,10 +149,13 @@ def _history(run: Run, events: list[Event], store: Any) -> list[Violation]:
     restarts = sum(
         1
         for e in events
-        if e.type in ("run_redriven", "run_rewound") or (e.type == "run_migrated" and not e.data.get("inPlace"))
+        if e.type in ("run_redriven", "run_rewound")
+        or (e.type == "run_migrated" and not e.data.get("inPlace"))
     )
     if run.generation != 1 + restarts:
-        bad(f"generation {run.generation} after {restarts} redrives, rewinds and migrations re-entering a step")
+        bad(
+            f"generation {run.generation} after {restarts} redrives, rewinds and migrations re-entering a step"
+        )
     terminal = [i for i, e in enumerate(events) if e.type in TERMINAL.values()]
     reopened = [i for i, e in enumerate(events) if e.type in REOPEN]
     if not run.is_open:
@@ -639,10 +642,17 @@ def _counters(store: Any) -> list[Violation]:
     for run_id, run in store.runs.items():
         holds = bool(run.holds_slot and run.concurrency_key)
         if holds != (run_id in held):
-            out.append(Violation("counters", f"run {run_id} ({run.status}) holds_slot={holds}, slot_key says"
-                                 f" {run_id in held}", (run_id,)))
+            out.append(
+                Violation(
+                    "counters",
+                    f"run {run_id} ({run.status}) holds_slot={holds}, slot_key says {run_id in held}",
+                    (run_id,),
+                )
+            )
         if run_id in queued and not (run.is_open and run.status in ("queued", "paused")):
-            out.append(Violation("counters", f"run {run_id} ({run.status}) still in its key's queue", (run_id,)))
+            out.append(
+                Violation("counters", f"run {run_id} ({run.status}) still in its key's queue", (run_id,))
+            )
         if run.status == "queued" and run.concurrency_key and run_id not in queued:
             out.append(Violation("counters", f"run {run_id} queued but not in its key's queue", (run_id,)))
     if sum(counted.values()) != sum(1 for r in store.runs.values() if r.is_open):
@@ -760,9 +770,15 @@ def _root_cause(world: World) -> list[Violation]:
         last_start = next((e for e in reversed(events) if e.type == "step_started"), None)
         if last_start is None or last_start.step != "refund" or run.error.step == "refund":
             continue  # failed elsewhere, or its compensation failed (its own error, redrivable)
-        entered = max(e.seq for e in events if e.type == "step_started" and e.step == "refund"
-                      and not any(x.type == "step_started" and x.step == "refund" and x.seq == e.seq - 1
-                                  for x in events))
+        entered = max(
+            e.seq
+            for e in events
+            if e.type == "step_started"
+            and e.step == "refund"
+            and not any(
+                x.type == "step_started" and x.step == "refund" and x.seq == e.seq - 1 for x in events
+            )
+        )
         failed = [e for e in events if e.type == "step_failed" and e.step != "refund" and e.seq < entered]
         compensated = run.error.compensated
         if not failed:
@@ -770,7 +786,9 @@ def _root_cause(world: World) -> list[Violation]:
         cause = failed[-1]
         if compensated is None or compensated.compensated_by != "refund":
             out.append(
-                Violation("root_cause", f"run {run_id} reached $fail through refund, error {run.error}", (run_id,))
+                Violation(
+                    "root_cause", f"run {run_id} reached $fail through refund, error {run.error}", (run_id,)
+                )
             )
         elif (compensated.step, compensated.cls) != (cause.step, cause.data.get("class")):
             out.append(
@@ -793,7 +811,11 @@ def _tokens(world: World) -> list[Violation]:
     store = world.store
     granted = sum(n for _, _, n in store.takes)
     if granted != world.tokens_counted:
-        out.append(Violation("tokens", f"the store granted {granted} tokens, the nodes counted {world.tokens_counted}"))
+        out.append(
+            Violation(
+                "tokens", f"the store granted {granted} tokens, the nodes counted {world.tokens_counted}"
+            )
+        )
     sends = sorted(at for at, _, _, step in world.sends if step == "label")
     crashes = [(at - T0) / 1000 for at, what in world.events if "crashed" in what]
     used = 0

@@ -114,7 +114,9 @@ def _combo(rng: random.Random) -> dict[str, Any]:
                 ],
             }
         ),
-        "one": lambda: fan_extras({"name": "one", "type": "run", "workflow": "ship", "inputPath": "input.one"}),
+        "one": lambda: fan_extras(
+            {"name": "one", "type": "run", "workflow": "ship", "inputPath": "input.one"}
+        ),
     }
     chosen = [name for name in menu if rng.random() < 0.7] or ["fan"]
     rng.shuffle(chosen)
@@ -357,7 +359,9 @@ class CombinedClients:
         elif op.kind == "migrate":
             if run.workflow != "combo" or self.deployed < 2:
                 return
-            version = rng.choice([v for v in range(1, self.deployed + 1) if v != run.version] or [run.version])
+            version = rng.choice(
+                [v for v in range(1, self.deployed + 1) if v != run.version] or [run.version]
+            )
 
             async def migrate(node: Any) -> Any:
                 target = await node.directory.maybe_definition(APP, "combo", version)

@@ -164,6 +164,10 @@ class FakeStore:
                     == (run.app, run.workflow, run.business_key)
                 ):
                     raise UniqueViolation("business_key")
+        held_seqs = {e.seq for e in self.events.get(run.run_id, ())}
+        seqs = [e.seq for e in unit.events]
+        if len(set(seqs)) != len(seqs) or held_seqs.intersection(seqs):
+            raise UniqueViolation("events", f"run {run.run_id}: an event's seq is taken")
         if len(set(unit.signal_ids)) != len(unit.signal_ids) or any(
             (run.run_id, s) in self.signal_ids for s in unit.signal_ids
         ):
@@ -226,6 +230,10 @@ class FakeStore:
             self.fail_reads -= 1
             raise StorageUnavailable("the database is down")
         return self.runs.get(run_id)
+
+    async def list_events(self, run_id: str, after_seq: int, limit: int) -> list[Event]:
+        await trio.lowlevel.checkpoint()
+        return [e for e in self.events.get(run_id, []) if e.seq > after_seq][:limit]
 
     async def get_workflow(self, app: str, name: str, version: int | None) -> WorkflowRecord | None:
         await trio.lowlevel.checkpoint()
