@@ -154,7 +154,8 @@ def _history(run: Run, events: list[Event], store: Any) -> list[Violation]:
     )
     if run.generation != 1 + restarts:
         bad(
-            f"generation {run.generation} after {restarts} redrives, rewinds and migrations re-entering a step"
+            f"generation {run.generation} after {restarts} redrives, rewinds and migrations"
+            " re-entering a step"
         )
     terminal = [i for i, e in enumerate(events) if e.type in TERMINAL.values()]
     reopened = [i for i, e in enumerate(events) if e.type in REOPEN]
@@ -753,9 +754,9 @@ def _compensation(world: World) -> list[Violation]:
                     )
                 )
     for call in world.calls:
-        if call.kind == "redrive" and call.outcome == "refused" and "compensated" in str(call.value):
-            if not str(call.value).startswith("409"):
-                out.append(Violation("compensation_twice", f"a redrive refused as {call.value}, not 409"))
+        value = str(call.value)
+        if call.kind == "redrive" and "compensated" in value and not value.startswith("409"):
+            out.append(Violation("compensation_twice", f"a redrive refused as {call.value}, not 409"))
     return out
 
 

@@ -24,8 +24,8 @@ import trio
 from foliot.actors.timer_wheel import Position
 from foliot.core.errors import StaleWrite, StorageUnavailable, UniqueViolation
 from foliot.core.workflow.definition import canonical_json
-from foliot.core.workflow.model import Event, Run, TaskRow, run_from_dict
 from foliot.core.workflow.flow import take_tokens
+from foliot.core.workflow.model import Event, Run, TaskRow, run_from_dict
 from foliot.storage.base import (
     DEBOUNCE_TAKEN,
     SIGNAL_ID_UNIQUE,
@@ -187,9 +187,9 @@ class FakeStore:
             if head and head[0] != run.run_id:
                 raise UniqueViolation(SLOT_TAKEN, f"an older run waits for a slot of {slot.key!r}")
         change = unit.debounce
-        if change is not None and change.kind == "claim":  # `run_sql.debounce_tx`
-            if (run.app, change.workflow, change.key) in self.debounce:
-                raise UniqueViolation(DEBOUNCE_TAKEN, f"debounce key {change.key!r} has a burst under way")
+        claimed = change is not None and change.kind == "claim"  # `run_sql.debounce_tx`
+        if claimed and change is not None and (run.app, change.workflow, change.key) in self.debounce:
+            raise UniqueViolation(DEBOUNCE_TAKEN, f"debounce key {change.key!r} has a burst under way")
         assert unit.fire is None, "not simulated (schedules)"
 
     def _heads(self, key: tuple[str, str], limit: int) -> list[str]:

@@ -1134,6 +1134,11 @@ def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
         tx.emit("task_accepted", step.name, task.attempt, deadline=deadline)
         return None
     tx.close_task("answered")
+    if msg.via_api:
+        # Answered through `complete` while a push of the attempt may still wait (for its
+        # rate-limit token, a sender) or be in flight: it is not sent after the answer, and
+        # takes no token for a closed attempt (found by tests/sim, seed 168).
+        tx.effects.append(Abort(task.token))
     if isinstance(outcome, Failed):
         tx.emit(
             "task_failed",
