@@ -549,7 +549,6 @@ QUEUED_CALM_S = SWEEP_S + 5.0
 QUEUED_FAULTY_S = SWEEP_S + 30.0 + 20.0 + SWEEP_S + 10.0
 ORPHAN_CALM_S = 10.0  # a cancel needs this long to land once nothing fails
 ORPHAN_FAULTY_S = 120.0
-MONITOR_S = 1.0  # the monitor's period (virtual)
 # A child an operator redrove, rewound or skipped after its parent closed (or stopped waiting
 # for it) runs on without a parent: the API accepts it (known, not fixed: seed 464,
 # `test_simulation.test_a_child_whose_parent_closed_is_not_reopened`), so it is not counted
@@ -559,8 +558,10 @@ TAKE_TO_SEND_S = 1.0  # a token is taken as its push goes: the push follows with
 
 
 class Monitor:
-    """The invariants checked every `MONITOR_S` of virtual time while the world runs (those that
-    need time: a condition that may hold for a moment, not for longer than the engine allows):
+    """The invariants checked after every commit while the world runs (what they look at changes
+    only by a commit, so each condition is seen from the commit that begins it to the one that
+    ends it), every 30 s of the calm period and at the end; those that need time (a condition
+    may hold for a moment, not for longer than the engine allows):
     no run queued with a slot of its key free for longer than the pump's sweep period, and no
     open child without a live parent waiting for it (unless `onParentClose: abandon`) for longer
     than a cancel needs to land. Plus the counters the store keeps against its documents."""
@@ -579,16 +580,10 @@ class Monitor:
         at = self.world.now() - T0
         self.world.observed.append(Violation(check, f"at {at} ms: {message}", runs))
 
-    async def run(self) -> None:
-        while True:
-            await trio.sleep(MONITOR_S)
-            self.sample()
-
     def sample(self) -> None:
         self.samples += 1
-        world, store = self.world, self.world.store
+        store = self.world.store
         now = trio.current_time()
-        calm = world.calm
         # Queued with a free slot of its key (the runs next in its FIFO that fit beside the held).
         free: set[str] = set()
         for key in set(store.queue_key.values()):
@@ -596,14 +591,8 @@ class Monitor:
             room = _limit(key[1]) - held
             if room > 0:
                 free.update(r for r in store._heads(key, room) if store.runs[r].status == "queued")
-        for run_id in list(self.queued_since):
-            if run_id not in free:
-                del self.queued_since[run_id]
-        for run_id in free:
-            since = self.queued_since.setdefault(run_id, now)
-            allowed = QUEUED_CALM_S if calm and since >= self.calm_at else QUEUED_FAULTY_S
-            if calm and since < self.calm_at:
-                allowed = max(0.0, self.calm_at - since) + 2 * SWEEP_S + 5.0
+        for run_id, since in self._track(self.queued_since, free, now):
+            allowed = self._allowed(since, QUEUED_CALM_S, QUEUED_FAULTY_S, 2 * SWEEP_S + 5.0)
             if now - since > allowed:
                 run = store.runs[run_id]
                 self.bad(
@@ -623,14 +612,8 @@ class Monitor:
                 if REOPENED_ORPHANS_ALLOWED and any(e.type in REOPEN for e in store.events[run.run_id]):
                     continue  # reopened by an operator after its parent let it go (see below)
                 orphans.add(run.run_id)
-        for run_id in list(self.orphan_since):
-            if run_id not in orphans:
-                del self.orphan_since[run_id]
-        for run_id in orphans:
-            since = self.orphan_since.setdefault(run_id, now)
-            allowed = ORPHAN_CALM_S if calm and since >= self.calm_at else ORPHAN_FAULTY_S
-            if calm and since < self.calm_at:
-                allowed = self.calm_at - since + ORPHAN_CALM_S + SWEEP_S
+        for run_id, since in self._track(self.orphan_since, orphans, now):
+            allowed = self._allowed(since, ORPHAN_CALM_S, ORPHAN_FAULTY_S, ORPHAN_CALM_S + SWEEP_S)
             if now - since > allowed:
                 run = store.runs[run_id]
                 assert run.parent is not None
@@ -644,9 +627,23 @@ class Monitor:
         for v in _counters(store):
             self.bad(v.check, v.message, v.runs)
 
-    @property
-    def calm_at(self) -> float:
-        return self.world.calm_at if self.world.calm else float("inf")
+    @staticmethod
+    def _track(since: dict[str, float], holding: set[str], now: float) -> list[tuple[str, float]]:
+        """The conditions to judge now: those holding (from when they began) and those that just
+        ended (judged by how long they held, then forgotten)."""
+        ended = [(run_id, t) for run_id, t in since.items() if run_id not in holding]
+        for run_id, _ in ended:
+            del since[run_id]
+        return ended + [(run_id, since.setdefault(run_id, now)) for run_id in sorted(holding)]
+
+    def _allowed(self, since: float, calm_s: float, faulty_s: float, after_calm_s: float) -> float:
+        """How long a condition that began at `since` may hold: `calm_s` if it began once the
+        world was calm, `faulty_s` while faults were injected, and one that began before the calm
+        period may still hold `after_calm_s` into it."""
+        calm_at = self.world.calm_at if self.world.calm else float("inf")
+        if since >= calm_at:
+            return calm_s
+        return max(faulty_s, calm_at - since + after_calm_s) if self.world.calm else faulty_s
 
 
 def _counters(store: Any) -> list[Violation]:

@@ -82,10 +82,9 @@ async def _world(world: World, ops: list[Op | ComboOp]) -> int:
     mixed.register()
     world.limits = {"ship": definitions.ship_limit(), "combo#prep": definitions.prep_limit(1)}
     use_limits(world.limits)
-    monitor = Monitor(world)
+    world.monitor = monitor = Monitor(world)
     async with trio.open_nursery() as nursery:
         await nursery.start(world.serve)
-        nursery.start_soon(monitor.run)
         for number in range(WORKERS):
             nursery.start_soon(worker, world, number)
         with trio.move_on_after(WORKLOAD_LIMIT_S) as limit:
@@ -100,8 +99,10 @@ async def _world(world: World, ops: list[Op | ComboOp]) -> int:
         with trio.move_on_after(CALM_S):
             while True:  # until every open run waits on a caller (or the calm period ends)
                 await trio.sleep(30)  # virtual: the whole world runs under MockClock (see `simulate`)
+                monitor.sample()
                 if quiet(world):
                     break
+        monitor.sample()  # the conditions still holding at the end, judged by how long they held
         up = world.incarnation
         world.ended = up.node.clock.now() if up is not None else world.now()  # the node's own time
         world.crash("the simulation ends")  # nothing more is written: the checks read a still store

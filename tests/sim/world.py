@@ -196,11 +196,8 @@ _READS = frozenset(
         "get_debounce",
         "extend_debounce",
         "drop_debounce",
-        "prune_debounce_keys",
-        "prune_orphan_fires",
         "take_rate_tokens",
         "rate_bucket",
-        "prune_rate_buckets",
         "prune_idempotency",
         "prune_closed_runs",
         "swf_prune_closed",
@@ -431,11 +428,12 @@ class World:
         self.failures: list[str] = []  # what went wrong outside the checker (a crash, a hang)
         # The combined workload (combined.py): every push sent (virtual s, node, run, step),
         # the rate-limit tokens the nodes counted as taken, the concurrency limits by key prefix,
-        # and what the checks made after every commit and every second found (checker.Monitor).
+        # and what the checks made after every commit found (checker.Monitor).
         self.sends: list[tuple[float, int, str, str]] = []
         self.tokens_counted = 0
         self.limits: dict[str, int] = {}
         self.observed: list[Any] = []
+        self.monitor: Any = None  # checker.Monitor: samples the store after every commit
         self.incarnation: Incarnation | None = None
         self.incarnations = 0
         self.ended = 0  # when the simulation ended (epoch ms of virtual time)
@@ -487,6 +485,8 @@ class World:
 
     def committed(self, unit: UnitOfWork) -> None:
         self.units.append((self.now(), unit))
+        if self.monitor is not None:
+            self.monitor.sample()
 
     def deliver(self, via: str, doc: dict[str, Any], incarnation: int) -> None:
         run_id, token = doc["runId"], doc["taskToken"]
