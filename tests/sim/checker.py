@@ -736,8 +736,10 @@ def _map_items(world: World) -> list[Violation]:
 
 
 def _compensated(data: dict[str, Any]) -> bool:
-    error = data.get("error") or {}
-    return bool(error.get("compensatedBy") or (error.get("cause") or {}).get("compensatedBy"))
+    """A `run_failed` event's data: the run failed with a failure its compensation ran for (its
+    own error, or under a `failError`, its cause)."""
+    cause = data.get("cause") or {}
+    return bool(data.get("compensatedBy") or cause.get("compensatedBy") or cause.get("compensated_by"))
 
 
 def _compensation(world: World) -> list[Violation]:

@@ -44,8 +44,8 @@ CUSTOMERS = ("c0", "c1", "c2")
 KINDS = {
     "combo": 30,
     "debounced": 8,
-    "deploy": 4,
-    "migrate": 8,
+    "deploy": 6,
+    "migrate": 14,
     "edit": 4,
     "cancel": 6,
     "redrive": 8,
@@ -343,6 +343,9 @@ class CombinedClients:
             return
         wanted = AIMED_AT.get(op.kind, frozenset())
         fitting = [r for r in mine if runs[r].status in wanted]
+        if op.kind == "migrate":  # mostly a run waiting for its children: a mid-fan-out migration
+            fanning = [r for r in fitting if runs[r].workflow == "combo" and runs[r].fan is not None]
+            fitting = fanning if fanning and rng.random() < 0.7 else fitting
         pool = fitting if fitting and rng.random() < 0.85 else mine
         run_id = pool[int(rng.random() * len(pool))]
         run = runs[run_id]
