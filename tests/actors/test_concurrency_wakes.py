@@ -183,7 +183,7 @@ async def test_a_lost_wake_up_of_a_run_created_by_a_node_whose_clock_was_ahead_i
     """The sweep tells only heads that waited a period, judged by their creation time; a run
     created by a node whose wall clock was ahead (a restart after a clock step) looked younger
     than it was for as long as the difference: its lost wake-up waited that long, not one
-    period (tests/sim seed 49: over 2 minutes). A head the sweep saw a period ago has waited."""
+    period (tests/sim seed 55: over 2 minutes). A head the sweep saw a period ago has waited."""
     ids = await five(env)
     await advance(service._PUMP_START_S + 1)
     env.engine.clock._anchor_ms -= 600_000  # this node's clock is 10 minutes behind theirs

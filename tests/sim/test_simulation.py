@@ -57,14 +57,14 @@ DEFECTS = [
     # The combined workload (issue 38), each fixed in foliot with a test of its own:
     # a trailing debounced run of a limited workflow, queued when its window ended: never woken
     # (its key free, the pump asleep) - `test_a_debounced_run_queued_when_its_burst_ends_wakes_its_key`.
-    (27, None, None, "a debounced run queued at the end of its burst: never admitted"),
+    (65, None, None, "a debounced run queued at the end of its burst: never admitted"),
     # a push re-delivered after a restart waited for its rate-limit token; the attempt was
     # answered through `complete` meanwhile, and the push still went (a token for a closed run)
     # - `test_an_answer_through_complete_aborts_a_push_of_the_attempt_still_waiting`.
     (168, None, "crash", "a push of an answered attempt sent after its token came"),
     # a lost wake-up of a child created by a node whose clock was ahead: the pump's sweep took
     # it for younger than a period for 2 minutes - `test_a_lost_wake_up_of_a_run_created_by_…`.
-    (49, None, "crash", "a queued run left with its key free for the clock difference"),
+    (55, None, "crash", "a queued run left with its key free for the clock difference"),
 ]
 
 
@@ -143,10 +143,10 @@ def test_a_bucket_written_by_a_clock_ahead_holds_sends_back() -> None:
     " naming the parent) needs the route to read the parent, outside the pure machine.",
 )
 def test_a_child_whose_parent_closed_is_not_reopened(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Seed 464: a completed `ship` child is rewound by an operator after its parent completed,
-    and runs again with no parent waiting for it. Fails while that is accepted."""
+    """Seed 104: a `ship` child is redriven by an operator after its parent failed, and runs
+    again with no parent waiting for it. Fails while that is accepted."""
     monkeypatch.setattr(checker, "REOPENED_ORPHANS_ALLOWED", False)
-    result = simulate(464)
+    result = simulate(104)
     assert "orphan" not in {v.check for v in result.violations}
 
 

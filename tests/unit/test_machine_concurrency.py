@@ -123,7 +123,7 @@ def test_a_task_step_with_concurrency_queues_the_run_at_the_step() -> None:
 def test_a_debounced_run_queued_when_its_burst_ends_wakes_its_key() -> None:
     """A trailing burst's run begins when its window ends; a limited workflow's then waits in its
     key's queue, and nothing else would wake the key (a new run's start does, not this): the
-    run stayed queued with its key free, forever (tests/sim seed 27)."""
+    run stayed queued with its key free, forever (tests/sim seed 65)."""
     kit = Kit(STEPS, concurrency={"limit": 1, "key": "input.c"})
     kit.run = machine.start(
         run_id="run1",

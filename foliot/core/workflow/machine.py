@@ -1222,7 +1222,7 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
         _begin(tx)
         if tx.run.waits_for_slot:
             # Queued now, not at its start (`adopt` wakes only new runs): the key's oldest run
-            # tries a slot at once, and the pump learns a run waits (found by the simulation).
+            # tries a slot at once, and the pump learns a run waits (found by tests/sim, seed 65).
             assert tx.run.concurrency_key is not None
             tx.wake(tx.run.concurrency_key)
         return None

@@ -334,7 +334,7 @@ class Runs:
         for queued in page[:_SWEEP_KEYS]:
             # Waited a period: by its creation time, or by this node's own clock since a sweep
             # first saw it at the head (a run created by a node whose wall clock was ahead
-            # looks younger than it is; found by tests/sim, seed 49).
+            # looks younger than it is; found by tests/sim, seed 55).
             first = seen.setdefault(queued.head, now)
             self._heads_this_cycle.add(queued.head)
             if (queued.since >= cutoff and now - first < _SWEEP_S) or not self.host.accepts(queued.head):
