@@ -175,3 +175,21 @@ async def test_a_lost_wake_up_is_repaired_by_the_sweep_within_keys_per_page_peri
     with trio.fail_after(3 * service._SWEEP_S + 1):  # three pages: every key once
         await env.until(keys[last][1], "waiting")
     assert told[1:] == [keys[last][1]]  # the sweep told it, and no run of a full key
+
+
+async def test_a_lost_wake_up_of_a_run_created_by_a_node_whose_clock_was_ahead_is_repaired(
+    env: Env, autojump_clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep tells only heads that waited a period, judged by their creation time; a run
+    created by a node whose wall clock was ahead (a restart after a clock step) looked younger
+    than it was for as long as the difference: its lost wake-up waited that long, not one
+    period (tests/sim seed 55: over 2 minutes). A head the sweep saw a period ago has waited."""
+    ids = await five(env)
+    await advance(service._PUMP_START_S + 1)
+    env.engine.clock._anchor_ms -= 600_000  # this node's clock is 10 minutes behind theirs
+    told = admits(env, monkeypatch, drop=1)
+    await env.engine.runs.ask(ids[0], machine.SignalIn("go"))
+    await trio.testing.wait_all_tasks_blocked()
+    assert told == [ids[2]]  # the close's wake-up, lost on the way
+    with trio.fail_after(2 * service._SWEEP_S + 1):
+        await env.until(ids[2], "waiting")

@@ -25,7 +25,12 @@ def request_hash(body: dict[str, Any]) -> str:
 
 
 async def start(
-    node: Node, workflow: str, input: Any, business_key: str | None, idempotency_key: str | None
+    node: Node,
+    workflow: str,
+    input: Any,
+    business_key: str | None,
+    idempotency_key: str | None,
+    priority: int | None = None,
 ) -> dict[str, Any]:
     """`POST /apps/{app}/runs`: the body, with `created` (False: a replay of the first answer)."""
     digest = request_hash({"workflow": workflow, "input": input, "businessKey": business_key})
@@ -39,6 +44,7 @@ async def start(
         idempotency_key=idempotency_key,
         request_hash=digest,
         render=run_view,
+        **({"priority": priority} if priority is not None else {}),
     )
     return {**body, "created": created}
 

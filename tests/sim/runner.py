@@ -31,7 +31,9 @@ import trio
 import trio._core._run as trio_run
 from trio.testing import MockClock
 
-from .checker import Violation, check, quiet
+from . import combined
+from .checker import Monitor, Violation, check, quiet, use_limits
+from .combined import CombinedClients, ComboOp, Definitions
 from .store import T0
 from .workload import WORKFLOWS, Clients, Op, operations, worker
 from .world import World
@@ -44,7 +46,7 @@ WORKERS = 2
 @attrs.define
 class Result:
     seed: int
-    ops: list[Op]
+    ops: list[Op | ComboOp]
     violations: list[Violation]
     world: World
     seconds: float
@@ -71,10 +73,16 @@ _EXPECTED_ERRORS = (
 )
 
 
-async def _world(world: World, ops: list[Op]) -> int:
+async def _world(world: World, ops: list[Op | ComboOp]) -> int:
     for definition in WORKFLOWS:
         world.store.add_workflow(definition)
     clients = Clients(world, world.seed)
+    definitions = Definitions.draw(world.seed)
+    mixed = CombinedClients(world, definitions)
+    mixed.register()
+    world.limits = {"ship": definitions.ship_limit(), "combo#prep": definitions.prep_limit(1)}
+    use_limits(world.limits)
+    world.monitor = monitor = Monitor(world)
     async with trio.open_nursery() as nursery:
         await nursery.start(world.serve)
         for number in range(WORKERS):
@@ -82,16 +90,19 @@ async def _world(world: World, ops: list[Op]) -> int:
         with trio.move_on_after(WORKLOAD_LIMIT_S) as limit:
             async with trio.open_nursery() as calls:
                 for op in ops:
-                    calls.start_soon(clients.run, op)
+                    calls.start_soon(mixed.run if isinstance(op, ComboOp) else clients.run, op)
         if limit.cancelled_caught:
             world.failures.append(f"the workload's calls did not end within {WORKLOAD_LIMIT_S} s")
         world.calm = True
+        world.calm_at = trio.current_time()
         calm_since = world.now()
         with trio.move_on_after(CALM_S):
             while True:  # until every open run waits on a caller (or the calm period ends)
                 await trio.sleep(30)  # virtual: the whole world runs under MockClock (see `simulate`)
+                monitor.sample()
                 if quiet(world):
                     break
+        monitor.sample()  # the conditions still holding at the end, judged by how long they held
         up = world.incarnation
         world.ended = up.node.clock.now() if up is not None else world.now()  # the node's own time
         world.crash("the simulation ends")  # nothing more is written: the checks read a still store
@@ -102,7 +113,8 @@ async def _world(world: World, ops: list[Op]) -> int:
 def simulate(seed: int, keep: Iterable[int] | None = None) -> Result:
     started = time.perf_counter()
     world = World(seed)
-    ops = operations(seed, world.span_ms)
+    first: list[Op | ComboOp] = list(operations(seed, world.span_ms))
+    ops = first + list(combined.operations(seed, world.span_ms, len(first)))
     if keep is not None:
         kept = set(keep)
         ops = [op for op in ops if op.index in kept]

@@ -24,13 +24,16 @@ import trio
 from foliot.actors.timer_wheel import Position
 from foliot.core.errors import StaleWrite, StorageUnavailable, UniqueViolation
 from foliot.core.workflow.definition import canonical_json
+from foliot.core.workflow.flow import take_tokens
 from foliot.core.workflow.model import Event, Run, TaskRow, run_from_dict
 from foliot.storage.base import (
+    DEBOUNCE_TAKEN,
     SIGNAL_ID_UNIQUE,
     SLOT_TAKEN,
     AppRecord,
     ChildLink,
     CommitObserver,
+    DebounceRow,
     IdempotencyRecord,
     ParentFan,
     QueuedKey,
@@ -67,6 +70,13 @@ class FakeStore:
         # Concurrency keys (the `runs.slot_key` and `runs.queue_key` columns): run id -> key.
         self.slot_key: dict[str, tuple[str, str]] = {}
         self.queue_key: dict[str, tuple[str, str]] = {}
+        # Debounce keys (`debounce_keys`): (app, workflow, key) -> the burst's row.
+        self.debounce: dict[tuple[str, str, str], DebounceRow] = {}
+        # Rate-limit buckets (`rate_buckets`): bucket -> its TAT (epoch µs); every grant, as
+        # (bucket, now_us, count granted), for the checker.
+        self.tat: dict[str, int] = {}
+        self.takes: list[tuple[str, int, int]] = []
+        self.takes_at: list[tuple[tuple[str, ...], float, int]] = []  # (buckets, virtual s, granted)
         self.commits: list[UnitOfWork] = []  # committed, in order
         self.refused: list[UnitOfWork] = []
         self.fail_commits = 0  # the next commits fail, nothing written
@@ -156,6 +166,10 @@ class FakeStore:
                     == (run.app, run.workflow, run.business_key)
                 ):
                     raise UniqueViolation("business_key")
+        held_seqs = {e.seq for e in self.events.get(run.run_id, ())}
+        seqs = [e.seq for e in unit.events]
+        if len(set(seqs)) != len(seqs) or held_seqs.intersection(seqs):
+            raise UniqueViolation("events", f"run {run.run_id}: an event's seq is taken")
         if len(set(unit.signal_ids)) != len(unit.signal_ids) or any(
             (run.run_id, s) in self.signal_ids for s in unit.signal_ids
         ):
@@ -174,7 +188,11 @@ class FakeStore:
             head = self._heads(key, 1)
             if head and head[0] != run.run_id:
                 raise UniqueViolation(SLOT_TAKEN, f"an older run waits for a slot of {slot.key!r}")
-        assert unit.debounce is None and unit.fire is None, "not simulated"
+        change = unit.debounce
+        claimed = change is not None and change.kind == "claim"  # `run_sql.debounce_tx`
+        if claimed and change is not None and (run.app, change.workflow, change.key) in self.debounce:
+            raise UniqueViolation(DEBOUNCE_TAKEN, f"debounce key {change.key!r} has a burst under way")
+        assert unit.fire is None, "not simulated (schedules)"
 
     def _heads(self, key: tuple[str, str], limit: int) -> list[str]:
         waiting = [run_id for run_id, k in self.queue_key.items() if k == key]
@@ -189,6 +207,13 @@ class FakeStore:
         if unit.idempotency is not None:
             record = unit.idempotency
             self.idempotency[(record.app, record.key)] = record
+        change = unit.debounce
+        if change is not None:
+            where = (run.app, change.workflow, change.key)
+            if change.kind == "claim":
+                self.debounce[where] = DebounceRow(run.run_id, change.mode, change.until)
+            elif (held := self.debounce.get(where)) is not None and held.run_id == run.run_id:
+                del self.debounce[where]
         slot = unit.slot
         if slot is not None:
             self.slot_key.pop(run.run_id, None)
@@ -207,6 +232,10 @@ class FakeStore:
             self.fail_reads -= 1
             raise StorageUnavailable("the database is down")
         return self.runs.get(run_id)
+
+    async def list_events(self, run_id: str, after_seq: int, limit: int) -> list[Event]:
+        await trio.lowlevel.checkpoint()
+        return [e for e in self.events.get(run_id, []) if e.seq > after_seq][:limit]
 
     async def get_workflow(self, app: str, name: str, version: int | None) -> WorkflowRecord | None:
         await trio.lowlevel.checkpoint()
@@ -316,6 +345,54 @@ class FakeStore:
         held = sum(1 for k in self.slot_key.values() if k == (app, key))
         return (held if heads else 0), heads
 
+    async def get_debounce(self, app: str, workflow: str, key: str) -> DebounceRow | None:
+        await trio.lowlevel.checkpoint()
+        return self.debounce.get((app, workflow, key))
+
+    async def extend_debounce(self, app: str, workflow: str, key: str, run_id: str, until: int) -> bool:
+        await trio.lowlevel.checkpoint()
+        held = self.debounce.get((app, workflow, key))
+        if held is None or held.run_id != run_id:
+            return False
+        self.debounce[(app, workflow, key)] = DebounceRow(run_id, held.mode, until)
+        return True
+
+    async def drop_debounce(self, app: str, workflow: str, key: str, run_id: str, now: int) -> bool:
+        await trio.lowlevel.checkpoint()
+        held = self.debounce.get((app, workflow, key))
+        if held is None or held.run_id != run_id or held.mode != "leading" or held.until > now:
+            return False
+        del self.debounce[(app, workflow, key)]
+        return True
+
+    async def take_rate_tokens(
+        self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
+    ) -> tuple[int, tuple[str, int] | None]:
+        """`flow.take_tokens` over the stored TATs, as `storage/flow.py` does in one transaction."""
+        await trio.lowlevel.checkpoint()
+        if self.fail_reads:
+            self.fail_reads -= 1
+            raise StorageUnavailable("the database is down")
+        ordered = sorted(buckets)
+        granted, moved, busy = take_tokens(ordered, [self.tat.get(n, 0) for n, _ in ordered], count, now_us)
+        for name, tat in moved:
+            self.tat[name] = tat
+        if granted:
+            self.takes.append((ordered[0][0], now_us, granted))
+            self.takes_at.append((tuple(name for name, _ in ordered), trio.current_time(), granted))
+        return granted, busy
+
+    async def rate_bucket(self, bucket: str) -> int | None:
+        await trio.lowlevel.checkpoint()
+        return self.tat.get(bucket)
+
+    async def prune_rate_buckets(self, idle_before_us: int, limit: int) -> int:
+        await trio.lowlevel.checkpoint()
+        idle = sorted((tat, name) for name, tat in self.tat.items() if tat < idle_before_us)[:limit]
+        for _, name in idle:
+            del self.tat[name]
+        return len(idle)
+
     async def get_app(self, name: str) -> AppRecord | None:
         await trio.lowlevel.checkpoint()
         return self.apps.get(name)
@@ -364,8 +441,18 @@ class FakeStore:
         return 0  # the retention (30 days) outlasts a simulation
 
     async def prune_debounce_keys(self, now: int, limit: int) -> int:
+        """`run_sql.prune_debounce_tx`: leading bursts over whose run closed."""
         await trio.lowlevel.checkpoint()
-        return 0  # no debounce in the simulated workload
+        over = sorted(
+            (row.until, where)
+            for where, row in self.debounce.items()
+            if row.mode == "leading"
+            and row.until <= now
+            and not ((r := self.runs.get(row.run_id)) is not None and r.is_open)
+        )[:limit]
+        for _, where in over:
+            del self.debounce[where]
+        return len(over)
 
     async def prune_orphan_fires(self, after: Any, limit: int) -> tuple[int, Any]:
         await trio.lowlevel.checkpoint()

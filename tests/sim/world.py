@@ -195,6 +195,11 @@ _READS = frozenset(
         "list_signing_secrets",
         "get_app_flow",
         "count_open_runs",
+        "get_debounce",
+        "extend_debounce",
+        "drop_debounce",
+        "take_rate_tokens",
+        "rate_bucket",
         "prune_idempotency",
         "prune_closed_runs",
         "swf_prune_closed",
@@ -322,6 +327,7 @@ class Network:
         if not self.alive:
             raise PushError("ConnectError: the node is down")
         doc = json.loads(body)
+        world.sends.append((trio.current_time(), self.incarnation, doc["runId"], doc["step"]))
         behaviour = world.push_behaviour()
         world.count(f"push_{behaviour}")
         if behaviour == "refused":
@@ -332,6 +338,10 @@ class Network:
         if behaviour == "duplicate":
             world.deliver("push", doc, self.incarnation)  # the network delivered it twice
         await trio.sleep(world.handlers.uniform(0.001, 0.2))
+        if doc["step"] == "charge" and isinstance(doc["input"], dict) and doc["input"].get("decline"):
+            # The combined workload's declined payment: its onFailure path compensates.
+            error = {"error": {"class": "declined", "message": "card declined", "retryable": False}}
+            return Answer(422, json.dumps(error).encode(), None)
         if behaviour in ("ok", "duplicate"):
             return Answer(200, json.dumps(output).encode(), None)
         if behaviour == "twice":  # the answer, and the same answer through `complete`
@@ -377,6 +387,9 @@ class Incarnation:
         self.calls: set[trio.CancelScope] = set()
 
     def kill(self) -> None:
+        limiter = self.node.dispatcher._limiter
+        if self.connection.alive and limiter is not None:  # counted once: a kill may repeat
+            self.world.tokens_counted += limiter.taken
         self.connection.sever()
         self.network.alive = False
         for scope in self.calls:
@@ -423,10 +436,19 @@ class World:
         self.events: list[tuple[int, str]] = []  # crashes, restarts: for the printed history
         self.counts: dict[str, int] = {}
         self.failures: list[str] = []  # what went wrong outside the checker (a crash, a hang)
+        # The combined workload (combined.py): every push sent (virtual s, node, run, step),
+        # the rate-limit tokens the nodes counted as taken, the concurrency limits by key prefix,
+        # and what the checks made after every commit found (checker.Monitor).
+        self.sends: list[tuple[float, int, str, str]] = []
+        self.tokens_counted = 0
+        self.limits: dict[str, int] = {}
+        self.observed: list[Any] = []
+        self.monitor: Any = None  # checker.Monitor: samples the store after every commit
         self.incarnation: Incarnation | None = None
         self.incarnations = 0
         self.ended = 0  # when the simulation ended (epoch ms of virtual time)
         self.calm = False  # the workload is over: no more faults, handlers answer at once
+        self.calm_at = 0.0  # when it turned calm (virtual s)
         self.up = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._died = trio.Event()
@@ -473,6 +495,8 @@ class World:
 
     def committed(self, unit: UnitOfWork) -> None:
         self.units.append((self.now(), unit))
+        if self.monitor is not None:
+            self.monitor.sample()
 
     def deliver(self, via: str, doc: dict[str, Any], incarnation: int) -> None:
         run_id, token = doc["runId"], doc["taskToken"]

@@ -859,3 +859,18 @@ def test_mark_stuck() -> None:
     assert k.run.status == "stuck" and k.run.error is not None and k.run.error.cls == "internal_error"
     k.send(machine.Redrive())
     assert k.run.status == "waiting" and k.run.generation == 2
+
+
+def test_an_answer_through_complete_aborts_a_push_of_the_attempt_still_waiting() -> None:
+    """A push waiting for its rate-limit token (or a sender) when the attempt is answered through
+    `complete` must not be sent after it, taking a token for a closed attempt (tests/sim seed
+    168: a push re-delivered after a restart waited for its token, the late answer closed the
+    run meanwhile, and the push went 10 s later). An answer by the push itself aborts nothing."""
+    k = Kit([{"name": "t", "type": "task"}])
+    k.start()
+    token = k.token
+    tr = k.answer(Completed({"ok": 1}), via_api=True)
+    assert machine.Abort(token) in tr.effects
+    k = Kit([{"name": "t", "type": "task"}])
+    k.start()
+    assert not [e for e in k.ok({"ok": 1}).effects if isinstance(e, machine.Abort)]

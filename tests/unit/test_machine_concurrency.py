@@ -118,3 +118,26 @@ def test_a_task_step_with_concurrency_queues_the_run_at_the_step() -> None:
     assert slot_of(admitted, done, kit.definition) == SlotChange("leave", "wf#a/acme")
     assert wakes(kit)[-1] == "wf#a/acme"  # its slot went back
     assert kit.definition.concurrency_for("wf#a/acme") == kit.definition.step("a").concurrency
+
+
+def test_a_debounced_run_queued_when_its_burst_ends_wakes_its_key() -> None:
+    """A trailing burst's run begins when its window ends; a limited workflow's then waits in its
+    key's queue, and nothing else would wake the key (a new run's start does, not this): the
+    run stayed queued with its key free, forever (tests/sim seed 65)."""
+    kit = Kit(STEPS, concurrency={"limit": 1, "key": "input.c"})
+    kit.run = machine.start(
+        run_id="run1",
+        app="app",
+        definition=kit.definition,
+        version=1,
+        input={"c": "a"},
+        business_key=None,
+        run_timeout_ms=None,
+        trace_id="0" * 32,
+        ctx=kit.ctx(),
+        debounce=("d", kit.now + 5_000),
+    ).run
+    assert kit.run.status != "queued" and kit.run.timer is not None
+    tr = kit.fire()
+    assert kit.run.status == "queued" and kit.run.waits_for_slot
+    assert [e.key for e in tr.effects if isinstance(e, WakeQueued)] == ["wf/a"]

@@ -1159,6 +1159,11 @@ def _on_answer(tx: _Tx, msg: TaskAnswer) -> Reply | None:
         tx.emit("task_accepted", step.name, task.attempt, deadline=deadline)
         return None
     tx.close_task("answered")
+    if msg.via_api:
+        # Answered through `complete` while a push of the attempt may still wait (for its
+        # rate-limit token, a sender) or be in flight: it is not sent after the answer, and
+        # takes no token for a closed attempt (found by tests/sim, seed 168).
+        tx.effects.append(Abort(task.token))
     if isinstance(outcome, Failed):
         tx.emit(
             "task_failed",
@@ -1240,6 +1245,11 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
         tx.set(timer=None, wake_at=None, debounce_key=None, status="running")
         tx.emit("debounce_ended", None, waitedMs=tx.ctx.now - run.created_at)
         _begin(tx)
+        if tx.run.waits_for_slot:
+            # Queued now, not at its start (`adopt` wakes only new runs): the key's oldest run
+            # tries a slot at once, and the pump learns a run waits (found by tests/sim, seed 65).
+            assert tx.run.concurrency_key is not None
+            tx.wake(tx.run.concurrency_key)
         return None
     assert run.current_step is not None
     step = tx.definition.step(run.current_step)

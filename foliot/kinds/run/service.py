@@ -91,6 +91,10 @@ class Runs:
         # pump sleeps on it otherwise, so a node without concurrency keys never polls for them.
         self._queueing = trio.Event()
         self._queueing.set()  # at start: runs queued before a restart are looked for once
+        # The pump's sweep: each queue head it saw, and when (Trio's clock) it first saw it at
+        # the head; the heads seen in the cycle under way (`_sweep`).
+        self._heads_seen: dict[str, float] = {}
+        self._heads_this_cycle: set[str] = set()
         # Where new run ids and task tokens come from (random); a simulation draws them from its
         # seed instead, so a run of it is reproduced exactly (tests/sim).
         self.new_run_id: Callable[[], str] = new_run_id
@@ -354,12 +358,21 @@ class Runs:
         page = await self.host.store.queued_keys(after, _SWEEP_KEYS + 1)  # one more: is there?
         if page:
             self._queueing.set()
+        now, seen = trio.current_time(), self._heads_seen
         for queued in page[:_SWEEP_KEYS]:
-            if queued.since >= cutoff or not self.host.accepts(queued.head):
+            # Waited a period: by its creation time, or by this node's own clock since a sweep
+            # first saw it at the head (a run created by a node whose wall clock was ahead
+            # looks younger than it is; found by tests/sim, seed 55).
+            first = seen.setdefault(queued.head, now)
+            self._heads_this_cycle.add(queued.head)
+            if (queued.since >= cutoff and now - first < _SWEEP_S) or not self.host.accepts(queued.head):
                 continue
             if await self._fits(queued.app, queued.key, queued.version, queued.held):
                 self.tell(queued.head, machine.Admit())
         if len(page) <= _SWEEP_KEYS:
+            # A cycle ends: forget the heads it did not see (admitted, or no longer first).
+            self._heads_seen = {h: t for h, t in seen.items() if h in self._heads_this_cycle}
+            self._heads_this_cycle = set()
             return None
         last = page[_SWEEP_KEYS - 1]
         return last.app, last.key
