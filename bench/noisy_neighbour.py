@@ -46,7 +46,9 @@ ratios with a / alone (target: p99 <= 2x), the server's peak RSS (target < 500 M
 refusals (target 0), what a got done (per activity: answers by status, latency), the server's
 CPU and the most seen in `/metrics` (event-loop lag, storage queue, push backlog, live actors)
 per phase, and the load average. `--profile DIR` records the server with py-spy during b with a
-(when py-spy is installed). Asserts nothing.
+(when py-spy is installed). `--amplifiers schedules,trees` runs only those of a's amplifiers
+(`schedules`, `keys`, `trees`, `dryruns`, `maps`; their set-up too): one at a time tells which
+one costs b what. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ STEADY = {
         {"name": "done", "type": "task", "timeout": "30s"},
     ],
 }
+AMPLIFIERS = ("schedules", "keys", "trees", "dryruns", "maps")
 MAX_TREE_RUNS = 10_000  # FOLIOT_MAX_TREE_RUNS' default, which the bench keeps
 
 
@@ -249,19 +252,23 @@ async def _a_main(spec: dict[str, Any], result: dict[str, Any]) -> None:
             started[0] += 1
             return True
 
+        on = spec["amplifiers"]
         with trio.move_on_after(max(0.0, spec["end_at"] - time.time())):
             async with trio.open_nursery() as n:
                 names = [f"s{i}" for i in range(spec["schedules"])]
-                for w in range(8):
+                for w in range(8 if "schedules" in on else 0):
                     n.start_soon(unpause, names[w::8])
                 depth = spec["tree_depth"]
-                n.start_soon(trees, f"tree{depth}", spec["tree_every"], f"tree ({spec['tree_runs']:,} runs)")
-                n.start_soon(trees, f"tree{depth + 1}", spec["refused_every"], "tree past the limit")
-                for _ in range(spec["maps_at_once"]):
+                if "trees" in on:
+                    n.start_soon(
+                        trees, f"tree{depth}", spec["tree_every"], f"tree ({spec['tree_runs']:,} runs)"
+                    )
+                    n.start_soon(trees, f"tree{depth + 1}", spec["refused_every"], "tree past the limit")
+                for _ in range(spec["maps_at_once"] if "maps" in on else 0):
                     n.start_soon(map_loop, claim)
-                for _ in range(spec["dry_runs"]):
+                for _ in range(spec["dry_runs"] if "dryruns" in on else 0):
                     n.start_soon(dry_loop)
-                if spec["release_rate"] > 0:
+                if spec["release_rate"] > 0 and "keys" in on:
                     n.start_soon(releases)
     result["codes"] = {k: dict(v) for k, v in codes.items()}
     result["took"] = {k: [c.pct(v, 50), c.pct(v, 99), max(v)] for k, v in took.items()}
@@ -477,15 +484,26 @@ def closed_loop(
 
 
 def set_up_a(server: c.Foliot, key: str, args: argparse.Namespace) -> list[str]:
-    notes = []
+    notes: list[str] = []
+    if "schedules" in args.amplifiers:
+        notes += set_up_schedules(server, key, args)
+    if "keys" in args.amplifiers:
+        notes += set_up_keys(server, key, args)
+    return notes
+
+
+def set_up_schedules(server: c.Foliot, key: str, args: argparse.Namespace) -> list[str]:
     t0 = time.perf_counter()
     body = {"workflow": "tick", "every": "1s", "paused": True, "catchupWindow": "1m"}
     puts = [["PUT", f"/apps/a/schedules/s{i}", body, i] for i in range(args.schedules)]
     made, refused = closed_loop(server, key, puts, (200, 201))
-    notes.append(
+    return [
         f"a's set-up: {made:,} of {args.schedules:,} schedules (every 1s, paused) in"
         f" {time.perf_counter() - t0:.1f}s ({refused} refusals sent again)"
-    )
+    ]
+
+
+def set_up_keys(server: c.Foliot, key: str, args: argparse.Namespace) -> list[str]:
     t0 = time.perf_counter()
     holders = [
         [
@@ -508,12 +526,11 @@ def set_up_a(server: c.Foliot, key: str, args: argparse.Namespace) -> list[str]:
     h, r1 = closed_loop(server, key, holders, (201, 409))
     q, r2 = closed_loop(server, key, queued, (201, 409))
     m = server.metrics()
-    notes.append(
+    return [
         f"a's set-up: {h:,} holders and {q:,} runs queued behind them on {args.keyed:,} keys in"
         f" {time.perf_counter() - t0:.1f}s ({r1 + r2} refusals sent again); queued now"
         f" {c.metric_sum(m, 'foliot_open_runs', status='queued'):.0f}; server RSS {server.rss():.0f} MB"
-    )
-    return notes
+    ]
 
 
 # ---------------------------------------------------------------------------- the run
@@ -572,6 +589,11 @@ def main() -> None:
     parser.add_argument("--dry-runs", type=int, default=8, help="a's concurrent dry-run loops")
     parser.add_argument("--dry-replay", type=int, default=1000, help="closed runs each dry-run replays")
     parser.add_argument("--floor-seconds", type=float, default=20.0)
+    parser.add_argument(
+        "--amplifiers",
+        default=",".join(AMPLIFIERS),
+        help="a's amplifiers to run (comma-separated; all by default): one at a time tells which costs b",
+    )
     parser.add_argument("--profile", default="", help="directory: py-spy record the server during b with a")
     parser.add_argument(
         "--quick",
@@ -595,6 +617,10 @@ def main() -> None:
         dry_replay=100,
         floor_seconds=5.0,
     )
+    args.amplifiers = [a for a in str(args.amplifiers).split(",") if a]
+    unknown = set(args.amplifiers) - set(AMPLIFIERS)
+    if unknown:
+        parser.error(f"--amplifiers: unknown {sorted(unknown)} (known: {','.join(AMPLIFIERS)})")
     c.header("noisy neighbour: app b alone, then while app a runs every amplifier (issue 37)", args)
     under = tree_runs(args.tree_branches, args.tree_depth)
     over = tree_runs(args.tree_branches, args.tree_depth + 1)
@@ -661,6 +687,7 @@ def main() -> None:
         "map_items": args.map_items,
         "dry_runs": args.dry_runs,
         "dry_replay": args.dry_replay,
+        "amplifiers": args.amplifiers,
     }
     a_out = work / "a.json"
     ctx = multiprocessing.get_context("spawn")
@@ -793,6 +820,8 @@ def main() -> None:
             ("foliot_runs_started_total", "runs started"),
             ("foliot_schedule_fires_total", "schedule fires"),
             ("foliot_admission_refused_total", "admission refusals"),
+            ("foliot_timers_fired_total", "timer firings handed out (deferred fires again each time)"),
+            ("foliot_timer_retries_total", "timer firings handed out again (not applied in time)"),
         ):
             deltas = {}
             for k, v in m1.items():
