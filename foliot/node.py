@@ -281,16 +281,22 @@ class Node:
         if partitions is not None:
             self.timers.rewind()
         recovered = 0
-        for task in await self.store.open_tasks():
-            if (only is not None and not only(task.run_id)) or not self.ownership.accepts(task.run_id):
-                continue
-            if task.queue is not None and task.deadline is None:
-                # Offered again as it was: its priority, and a token of its rate-limit buckets
-                # taken first (the stored bucket holds back a burst after the restart).
-                self.runs.reoffer(task)
-            elif task.queue is None:
-                self.runs.tell(task.run_id, Redeliver(task.token))
-            recovered += 1
+        after: tuple[int, str] | None = None
+        while True:  # in pages, oldest first: memory is one page's at any number of open tasks
+            page = await self.store.open_tasks(after, _RECOVERY_PAGE)
+            for task in page:
+                if (only is not None and not only(task.run_id)) or not self.ownership.accepts(task.run_id):
+                    continue
+                if task.queue is not None and task.deadline is None:
+                    # Offered again as it was: its priority, and a token of its rate-limit buckets
+                    # taken first (the stored bucket holds back a burst after the restart).
+                    self.runs.reoffer(task)
+                elif task.queue is None:
+                    self.runs.tell(task.run_id, Redeliver(task.token))
+                recovered += 1
+            if len(page) < _RECOVERY_PAGE:
+                break
+            after = (page[-1].created_at, page[-1].token)
         self.recovered_tasks += recovered
 
         def ours(actor_id: str) -> bool:
@@ -395,6 +401,7 @@ class Node:
 
 
 _PASSIVATE_WAIT_S = 5.0  # how long a hand-over waits for the actors' messages to be handled
+_RECOVERY_PAGE = 500  # open tasks recovery reads at once
 
 
 def _in_partitions(partitions: frozenset[int], total: int) -> Callable[[str], bool]:

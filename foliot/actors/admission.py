@@ -94,6 +94,8 @@ class Admission:
         self.lag_probes = 0  # wake-ups of `watch_lag` so far
         # Work that enters without a caller (a schedule's fire) waits in its app's lane.
         self.lanes = Lanes(settings.app_internal_rate, settings.app_internal_burst)
+        # Child runs of an app's fan-outs (run, map, parallel steps) share one more lane.
+        self.child_lanes = Lanes(settings.app_child_rate, settings.app_child_burst)
 
     def _seen(self, now: float) -> None:
         self._last_call = now

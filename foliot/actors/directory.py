@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 
+from ..core.config import Settings
 from ..core.credentials import Vault
 from ..core.errors import NotFound
+from ..core.limits import AppLimits, effective
 from ..core.workflow.definition import Definition, parse_definition
 from ..core.workflow.flow import RateLimit, app_bucket
 from ..storage.base import ApiKeyRecord, AppRecord, Store, WorkflowRecord
@@ -23,6 +25,7 @@ from .dispatcher import Target
 
 _DEFINITION_CACHE = 1024
 _TARGET_TTL_MS = 30_000
+_OPEN_RUNS_TTL_MS = 1_000  # an app's open-run count is read from storage at most this often
 
 
 class Directory:
@@ -35,6 +38,8 @@ class Directory:
         self._keys = TtlCache[str, ApiKeyRecord | None](clock.now)
         self._apps = TtlCache[str, AppRecord | None](clock.now)
         self._latest = TtlCache[tuple[str, str], WorkflowRecord | None](clock.now)
+        self._limits = TtlCache[str, dict[str, int | float]](clock.now)
+        self._open: dict[str, list[int]] = {}  # app -> [read until, open runs]
 
     async def maybe_definition(self, app: str, name: str, version: int) -> Definition | None:
         key = (app, name, version)
@@ -106,6 +111,34 @@ class Directory:
             version = latest.version
         definition = await self.maybe_definition(app, name, version)
         return None if definition is None else (definition, version)
+
+    async def limits(self, app: str, settings: Settings) -> AppLimits:
+        """The app's effective limits (`core/limits.py`): `settings` with the app's overrides,
+        read at most once a second (at once on this node after it changed them)."""
+        return effective(settings, await self._limits.get(app, lambda: self.store.get_app_limits(app)))
+
+    async def open_runs(self, app: str) -> int:
+        """The app's open runs: read from the `run_counts` counters at most once a second per
+        app, plus the runs this node admitted since (`took_runs`). Other nodes' starts of that
+        second are seen at the next read: the limit holds within about a second of starts."""
+        now = self.clock.now()
+        found = self._open.get(app)
+        if found is not None and now < found[0]:
+            return found[1]
+        count = await self.store.open_runs_of(app)
+        for name in [name for name, (until, _) in self._open.items() if until <= now]:
+            del self._open[name]  # apps no longer starting are not kept
+        self._open[app] = [now + _OPEN_RUNS_TTL_MS, count]
+        return count
+
+    def took_runs(self, app: str, n: int) -> None:
+        """`n` runs of `app` admitted here: counted until the next read of the counters."""
+        found = self._open.get(app)
+        if found is not None:
+            found[1] += n
+
+    def forget_limits(self, app: str) -> None:
+        self._limits.invalidate(app)
 
     def forget_api_key(self, key_id: str) -> None:
         self._keys.invalidate(key_id)

@@ -12,7 +12,8 @@ other apps. A fire put off is late, never missed; its catch-up window decides as
 fire.
 
 Time is passed in (seconds on any monotonic clock). A lane is forgotten once full again, so the
-memory follows the apps with recent work, not the apps there are.
+memory follows the apps with recent work, not the apps there are. An app whose limits override
+the rate or burst (`PUT /admin/apps/{app}/limits`) passes its own to `take`.
 """
 
 from __future__ import annotations
@@ -22,27 +23,46 @@ class Lanes:
     def __init__(self, rate: float, burst: int) -> None:
         self.rate = max(float(rate), 0.001)
         self.burst = float(max(1, burst))
-        self._lanes: dict[str, tuple[float, float]] = {}  # app -> (tokens, at)
+        self._lanes: dict[str, tuple[float, float, float, float]] = {}  # app -> (tokens, at, rate, burst)
         self.taken = 0
         self.deferred = 0
+        self._calls = 0
 
-    def take(self, app: str, now: float) -> float:
-        """Take one of `app`'s tokens: 0.0, or (none left) the seconds until its next one."""
+    def take(self, app: str, now: float, rate: float | None = None, burst: int | None = None) -> float:
+        """Take one of `app`'s tokens: 0.0, or (none left) the seconds until its next one.
+        `rate`, `burst`: the app's own (None: the node's)."""
         self._forget_full(now)
-        tokens, at = self._lanes.get(app, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        rate = self.rate if rate is None else max(float(rate), 0.001)
+        full = self.burst if burst is None else float(max(1, burst))
+        tokens, at, _, _ = self._lanes.get(app, (full, now, rate, full))
+        tokens = min(full, tokens + (now - at) * rate)
         if tokens >= 1:
-            self._lanes[app] = (tokens - 1, now)
+            self._lanes[app] = (tokens - 1, now, rate, full)
             self.taken += 1
             return 0.0
-        self._lanes[app] = (tokens, now)
+        self._lanes[app] = (tokens, now, rate, full)
         self.deferred += 1
-        return (1 - tokens) / self.rate
+        return (1 - tokens) / rate
+
+    def take_up_to(self, app: str, n: int, now: float) -> tuple[int, float]:
+        """Take up to `n` of `app`'s tokens: (how many were taken, and when fewer than `n`, the
+        seconds until the next one)."""
+        self._forget_full(now)
+        tokens, at, _, _ = self._lanes.get(app, (self.burst, now, self.rate, self.burst))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        granted = min(n, int(tokens))
+        self._lanes[app] = (tokens - granted, now, self.rate, self.burst)
+        self.taken += granted
+        if granted < n:
+            self.deferred += 1
+            return granted, (1 - (tokens - granted)) / self.rate
+        return granted, 0.0
 
     def _forget_full(self, now: float) -> None:
         """Every few hundred takes: drop the lanes refilled since (a new one starts full)."""
-        if (self.taken + self.deferred) % 256:
+        self._calls += 1
+        if self._calls % 256:
             return
-        full = [a for a, (t, at) in self._lanes.items() if t + (now - at) * self.rate >= self.burst]
+        full = [a for a, (t, at, rate, burst) in self._lanes.items() if t + (now - at) * rate >= burst]
         for app in full:
             del self._lanes[app]

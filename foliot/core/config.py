@@ -114,6 +114,8 @@ class Settings:
     # Runs one unit of work may create: a run, map or parallel step's children and theirs
     # (`too_many_runs` past it; kinds/run/children.py).
     max_tree_runs: int = 10_000
+    # Open runs one app may have (issue 37); a start past it is refused (`quota_exceeded`, 429).
+    app_max_open_runs: int = 1_000_000
     max_live_actors: int = 100_000
     passivate_after_ms: int = 60_000
     mailbox_size: int = 64
@@ -137,6 +139,10 @@ class Settings:
     # per second (a bucket of `burst`); more is put off to its turn (actors/lanes.py).
     app_internal_rate: int = 20
     app_internal_burst: int = 40
+    # Child runs an app's fan-outs may start per second (a bucket of `burst`); the rest start
+    # when the lane has room (a `top_up` timer on the parent; core/workflow/machine.py).
+    app_child_rate: int = 200
+    app_child_burst: int = 2_000
     # Connection bounds (foliot/http/listen.py): open connections in all (0: the descriptor
     # limit less a reserve) and per peer address (0: none), requests under way per peer
     # address (foliot/http/edge.py; 0: none), and the time a request head may take to arrive.
@@ -239,6 +245,7 @@ class Settings:
             payload_max_bytes=payload_max,
             sync_task_max_ms=_int(e, "FOLIOT_SYNC_TASK_MAX_MS", 30_000),
             max_tree_runs=max(1, _int(e, "FOLIOT_MAX_TREE_RUNS", 10_000)),
+            app_max_open_runs=max(1, _int(e, "FOLIOT_APP_MAX_OPEN_RUNS", 1_000_000)),
             max_live_actors=_int(e, "FOLIOT_MAX_LIVE_ACTORS", 100_000),
             passivate_after_ms=_int(e, "FOLIOT_PASSIVATE_AFTER_MS", 60_000),
             mailbox_size=_int(e, "FOLIOT_MAILBOX_SIZE", 64),
@@ -258,6 +265,8 @@ class Settings:
             schedule_fire_rate_per_app=_positive(e, "FOLIOT_SCHEDULE_FIRE_RATE_PER_APP", 10.0),
             app_internal_rate=max(1, _int(e, "FOLIOT_APP_INTERNAL_RATE", 20)),
             app_internal_burst=max(1, _int(e, "FOLIOT_APP_INTERNAL_BURST", 40)),
+            app_child_rate=max(1, _int(e, "FOLIOT_APP_CHILD_RATE", 200)),
+            app_child_burst=max(1, _int(e, "FOLIOT_APP_CHILD_BURST", 2_000)),
             max_connections=max(0, _int(e, "FOLIOT_MAX_CONNECTIONS", 0)),
             peer_max_connections=max(0, _int(e, "FOLIOT_PEER_MAX_CONNECTIONS", 1_024)),
             peer_max_requests=max(0, _int(e, "FOLIOT_PEER_MAX_REQUESTS", 256)),

@@ -9,6 +9,7 @@ FoliotError
 │   ├── Conflict            the code may be more specific: invalid_status, task_closed, ...
 │   ├── PayloadTooLarge
 │   ├── Overloaded          refused at once for back-pressure, with a retry delay and its reason
+│   ├── OverQuota           a start past a per-app limit of work under way (quota_exceeded, 429)
 │   ├── Unavailable         storage or the engine not reachable now; retry
 │   ├── RejectedMessage     a run machine's refusal of a message, as its reply names it
 │   ├── UnknownSignal       a signal no step of the run's workflow can wait for (unknown_signal)
@@ -65,6 +66,19 @@ class QuotaExceeded(InvalidRequest):
     retry a 429)."""
 
     code = "quota_exceeded"
+
+
+class OverQuota(Refused):
+    """A start that would put its app over a per-app limit of work under way (open runs): 429
+    `quota_exceeded` naming the limit (`limit`) and its value (`max`), retry after
+    `retry_after` s (runs closing make room). Nothing stored."""
+
+    code = "quota_exceeded"
+
+    def __init__(self, message: str, *, limit: str, most: int, retry_after: int = 1) -> None:
+        super().__init__(message, limit=limit, max=most, retryAfter=retry_after)
+        self.limit = limit
+        self.retry_after = retry_after
 
 
 class Unauthorized(Refused):

@@ -9,6 +9,8 @@ from quart import Blueprint, Response
 
 from ..core import credentials
 from ..core.errors import InvalidRequest, NotFound
+from ..core.limits import effective, parse_overrides
+from ..core.limits import view as limits_view
 from ..core.workflow.duration import format_timestamp as ts
 from ..core.workflow.flow import parse_rate_limit
 from ..core.workflow.jsonconv import ValidationError
@@ -209,6 +211,33 @@ async def rotate_secret(app_name: str) -> Response:
 
     await eng.outlive_caller(rotate)
     return json_response({"secretId": secret_id, "signingSecret": signing_secret, "createdAt": ts(now)}, 201)
+
+
+@blueprint.put("/admin/apps/<app_name>/limits")
+async def put_limits(app_name: str) -> Response:
+    """Set or remove (null) overrides of the app's limits (issue 37); members not given are
+    unchanged. Every member is checked before anything is stored."""
+    await require_admin()
+    await _existing(app_name)
+    raw = await raw_json()
+    eng = engine()
+    current = await eng.store.get_app_limits(app_name)
+    after = parse_overrides(raw, current)
+    if after != current:
+        await eng.store.put_app_limits(app_name, after, eng.clock.now())
+    eng.directory.forget_limits(app_name)
+    return json_response({"app": app_name, "limits": limits_view(effective(eng.settings, after))})
+
+
+@blueprint.get("/admin/apps/<app_name>/limits")
+async def get_limits(app_name: str) -> Response:
+    """The app's effective limits: each one's value, its setting, and whether it is the
+    setting's (`default`) or the app's own (`override`)."""
+    await require_admin()
+    await _existing(app_name)
+    eng = engine()
+    overrides = await eng.store.get_app_limits(app_name)
+    return json_response({"app": app_name, "limits": limits_view(effective(eng.settings, overrides))})
 
 
 async def _existing(app_name: str) -> AppRecord:

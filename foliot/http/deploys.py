@@ -133,18 +133,19 @@ _THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("fol
 
 
 @contextlib.contextmanager
-def _dry_run_slot(eng: Any, app: str) -> Iterator[None]:
-    """One of the app's `FOLIOT_DRYRUN_CONCURRENCY` dry-runs under way on this node; past it a
-    429 `overloaded` (`reason: dry_run_concurrency`) naming the limit, at once."""
+def _dry_run_slot(eng: Any, app: str, limit: int, setting: str) -> Iterator[None]:
+    """One of the app's `FOLIOT_DRYRUN_CONCURRENCY` dry-runs (or its `dryRunConcurrency`
+    override: `limit`, named `setting`) under way on this node; past it a 429 `overloaded`
+    (`reason: dry_run_concurrency`) naming the limit, at once."""
     try:
         under = _UNDER_WAY.get()
     except LookupError:
         under = {}
         _UNDER_WAY.set(under)
-    key, limit = (id(eng), app), eng.settings.dryrun_concurrency
+    key = (id(eng), app)
     if under.get(key, 0) >= limit:
         refusal = Overloaded(
-            f"app {app!r} has {limit} dry-runs under way, the most FOLIOT_DRYRUN_CONCURRENCY allows:"
+            f"app {app!r} has {limit} dry-runs under way, the most {setting} allows:"
             " retry when one has answered",
             reason="dry_run_concurrency",
         )
@@ -172,7 +173,9 @@ async def dry_run_report(
     app: str, name: str, raw: dict[str, Any], replay: int, *, resume: tuple[int, str, int] | None = None
 ) -> dict[str, Any]:
     """The dry-run's answer (the console's page calls this too); `resume`: from a cursor."""
-    with _dry_run_slot(engine(), app):
+    eng = engine()
+    limits = await eng.directory.limits(app, eng.settings)
+    with _dry_run_slot(eng, app, limits.dry_run_concurrency, limits.setting("dryRunConcurrency")):
         return await _dry_run_report(app, name, raw, replay, resume)
 
 

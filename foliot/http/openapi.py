@@ -22,6 +22,7 @@ import attrs
 from quart import Quart
 
 from .. import __version__
+from ..core.limits import LIMITS, MAX_OVERRIDE
 from ..core.schedule.definition import ScheduleBody
 from ..core.shapes import Refinements, schema_of
 from ..core.views import EventView, RunListEntry, RunView
@@ -227,6 +228,35 @@ ANSWERS: Final[dict[str, dict[str, Any]]] = {
             }
         },
         ("error",),
+    ),
+    "AppLimitsPut": {
+        "type": "object",
+        "properties": {
+            limit.name: {
+                "type": ["integer", "null"] if limit.integer else ["number", "null"],
+                "minimum" if limit.integer else "exclusiveMinimum": 1 if limit.integer else 0,
+                "maximum": MAX_OVERRIDE,
+            }
+            for limit in LIMITS
+        },
+        "additionalProperties": False,
+    },
+    "AppLimits": _answer(
+        {
+            "app": NAME,
+            "limits": _answer(
+                {
+                    limit.name: _answer(
+                        {
+                            "value": {"type": "integer" if limit.integer else "number"},
+                            "source": {"enum": ["default", "override"]},
+                            "setting": STR,
+                        }
+                    )
+                    for limit in LIMITS
+                }
+            ),
+        }
     ),
     "AppCreated": _answer(
         {**_APP, "apiKey": STR, "keyId": STR, "signingSecret": STR, "secretId": STR},
@@ -622,6 +652,12 @@ OPERATIONS: dict[tuple[str, str], Op] = {
     ("GET", "/admin/actors"): Op("Live actors (runs and SWF executions)", None, 200, "admin", "Actors"),
     ("GET", "/admin/actors/{runId}"): Op("One live actor with its timers", None, 200, "admin", "Actor"),
     ("GET", "/admin/timers"): Op("Timer wheel status", None, 200, "admin", "Timers"),
+    ("PUT", "/admin/apps/{app}/limits"): Op(
+        "Override an app's limits (null: back to the default)", "AppLimitsPut", 200, "admin", "AppLimits"
+    ),
+    ("GET", "/admin/apps/{app}/limits"): Op(
+        "An app's effective limits, each from its default or an override", None, 200, "admin", "AppLimits"
+    ),
     ("POST", "/"): Op(
         "AWS SWF JSON 1.0, SigV4-signed (docs/swf.md); AWS error shapes",
         None,

@@ -311,8 +311,16 @@ def _children(obs: Observation, step: str) -> tuple[str, bool]:
     fan = run.fan
     assert fan is not None
     age = human(now - (run.step_since if run.step_since is not None else run.updated_at))
+    paced = ""
+    if run.timer is not None and run.timer.kind == "top_up":
+        paced = (
+            f"; its app's lane for child runs (FOLIOT_APP_CHILD_RATE) is full: the next start"
+            f" {_in_or_ago(run.timer.due, now)}"
+        )
     if fan.kind == "run":
-        child = fan.open[0].run_id if fan.open else "its child"
+        if not fan.open:
+            return f"waiting at {step} to start its child run for {age}{paced}", False
+        child = fan.open[0].run_id
         text = f"waiting at {step} for child run {child} (attempt {fan.attempt}) for {age}"
         if run.wake_at is not None:
             text += f"; the step times out {_in_or_ago(run.wake_at, now)}"
@@ -325,7 +333,7 @@ def _children(obs: Observation, step: str) -> tuple[str, bool]:
     text += f"; {len(fan.open)} open"
     if not_started:
         text += f", {not_started} not started yet"
-    return text + f", for {age}", False
+    return text + f", for {age}{paced}", False
 
 
 def _waiting(obs: Observation, step: str) -> tuple[str, bool]:

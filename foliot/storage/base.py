@@ -18,7 +18,7 @@ import attrs
 
 from ..core.workflow.compat import Fans
 from ..core.workflow.flow import DEFAULT_PRIORITY, Bucket
-from ..core.workflow.model import Event, Run, TaskRow, run_to_dict
+from ..core.workflow.model import Event, FanOut, Run, TaskRow, run_to_dict
 from .console import OperatorTokenRecord, RunQuery
 from .deploy_sql import OpenGroup, OpenRunRow
 from .fence import Fence
@@ -179,6 +179,31 @@ class QueuedKey:
     version: int
     since: int
     held: int
+
+
+@attrs.frozen
+class ChildLink:
+    """A child run as recovery's page of links names it (`RunStore.child_links`): no document.
+    `cursor` is where the next page starts."""
+
+    run_id: str
+    parent_run_id: str
+    created_at: int
+    is_open: bool
+
+    @property
+    def cursor(self) -> tuple[str, int, str]:
+        return (self.parent_run_id, self.created_at, self.run_id)
+
+
+@attrs.frozen
+class ParentFan:
+    """What recovery needs of a parent (`RunStore.parent_fans`): whether it is open, and its
+    fan-out (the open children it waits for), read without the rest of its document."""
+
+    run_id: str
+    is_open: bool
+    fan: FanOut | None
 
 
 def flatten(units: Sequence[UnitOfWork]) -> list[UnitOfWork]:
@@ -357,10 +382,21 @@ class RunStore(Protocol):
         many runs wait behind each head."""
         ...
 
-    async def child_links(self) -> list[tuple[Run, Run]]:
-        """(child, parent) for every open child run, and for every closed child of an open
-        parent waiting on children: what recovery reconciles (a child's close its parent may
-        not have been told of; a child its closed or moved-on parent no longer waits for)."""
+    async def child_links(self, after: tuple[str, int, str] | None, limit: int) -> list[ChildLink]:
+        """A page of what recovery reconciles: every open child run, and every closed child of
+        an open parent waiting on children (a child's close its parent may not have been told
+        of; a child its closed or moved-on parent no longer waits for). At most `limit`, in
+        (parent, created_at, run_id) order after the keyset cursor `after` (`ChildLink.cursor`;
+        None: from the first). No document is read."""
+        ...
+
+    async def parent_fans(self, run_ids: Sequence[str]) -> dict[str, ParentFan]:
+        """These runs' open flag and fan-out, by run id (a run not found is left out): the
+        fan-out is read out of the document by the database, not the whole document."""
+        ...
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        """These runs' documents by run id, in one read (a run not found is left out)."""
         ...
 
     async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]: ...
@@ -440,7 +476,12 @@ class RunStore(Protocol):
     # tasks and timers
     async def get_task(self, token: str) -> TaskRow | None: ...
 
-    async def open_tasks(self) -> list[TaskRow]: ...
+    async def open_tasks(
+        self, after: tuple[int, str] | None = None, limit: int | None = None
+    ) -> list[TaskRow]:
+        """Open tasks in (created_at, token) order after the keyset cursor `after`, at most
+        `limit` (None: every one)."""
+        ...
 
     async def timers_due_before(
         self, before: int, limit: int, after: tuple[int, str, str] | None = None

@@ -13,14 +13,16 @@ for a while (`prune_rate_buckets`, a bounded batch per statement).
 
 from __future__ import annotations
 
+import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 import asyncpg
 import attrs
 
 from ..core.workflow.flow import take_tokens
+from ..core.workflow.model import OPEN_STATUSES
 from .pg_calls import PgCalls
 from .sql import numbered
 
@@ -31,6 +33,18 @@ PUT_FLOW: Final = (
     "INSERT INTO app_flow (app, weight, rate_limit, rate_period_ms, updated_at) VALUES (?, ?, ?, ?, ?)"
     " ON CONFLICT (app) DO UPDATE SET weight = excluded.weight, rate_limit = excluded.rate_limit,"
     " rate_period_ms = excluded.rate_period_ms, updated_at = excluded.updated_at"
+)
+# Per-app limits (issue 37): an app's overrides as JSON (`core/limits.py`), none: its defaults.
+GET_LIMITS: Final = "SELECT limits FROM app_limits WHERE app = ?"
+PUT_LIMITS: Final = (
+    "INSERT INTO app_limits (app, limits, updated_at) VALUES (?, ?, ?)"
+    " ON CONFLICT (app) DO UPDATE SET limits = excluded.limits, updated_at = excluded.updated_at"
+)
+DROP_LIMITS: Final = "DELETE FROM app_limits WHERE app = ?"
+# An app's open runs from the counters the `runs` triggers keep (`run_counts`, migration 0020):
+# a read of at most (open statuses x shards) rows by primary key, never a scan of `runs`.
+OPEN_RUNS: Final = "SELECT COALESCE(SUM(n), 0) FROM run_counts WHERE app = ? AND status IN ({})".format(
+    ", ".join(f"'{status}'" for status in sorted(OPEN_STATUSES))
 )
 # args: bucket. Its TAT, its row locked until the transaction ends (created free, TAT 0, if
 # missing: a row of a never-used bucket cannot be locked), so what is decided from it holds.
@@ -71,6 +85,18 @@ class FlowStore(Protocol):
 
     async def put_app_flow(self, flow: AppFlow) -> None: ...
 
+    async def get_app_limits(self, app: str) -> dict[str, int | float]:
+        """The app's limit overrides (empty: none)."""
+        ...
+
+    async def put_app_limits(self, app: str, limits: Mapping[str, int | float], now: int) -> None:
+        """Replace the app's overrides (empty: its row deleted)."""
+        ...
+
+    async def open_runs_of(self, app: str) -> int:
+        """The app's open runs, from the `run_counts` counters (no scan)."""
+        ...
+
     async def take_rate_tokens(
         self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
     ) -> tuple[int, tuple[str, int] | None]:
@@ -86,6 +112,11 @@ class FlowStore(Protocol):
     async def prune_rate_buckets(self, idle_before_us: int, limit: int) -> int:
         """Delete up to `limit` buckets whose TAT is before `idle_before_us`; how many."""
         ...
+
+
+def _limits(text: str) -> dict[str, int | float]:
+    found = json.loads(text)
+    return {str(k): v for k, v in found.items() if isinstance(v, int | float)}
 
 
 def _take_sqlite(
@@ -126,6 +157,21 @@ class FlowSqlite:
     async def put_app_flow(self, flow: AppFlow) -> None:
         await self._write(lambda c: c.execute(PUT_FLOW, attrs.astuple(flow)))
 
+    async def get_app_limits(self, app: str) -> dict[str, int | float]:
+        row = await self._read(lambda c: c.execute(GET_LIMITS, (app,)).fetchone())
+        return {} if row is None else _limits(row[0])
+
+    async def put_app_limits(self, app: str, limits: Mapping[str, int | float], now: int) -> None:
+        if not limits:
+            await self._write(lambda c: c.execute(DROP_LIMITS, (app,)))
+            return
+        text = json.dumps(dict(limits), sort_keys=True)
+        await self._write(lambda c: c.execute(PUT_LIMITS, (app, text, now)))
+
+    async def open_runs_of(self, app: str) -> int:
+        row = await self._read(lambda c: c.execute(OPEN_RUNS, (app,)).fetchone())
+        return int(row[0])
+
     async def take_rate_tokens(
         self, buckets: Sequence[tuple[str, int]], count: int, now_us: int
     ) -> tuple[int, tuple[str, int] | None]:
@@ -147,6 +193,21 @@ class FlowPostgres(PgCalls):
 
     async def put_app_flow(self, flow: AppFlow) -> None:
         await self._call(lambda c: c.execute(numbered(PUT_FLOW), *attrs.astuple(flow)), write=True)
+
+    async def get_app_limits(self, app: str) -> dict[str, int | float]:
+        text = await self._call(lambda c: c.fetchval(numbered(GET_LIMITS), app))
+        return {} if text is None else _limits(str(text))
+
+    async def put_app_limits(self, app: str, limits: Mapping[str, int | float], now: int) -> None:
+        if not limits:
+            await self._call(lambda c: c.execute(numbered(DROP_LIMITS), app), write=True)
+            return
+        text = json.dumps(dict(limits), sort_keys=True)
+        await self._call(lambda c: c.execute(numbered(PUT_LIMITS), app, text, now), write=True)
+
+    async def open_runs_of(self, app: str) -> int:
+        value = await self._call(lambda c: c.fetchval(numbered(OPEN_RUNS), app))
+        return int(value or 0)
 
     async def take_rate_tokens(
         self, buckets: Sequence[tuple[str, int]], count: int, now_us: int

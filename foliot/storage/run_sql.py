@@ -477,12 +477,35 @@ def children_of_sql(
     return sql, args
 
 
-# (true, true, false): open children; closed children of open parents parked on children.
-CHILD_LINKS: Final = (
-    "SELECT c.doc AS child, p.doc AS parent FROM runs AS c JOIN runs AS p ON p.run_id = c.parent_run_id"
-    " WHERE c.parent_run_id IS NOT NULL AND (c.is_open = ?"
-    " OR (p.is_open = ? AND c.is_open = ? AND p.status IN ('waiting', 'paused')))"
-)
+def child_links_sql(after: tuple[str, int, str] | None, limit: int) -> tuple[str, list[Any]]:
+    """A page of recovery's child links: open children, and closed children of open parents
+    parked on children; walked along `runs_by_parent` from the keyset cursor `after`
+    (parent, created_at, run_id), the parent joined by key. No document is read."""
+    sql = (
+        "SELECT c.run_id, c.parent_run_id, c.created_at, c.is_open FROM runs AS c"
+        " JOIN runs AS p ON p.run_id = c.parent_run_id WHERE c.parent_run_id IS NOT NULL"
+    )
+    args: list[Any] = []
+    if after is not None:
+        sql += " AND (c.parent_run_id, c.created_at, c.run_id) > (?, ?, ?)"
+        args.extend(after)
+    sql += (
+        " AND (c.is_open = ? OR (p.is_open = ? AND c.is_open = ? AND p.status IN ('waiting', 'paused')))"
+        " ORDER BY c.parent_run_id, c.created_at, c.run_id LIMIT ?"
+    )
+    args.extend((True, True, False, limit))
+    return sql, args
+
+
+def parent_fans_sql(dialect: Dialect, run_ids: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
+    """Runs' open flag and fan-out (its JSON text, taken out of the document by the database)."""
+    where, args = dialect.run_ids(run_ids)
+    return f"SELECT run_id, is_open, {dialect.fan_json} AS fan FROM runs WHERE run_id {where}", args
+
+
+def get_runs_sql(dialect: Dialect, run_ids: Sequence[str]) -> tuple[str, tuple[Any, ...]]:
+    where, args = dialect.run_ids(run_ids)
+    return f"SELECT run_id, doc FROM runs WHERE run_id {where}", args
 
 
 def prune_runs_tx(dialect: Dialect, closed_before: int, limit: int) -> Tx[int]:
@@ -502,7 +525,13 @@ def prune_runs_tx(dialect: Dialect, closed_before: int, limit: int) -> Tx[int]:
 # ---------------------------------------------------------------------------------- tasks and timers
 
 GET_TASK: Final = "SELECT * FROM tasks WHERE token = ?"
-OPEN_TASKS: Final = "SELECT * FROM tasks WHERE status = 'open' ORDER BY created_at"
+OPEN_TASKS: Final = "SELECT * FROM tasks WHERE status = 'open' ORDER BY created_at, token"
+# (created_at, token, limit): the next page, along `tasks_open` (status, created_at, token).
+OPEN_TASKS_AFTER: Final = (
+    "SELECT * FROM tasks WHERE status = 'open' AND (created_at, token) > (?, ?)"
+    " ORDER BY created_at, token LIMIT ?"
+)
+OPEN_TASKS_FIRST: Final = "SELECT * FROM tasks WHERE status = 'open' ORDER BY created_at, token LIMIT ?"
 # (before, limit) and (before, due_at, run_id, slot, limit): due timers in wheel order.
 TIMERS_DUE: Final = "SELECT * FROM timers WHERE due_at < ? ORDER BY due_at, run_id, slot LIMIT ?"
 TIMERS_DUE_AFTER: Final = (
@@ -564,6 +593,10 @@ class Dialect:
     workflow_lock: str | None
     # `OVERDUE_SQL` with this dialect's boolean.
     overdue: str
+    # A run document's `fan` as JSON text, read by the database (recovery's parents, without
+    # their inputs): SQLite's json_extract (SQL NULL for a JSON null), PostgreSQL's `->` on
+    # the text cast to json ('null' for a JSON null).
+    fan_json: str
 
     @property
     def postgres(self) -> bool:
@@ -590,6 +623,7 @@ SQLITE: Final = Dialect(
     run_counts="SELECT app, status, n FROM run_counts WHERE n <> 0",
     workflow_lock=None,
     overdue=OVERDUE_SQL.format(true="1", p1="?", p2="?"),
+    fan_json="json_extract(doc, '$.fan')",
 )
 
 POSTGRES: Final = Dialect(
@@ -611,4 +645,5 @@ POSTGRES: Final = Dialect(
     run_counts="SELECT app, status, SUM(n) AS n FROM run_counts GROUP BY app, status",
     workflow_lock="SELECT pg_advisory_xact_lock(hashtext(?))",
     overdue=OVERDUE_SQL.format(true="TRUE", p1="?", p2="?"),
+    fan_json="(doc::json -> 'fan')::text",
 )

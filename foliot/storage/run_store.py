@@ -12,18 +12,22 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final, TypeVar
+
+import attrs
 
 from ..core.workflow.compat import Fans
-from ..core.workflow.model import Event, Run, TaskRow, run_from_dict
+from ..core.workflow.model import ChildSlot, Event, FanOut, Run, TaskRow, run_from_dict
 from . import deploy_sql, run_sql
 from .base import (
     ApiKeyRecord,
     AppRecord,
+    ChildLink,
     CommitObserver,
     DebounceRow,
     IdempotencyRecord,
     OverdueGroup,
+    ParentFan,
     QueuedKey,
     RunFilter,
     SecretRecord,
@@ -47,6 +51,19 @@ def _only(op: Op) -> Tx[Any]:
 
 def _run(doc: str) -> Run:
     return run_from_dict(json.loads(doc))
+
+
+_FAN_FIELDS: Final = frozenset(field.name for field in attrs.fields(FanOut))
+
+
+def _fan(text: str | None) -> FanOut | None:
+    """A fan-out from the JSON text the database took out of a run document (`run_to_dict`)."""
+    data = None if text is None else json.loads(text)
+    if data is None:
+        return None
+    fields = {k: v for k, v in data.items() if k in _FAN_FIELDS}
+    fields["open"] = tuple(ChildSlot(int(slot["index"]), slot["run_id"]) for slot in data.get("open", ()))
+    return FanOut(**fields)
 
 
 def _decode_all(texts: Sequence[str]) -> list[Any]:
@@ -240,9 +257,27 @@ class SqlRunStore:
         sql, args = run_sql.children_of_sql(parent_run_id, after, limit)
         return [_run(r["doc"]) for r in await self._all(sql, args, scan=True)]
 
-    async def child_links(self) -> list[tuple[Run, Run]]:
-        found = await self._all(run_sql.CHILD_LINKS, (True, True, False), scan=True)
-        return [(_run(r["child"]), _run(r["parent"])) for r in found]
+    async def child_links(self, after: tuple[str, int, str] | None, limit: int) -> list[ChildLink]:
+        sql, args = run_sql.child_links_sql(after, limit)
+        return [
+            ChildLink(r["run_id"], r["parent_run_id"], int(r["created_at"]), bool(r["is_open"]))
+            for r in await self._all(sql, args, scan=True)
+        ]
+
+    async def parent_fans(self, run_ids: Sequence[str]) -> dict[str, ParentFan]:
+        if not run_ids:
+            return {}
+        sql, args = run_sql.parent_fans_sql(self.dialect, run_ids)
+        return {
+            r["run_id"]: ParentFan(r["run_id"], bool(r["is_open"]), _fan(r["fan"]))
+            for r in await self._all(sql, args, scan=True)
+        }
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        if not run_ids:
+            return {}
+        sql, args = run_sql.get_runs_sql(self.dialect, run_ids)
+        return {r["run_id"]: _run(r["doc"]) for r in await self._all(sql, args, scan=True)}
 
     async def list_events(self, run_id: str, after: int, limit: int) -> list[Event]:
         found = await self._all(run_sql.LIST_EVENTS, (run_id, after, limit), scan=True)
@@ -357,8 +392,16 @@ class SqlRunStore:
         row = await self._one(run_sql.GET_TASK, (token,))
         return None if row is None else task_record(row)
 
-    async def open_tasks(self) -> list[TaskRow]:
-        return [task_record(r) for r in await self._all(run_sql.OPEN_TASKS, scan=True)]
+    async def open_tasks(
+        self, after: tuple[int, str] | None = None, limit: int | None = None
+    ) -> list[TaskRow]:
+        if limit is None:
+            found = await self._all(run_sql.OPEN_TASKS, scan=True)
+        elif after is None:
+            found = await self._all(run_sql.OPEN_TASKS_FIRST, (limit,), scan=True)
+        else:
+            found = await self._all(run_sql.OPEN_TASKS_AFTER, (*after, limit), scan=True)
+        return [task_record(r) for r in found]
 
     async def timers_due_before(
         self, before: int, limit: int, after: tuple[int, str, str] | None = None

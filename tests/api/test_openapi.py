@@ -215,6 +215,10 @@ async def test_every_answer_validates_against_its_declared_schema(api: Api) -> N
     await api.client.get("/admin/lambda/us-east-1/fn", headers=admin)
     await api.client.request("DELETE", "/admin/lambda/us-east-1/fn", headers=admin)
     await api.client.request("DELETE", "/admin/sessions/ses_nope", headers=admin)
+    limits = {"maxTreeRuns": 50, "scheduleFireRate": 2.5}
+    put = await api.client.put(f"/admin/apps/{api.app}/limits", json=limits, headers=admin)
+    assert put.status_code == 200, put.text
+    assert (await api.client.get(f"/admin/apps/{api.app}/limits", headers=admin)).status_code == 200
 
     succeeded = check_conforms(spec, recorder.seen)
     public = {f"{m} {p}" for (m, p) in OPERATIONS if p.startswith("/apps/")}

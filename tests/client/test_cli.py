@@ -168,6 +168,32 @@ async def test_profiles_file(api: Api, run_cli: Cli, tmp_path: Path) -> None:
     await run_cli("runs", "list", env=env, code=2)  # default profile has no token
 
 
+async def test_apps_limits_shows_and_sets_overrides(api: Api, run_cli: Cli) -> None:
+    admin = {"FOLIOT_TOKEN": ADMIN}
+    shown = await run_cli.json("apps", "limits", api.app, env=admin)
+    assert shown["limits"]["maxOpenRuns"] == {
+        "value": 1_000_000,
+        "source": "default",
+        "setting": "FOLIOT_APP_MAX_OPEN_RUNS",
+    }
+    changed = await run_cli.json(
+        "apps", "limits", api.app, "--set", "maxOpenRuns=5000", "--set", "scheduleFireRate=2.5", env=admin
+    )
+    assert changed["limits"]["maxOpenRuns"]["value"] == 5000
+    assert changed["limits"]["scheduleFireRate"] == {
+        "value": 2.5,
+        "source": "override",
+        "setting": "FOLIOT_SCHEDULE_FIRE_RATE_PER_APP",
+    }
+    table = (await run_cli("apps", "limits", api.app, "--set", "maxOpenRuns=default", env=admin)).stdout
+    assert "maxOpenRuns" in table and "override" in table  # scheduleFireRate still is
+    back = await run_cli.json("apps", "limits", api.app, env=admin)
+    assert back["limits"]["maxOpenRuns"]["value"] == 1_000_000
+    await run_cli("apps", "limits", api.app, "--set", "maxOpenRuns", env=admin, code=2)
+    await run_cli("apps", "limits", api.app, "--set", "nope=1", env=admin, code=1)  # the server's 400
+    await run_cli("apps", "limits", api.app, code=1)  # an app key is no admin
+
+
 async def test_apps_actors_timers_queues_as_admin(api: Api, run_cli: Cli) -> None:
     admin = {"FOLIOT_TOKEN": ADMIN}
     created = await run_cli.json(

@@ -16,6 +16,7 @@ simulation (tests/sim/world.py), which puts a faulty connection in front of it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import trio
@@ -28,8 +29,10 @@ from foliot.storage.base import (
     SIGNAL_ID_UNIQUE,
     SLOT_TAKEN,
     AppRecord,
+    ChildLink,
     CommitObserver,
     IdempotencyRecord,
+    ParentFan,
     QueuedKey,
     SecretRecord,
     TimerRecord,
@@ -249,9 +252,16 @@ class FakeStore:
         await trio.lowlevel.checkpoint()
         return self.tasks.get(token)
 
-    async def open_tasks(self) -> list[TaskRow]:
+    async def open_tasks(
+        self, after: tuple[int, str] | None = None, limit: int | None = None
+    ) -> list[TaskRow]:
         await trio.lowlevel.checkpoint()
-        return sorted((t for t in self.tasks.values() if t.status == "open"), key=lambda t: t.created_at)
+        found = sorted(
+            (t for t in self.tasks.values() if t.status == "open"), key=lambda t: (t.created_at, t.token)
+        )
+        if after is not None:
+            found = [t for t in found if (t.created_at, t.token) > after]
+        return found if limit is None else found[:limit]
 
     async def children_of(
         self, parent_run_id: str, after: tuple[int, str] | None = None, limit: int | None = None
@@ -263,7 +273,7 @@ class FakeStore:
             found = [r for r in found if (r.created_at, r.run_id) > after]
         return found if limit is None else found[:limit]
 
-    async def child_links(self) -> list[tuple[Run, Run]]:
+    async def child_links(self, after: tuple[str, int, str] | None, limit: int) -> list[ChildLink]:
         await trio.lowlevel.checkpoint()
         links = []
         for child in self.runs.values():
@@ -271,8 +281,20 @@ class FakeStore:
             if parent is None:
                 continue
             if child.is_open or (parent.is_open and parent.status in ("waiting", "paused")):
-                links.append((child, parent))
-        return links
+                link = ChildLink(child.run_id, parent.run_id, child.created_at, child.is_open)
+                if after is None or link.cursor > after:
+                    links.append(link)
+        links.sort(key=lambda link: link.cursor)
+        return links[:limit]
+
+    async def parent_fans(self, run_ids: Sequence[str]) -> dict[str, ParentFan]:
+        await trio.lowlevel.checkpoint()
+        found = (self.runs.get(run_id) for run_id in run_ids)
+        return {run.run_id: ParentFan(run.run_id, run.is_open, run.fan) for run in found if run is not None}
+
+    async def get_runs(self, run_ids: Sequence[str]) -> dict[str, Run]:
+        await trio.lowlevel.checkpoint()
+        return {run_id: self.runs[run_id] for run_id in run_ids if run_id in self.runs}
 
     async def queued_keys(self, after: tuple[str, str] | None, limit: int) -> list[QueuedKey]:
         await trio.lowlevel.checkpoint()
@@ -305,6 +327,20 @@ class FakeStore:
     async def get_app_flow(self, app: str) -> None:
         await trio.lowlevel.checkpoint()
         return None
+
+    def app_limits(self, app: str) -> dict[str, int | float]:
+        return {}  # no overrides: every app has the settings' limits
+
+    def open_runs(self, app: str) -> int:
+        return sum(1 for run in self.runs.values() if run.app == app and run.is_open)
+
+    async def get_app_limits(self, app: str) -> dict[str, int | float]:
+        await trio.lowlevel.checkpoint()
+        return self.app_limits(app)
+
+    async def open_runs_of(self, app: str) -> int:
+        await trio.lowlevel.checkpoint()
+        return self.open_runs(app)
 
     async def count_open_runs(self) -> dict[str, int]:
         await trio.lowlevel.checkpoint()

@@ -228,6 +228,80 @@ async def test_children_are_paged_by_keyset(store: Store) -> None:
     assert [r.run_id for r in await store.children_of("p")] == ["c0", "c1", "c2", "c4", "c5", "c6"]
 
 
+async def test_recovery_reads_child_links_in_pages_without_documents(store: Store) -> None:
+    """Recovery's child links (issue 37): open children, and closed children of open parents
+    parked on children, a page at a time by keyset (parent, created_at, run_id), ties on
+    created_at included; a parent's fan-out read out of its document by the database."""
+    from foliot.core.workflow.model import ChildSlot, FanOut
+
+    fan = FanOut("m", "map", 1, 1, 6, 6, (ChildSlot(0, "a0"), ChildSlot(2, "a2")), 1, 1)
+    big = {"items": ["x" * 100] * 50}  # the parent's input: not read by `parent_fans`
+    parent = attrs.evolve(make_run("pa", current_step="m", fan=fan), input=big)
+    await store.commit(UnitOfWork(parent, None))
+    await store.commit(UnitOfWork(make_run("pb", status="completed", closed_at=T0), None))
+    await store.commit(UnitOfWork(make_run("pc", status="running"), None))
+    expected = []
+    for parent, open_children, closed_children in (("pa", 3, 3), ("pb", 2, 2), ("pc", 1, 1)):
+        for i in range(open_children + closed_children):
+            run_id = f"{parent[1]}{i}"
+            ref = ParentRef(parent, "m", 1, 1, i, "cancel")
+            is_open = i % 2 == 0  # open and closed children interleaved, one created_at
+            status = "waiting" if is_open else "completed"
+            closed = None if is_open else T0 + 1
+            await store.commit(
+                UnitOfWork(make_run(run_id, status=status, parent=ref, closed_at=closed), None)
+            )
+            if is_open or parent == "pa":  # closed children only of a parent waiting on children
+                expected.append((parent, run_id, is_open))
+    await store.commit(UnitOfWork(make_run("lone"), None))  # no parent: not a link
+    pages, after = [], None
+    while True:
+        page = await store.child_links(after, 2)
+        assert len(page) <= 2
+        pages.append(page)
+        if len(page) < 2:
+            break
+        after = page[-1].cursor
+    found = [(link.parent_run_id, link.run_id, link.is_open) for page in pages for link in page]
+    assert found == sorted(expected)
+    assert len(pages) == len(expected) // 2 + 1
+    assert [link.created_at for page in pages for link in page] == [T0] * len(expected)
+
+    fans = await store.parent_fans(["pa", "pb", "gone"])
+    assert fans.keys() == {"pa", "pb"}
+    assert (fans["pa"].is_open, fans["pa"].fan) == (True, fan)
+    assert (fans["pb"].is_open, fans["pb"].fan) == (False, None)
+    assert await store.parent_fans([]) == {}
+    runs = await store.get_runs(["a1", "b0", "gone"])
+    assert {r: (run.status, run.parent.run_id) for r, run in runs.items()} == {  # type: ignore[union-attr]
+        "a1": ("completed", "pa"),
+        "b0": ("waiting", "pb"),
+    }
+
+
+async def test_open_tasks_are_paged_by_keyset(store: Store) -> None:
+    """Recovery reads the open tasks a page at a time, oldest first (ties by token)."""
+    tasks = []
+    for i in range(5):
+        run = make_run(f"r{i}", status="running")
+        task = TaskRow(f"t{4 - i}", f"r{i}", "app", 1, "s", 1, None, "open", None, None, T0 + i // 2)
+        await store.commit(UnitOfWork(run, None, (), (task,)))
+        tasks.append(task)
+    done = TaskRow("t9", "r0", "app", 1, "s", 0, None, "closed", "answered", None, T0)
+    await store.commit(
+        UnitOfWork(make_run("r9", status="running"), None, (), (attrs.evolve(done, run_id="r9"),))
+    )
+    pages, after = [], None
+    while True:
+        page = await store.open_tasks(after, 2)
+        pages.append([t.token for t in page])
+        if len(page) < 2:
+            break
+        after = (page[-1].created_at, page[-1].token)
+    assert pages == [["t3", "t4"], ["t1", "t2"], ["t0"]]
+    assert [t.token for t in await store.open_tasks()] == ["t3", "t4", "t1", "t2", "t0"]
+
+
 async def test_timer_paging_is_keyset(store: Store) -> None:
     for i in range(12):
         run = make_run(f"r{i:02d}", status="sleeping", timer=Timer("sleep", T0 + i // 3, "k"))

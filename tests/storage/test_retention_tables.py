@@ -60,6 +60,7 @@ BOUNDED: Final[dict[str, str]] = {
     "schedules": "one per schedule an app defines, at most FOLIOT_SCHEDULES_PER_APP per app",
     "run_counts": "one counter per (app, status) (and shard on PostgreSQL)",
     "app_flow": "one row per app",
+    "app_limits": "one row per app at most (its limit overrides); apps are never deleted",
     "swf_domains": "registered by SWF clients, as on AWS",
     "swf_types": "registered by SWF clients, as on AWS",
     "swf_credentials": "created by an operator",

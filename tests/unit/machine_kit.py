@@ -34,6 +34,8 @@ class Kit:
         self.buffer_max_bytes = buffer_max_bytes
         self.history: list[Transition] = []
         self.run: Run
+        # Child runs the app's lane grants per transition (None: every one asked for).
+        self.grants: list[int] | None = None
 
     def ctx(self) -> Context:
         return Context(
@@ -43,7 +45,13 @@ class Kit:
             signal_buffer_max=self.buffer_max,
             signal_buffer_max_bytes=self.buffer_max_bytes,
             new_run_id=lambda: next(self.child_ids),
+            grant_children=None if self.grants is None else self._grant,
         )
+
+    def _grant(self, app: str, n: int) -> tuple[int, int]:
+        assert self.grants is not None
+        granted = min(n, self.grants.pop(0) if self.grants else n)
+        return granted, 500
 
     def start(self, input: Any = None, run_timeout_ms: int | None = None, depth: int = 0) -> Transition:
         tr = machine.start(

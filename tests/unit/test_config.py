@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from foliot.core.config import DEFAULT_DATABASE_URL, Settings, describe_lifetime, redact_url
+from foliot.core.limits import LIMITS
 from foliot.server import serve
 from foliot.storage.factory import sqlite_path
 
@@ -179,3 +180,21 @@ def test_schedule_quotas() -> None:
     for bad in ("0", "-1", "fast", "inf", "nan"):
         with pytest.raises(SystemExit, match="FOLIOT_SCHEDULE_FIRE_RATE_PER_APP"):
             Settings.from_env({"FOLIOT_SCHEDULE_FIRE_RATE_PER_APP": bad})
+
+
+def test_open_runs_per_app() -> None:
+    assert Settings.from_env({}).app_max_open_runs == 1_000_000
+    assert Settings.from_env({"FOLIOT_APP_MAX_OPEN_RUNS": "50"}).app_max_open_runs == 50
+    assert Settings.from_env({"FOLIOT_APP_MAX_OPEN_RUNS": "0"}).app_max_open_runs == 1
+
+
+def test_every_per_app_limit_has_a_setting_and_a_row_in_the_docs() -> None:
+    """core/limits.py names each limit's setting and `Settings` field; docs/operations.md's
+    *Per-app limits* table lists each with its override name."""
+    docs = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    table = docs[docs.index("## Per-app limits") :]
+    table = table[: table.index("\n## ")]
+    default = Settings()
+    for limit in LIMITS:
+        assert hasattr(default, limit.field), limit
+        assert f"`{limit.setting}`" in table and f"`{limit.name}`" in table, limit

@@ -432,3 +432,15 @@ def test_a_push_step_with_a_timeout_over_the_sync_cap_is_named() -> None:
     )
     assert "timeout_over_sync_cap" not in codes(accepted)
     assert "timeout_over_sync_cap" not in codes(Observation(r, NOW, push="sending"))
+
+
+def test_a_map_paced_by_its_apps_lane_says_so() -> None:
+    from foliot.core.workflow.model import ChildSlot, FanOut
+
+    fan = FanOut(
+        "ship", "map", 1, 1, 10, 3, open=(ChildSlot(0, "c0"), ChildSlot(1, "c1"), ChildSlot(2, "c2"))
+    )
+    r = run(status="waiting", fan=fan, timer=Timer("top_up", NOW + 2_000, "1:ship:1#4"), wake_at=NOW + 2_000)
+    d = diagnose(Observation(r, NOW, timers=stored(r)))
+    assert "7 not started yet" in d.summary and "FOLIOT_APP_CHILD_RATE" in d.summary
+    assert d.summary.endswith("the next start in 2 s")

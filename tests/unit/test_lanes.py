@@ -29,3 +29,13 @@ def test_full_lanes_are_forgotten() -> None:
     for i in range(600):
         lanes.take(f"app{i}", float(i))
     assert len(lanes._lanes) < 300  # refilled lanes are dropped every 256 takes
+
+
+def test_an_app_with_its_own_rate_and_burst() -> None:
+    """An app's overrides (`internalRate`, `internalBurst`) are passed to `take`: its lane
+    follows them, the other apps' the node's."""
+    lanes = Lanes(rate=2, burst=3)
+    assert [lanes.take("slow", 0.0, 1, 1) for _ in range(2)] == [0.0, 1.0]
+    assert lanes.take("slow", 1.0, 1, 1) == 0.0
+    assert [lanes.take("fast", 0.0, 10, 5) for _ in range(6)] == [0.0] * 5 + [0.1]
+    assert [lanes.take("a", 0.0) for _ in range(4)] == [0.0, 0.0, 0.0, 0.5]

@@ -509,3 +509,57 @@ def test_map_failed_says_abandoned_for_children_it_leaves_running() -> None:
     kit.send(closed(kit, "child2", "cancelled"))
     error = kit.run.error
     assert error is not None and "0 completed, 0 failed, 1 cancelled, 2 abandoned;" in error.message
+
+
+# --------------------------------------------------------------------------- paced by the app's lane
+
+
+MAP_STEP = {"name": "all", "type": "map", "itemsPath": "input.items", "workflow": "item"}
+
+
+def test_a_map_starts_what_the_lane_grants_and_the_rest_on_its_top_up_timer() -> None:
+    kit = Kit([MAP_STEP, AFTER])
+    kit.grants = [3, 0, 4]
+    kit.start({"items": list(range(8))})
+    assert open_ids(kit) == ["child1", "child2", "child3"]
+    timer = kit.run.timer
+    assert timer is not None and timer.kind == "top_up" and timer.due == kit.now + 500
+    assert kit.events().count("children_paced") == 1
+    kit.fire()  # the lane grants none: armed again, no second event
+    assert len(open_ids(kit)) == 3 and kit.run.timer is not None and kit.run.timer.kind == "top_up"
+    assert kit.events().count("children_paced") == 1
+    kit.send(closed(kit, "child1"))  # a close tops up too: 4 granted, 7 started, 1 still waiting
+    assert kit.run.fan is not None and kit.run.fan.started == 7
+    kit.grants = None
+    kit.fire()
+    assert kit.run.fan is not None and kit.run.fan.started == 8 and kit.run.timer is None
+    for child in open_ids(kit):
+        kit.send(closed(kit, child, output=child))
+    assert kit.run.fan is not None and not kit.run.fan.open
+    started = [e for tr in kit.history for e in tr.events if e.type == "child_started"]
+    assert [e.data["index"] for e in started] == list(range(8))  # each item once, in order
+
+
+def test_a_run_step_paced_arms_its_child_timeout_only_when_its_child_starts() -> None:
+    kit = Kit([{**RUN_STEP, "timeout": "1h"}, AFTER])
+    kit.grants = [0]
+    kit.start()
+    assert kit.run.fan is not None and not kit.run.fan.open
+    assert kit.run.timer is not None and kit.run.timer.kind == "top_up"
+    kit.fire()
+    assert open_ids(kit) == ["child1"]
+    timer = kit.run.timer
+    assert timer is not None and timer.kind == "child_timeout" and timer.due == kit.now + 3_600_000
+
+
+def test_a_stale_top_up_timer_does_nothing() -> None:
+    kit = Kit([MAP_STEP, AFTER])
+    kit.grants = [1]
+    kit.start({"items": [1, 2]})
+    timer = kit.run.timer
+    assert timer is not None
+    kit.grants = None
+    kit.send(closed(kit, "child1"))  # the close started the last one and cleared the timer
+    assert kit.run.timer is None
+    tr = kit.send(machine.TimerFired("step", "top_up", timer.key))
+    assert not tr.changed

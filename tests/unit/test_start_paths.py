@@ -60,3 +60,42 @@ def test_every_caller_of_runs_start_is_a_known_start_path() -> None:
         "kinds/run/debounce.py:debounced_start:runs",  # a debounced burst's run
         "kinds/schedule/actor.py:_start:runs",  # a schedule's fire
     }
+
+
+# Each caller of `begin` -> the function on its path that checks the app's open-runs limit
+# (`Runs.within_open_runs`, issue 37) before it: a child's is `children.settle`, which alone calls
+# `_settle` (for the whole tree at once).
+OPEN_RUNS_CHECKED_BY: dict[str, str] = {
+    "kinds/run/service.py:start:self": "kinds/run/service.py:start:self",
+    "kinds/run/children.py:_settle:runs": "kinds/run/children.py:settle:runs",
+    "kinds/run/signal_start.py:_start:runs": "kinds/run/signal_start.py:_start:runs",
+}
+
+
+def test_every_start_path_checks_the_apps_open_runs_limit() -> None:
+    """A new caller of `begin` fails here until its path checks the limit; a path that stops
+    calling `within_open_runs` fails too."""
+    runs_begin = {c for c in _calls("begin") if c.startswith("kinds/run/") or ":runs" in c}
+    assert runs_begin == set(OPEN_RUNS_CHECKED_BY)
+    checks = _calls("within_open_runs")
+    missing = sorted(set(OPEN_RUNS_CHECKED_BY.values()) - checks)
+    assert not missing, f"start paths that skip the open-runs check: {missing}"
+    # `_settle` (which begins children) is reached only through `settle`, and itself.
+    assert _calls_of_name("_settle") == {"kinds/run/children.py:settle:", "kinds/run/children.py:_settle:"}
+
+
+def _calls_of_name(name: str) -> set[str]:
+    """`module:function:` of every plain call `name(...)` in the product outside the pure core."""
+    found: set[str] = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("core/"):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
+                    found.add(f"{rel}:{func.name}:")
+    return found

@@ -318,6 +318,14 @@ class BaseClient:
     def b_get_app(self, app: str | None) -> Call[App]:
         return Call("GET", self._app(app), lambda _, d: App.from_json(d), safe=True)
 
+    def b_get_app_limits(self, app: str | None) -> Call[dict[str, Any]]:
+        """`GET /admin/apps/{app}/limits`: each limit's value, setting and source (admin)."""
+        return Call("GET", f"/admin{self._app(app)}/limits", _raw, safe=True)
+
+    def b_put_app_limits(self, overrides: Mapping[str, Any], app: str | None) -> Call[dict[str, Any]]:
+        """`PUT /admin/apps/{app}/limits`: override limits (None: back to the default)."""
+        return Call("PUT", f"/admin{self._app(app)}/limits", _raw, json=dict(overrides), safe=True)
+
     def b_create_api_key(self, app: str | None) -> Call[NewApiKey]:
         return Call(
             "POST", f"{self._app(app)}/api-keys", lambda _, d: NewApiKey(d["keyId"], d["apiKey"]), json={}

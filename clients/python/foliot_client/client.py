@@ -130,6 +130,14 @@ class Client(BaseClient):
     def get_app(self, *, app: str | None = None) -> App:
         return self.send(self.b_get_app(app))
 
+    def get_app_limits(self, *, app: str | None = None) -> dict[str, Any]:
+        """The app's effective limits, each `{value, source, setting}` (admin)."""
+        return self.send(self.b_get_app_limits(app))
+
+    def set_app_limits(self, overrides: Mapping[str, Any], *, app: str | None = None) -> dict[str, Any]:
+        """Override the app's limits (`{"maxOpenRuns": 5000}`; None: back to the default) (admin)."""
+        return self.send(self.b_put_app_limits(overrides, app))
+
     def create_api_key(self, *, app: str | None = None) -> NewApiKey:
         return self.send(self.b_create_api_key(app))
 
@@ -595,6 +603,14 @@ class AsyncClient(BaseClient):
 
     async def get_app(self, *, app: str | None = None) -> App:
         return await self.send(self.b_get_app(app))
+
+    async def get_app_limits(self, *, app: str | None = None) -> dict[str, Any]:
+        """The app's effective limits, each `{value, source, setting}` (admin)."""
+        return await self.send(self.b_get_app_limits(app))
+
+    async def set_app_limits(self, overrides: Mapping[str, Any], *, app: str | None = None) -> dict[str, Any]:
+        """Override the app's limits (`{"maxOpenRuns": 5000}`; None: back to the default) (admin)."""
+        return await self.send(self.b_put_app_limits(overrides, app))
 
     async def create_api_key(self, *, app: str | None = None) -> NewApiKey:
         return await self.send(self.b_create_api_key(app))

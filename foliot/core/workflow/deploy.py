@@ -614,6 +614,14 @@ class _Player:
             self.i += 1
 
     def classify(self, r: Event, e: Event) -> tuple[str, str]:
+        if r.type == "children_paced" or (
+            e.type == "child_started" and any(x.type == "children_paced" for x in self.rec)
+        ):
+            return (
+                "paced",
+                f"the recorded run's children of {r.step!r} were paced by its app's lane"
+                " (FOLIOT_APP_CHILD_RATE); a replay starts them at once and cannot follow it",
+            )
         if self.missing_step(r.step):
             return "step_missing", f"step {r.step!r} is no step of the candidate (renamed or removed)"
         if r.type == e.type == "choice_evaluated":

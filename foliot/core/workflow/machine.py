@@ -188,12 +188,14 @@ class TreeTooLarge:
     """The child runs a transition asked for would, with their own children, create more runs in
     one unit of work than the node allows (`FOLIOT_MAX_TREE_RUNS`): the step that asked fails
     with `too_many_runs` (not retried: the same input asks for the same tree) and none of them
-    is created."""
+    is created. Also when they would put the app over its open-runs limit (`code`
+    `quota_exceeded`, issue 37)."""
 
     step: str
     generation: int
     attempt: int
     message: str
+    code: str = "too_many_runs"
 
 
 @attrs.frozen
@@ -393,6 +395,9 @@ class Context:
     signal_buffer_max: int = 100  # buffered signals per run
     signal_buffer_max_bytes: int = 1_048_576  # their payloads' compact-JSON bytes, summed
     new_run_id: Callable[[], str] | None = None  # a child run's id (run, map and parallel steps)
+    # How many of `n` child runs an app may start now, and if fewer, in how many ms to try
+    # again (the app's lane, `actors/lanes.py`); None: every one.
+    grant_children: Callable[[str, int], tuple[int, int]] | None = None
 
 
 @attrs.frozen
@@ -901,21 +906,41 @@ class _Tx:
                 message = f"inputPath {'.'.join(path)} is not in the run's input or state"
                 self.step_failed(step, ErrorInfo(step.name, "invalid_input", message))
                 return None
-        timer = None
-        if step.kind == "run" and step.timeout_ms is not None:
-            timer = self.arm(
-                "child_timeout", self.ctx.now + step.timeout_ms, f"{self.run.generation}:{step.name}"
-            )
         fan = FanOut(step.name, step.kind, self.run.generation, attempt, total, 0)
-        self.park("waiting", fan=fan, timer=timer, wake_at=timer.due if timer is not None else None)
+        self.park("waiting", fan=fan, timer=None, wake_at=None)
         self.top_up(step)
         return None
 
     def top_up(self, step: Step) -> None:
-        """Start children in item order until the step's concurrency is reached."""
+        """Start children in item order until the step's concurrency is reached, as many as the
+        app's lane grants now (`Context.grant_children`); the rest are started by a `top_up`
+        timer when the lane has room again (or when a child closes first)."""
         fan = self.run.fan
         assert fan is not None
         limit = step.max_concurrency if step.kind == "map" else fan.total
+        want = min(limit - len(fan.open), fan.total - fan.started)
+        if want <= 0:
+            return
+        granted, retry_ms = want, 0
+        if self.ctx.grant_children is not None:
+            granted, retry_ms = self.ctx.grant_children(self.run.app, want)
+        paced = self.run.timer is not None and self.run.timer.kind == "top_up"
+        if granted < want:
+            due = self.ctx.now + max(retry_ms, 10)
+            timer = self.arm("top_up", due, f"{fan.generation}:{step.name}:{fan.attempt}")
+            self.set(timer=timer, wake_at=due)
+            if not paced:
+                self.emit("children_paced", step.name, fan.attempt, waiting=want - granted, retryAt=due)
+        elif paced:
+            self.set(timer=None, wake_at=None)
+        if granted <= 0:
+            return
+        if step.kind == "run" and step.timeout_ms is not None:
+            timer = self.arm(
+                "child_timeout", self.ctx.now + step.timeout_ms, f"{self.run.generation}:{step.name}"
+            )
+            self.set(timer=timer, wake_at=timer.due)
+        limit = min(limit, len(fan.open) + granted)
         items: Any = None
         if step.kind == "map" and fan.started < fan.total and len(fan.open) < limit:
             assert step.items_path is not None
@@ -1239,6 +1264,10 @@ def _on_timer(tx: _Tx, msg: TimerFired) -> Reply | None:
                 tx.enter(follow)
         else:
             tx.start_attempt(step, (run.attempt or 1) + 1)
+    elif timer.kind == "top_up":
+        if run.fan is not None and run.fan.step == step.name:
+            tx.set(timer=timer)  # still paced: `top_up` clears it, or arms it again quietly
+            tx.fan_progress(step)  # the app's lane has room again: the next children
     elif timer.kind == "child_timeout":
         fan = run.fan
         assert fan is not None
@@ -1759,7 +1788,7 @@ def _on_tree_too_large(tx: _Tx, msg: TreeTooLarge) -> Reply | None:
         return Ok("stale")
     step = tx.definition.step(fan.step)
     tx.set(fan=None, timer=None, wake_at=None)
-    tx.step_failed_or_hold(step, ErrorInfo(step.name, "too_many_runs", msg.message))
+    tx.step_failed_or_hold(step, ErrorInfo(step.name, msg.code, msg.message))
     return None
 
 

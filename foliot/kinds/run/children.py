@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from ...core.errors import OverQuota
 from ...core.workflow import machine
 from ...core.workflow.definition import Definition
 from ...core.workflow.machine import ChildRunClosed, Gathered, Transition
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 # gather); each consumes a child request or a fan-out, so the bound is never reached in use.
 _MAX_ROUNDS: Final = 20_000
 _PAGE: Final = 64  # children read at once to gather a fan-out's outputs
+RECONCILE_PAGE: Final = 500  # child links recovery reads at once (`reconcile`)
 
 
 class _TreeTooLarge(Exception):
@@ -42,26 +44,36 @@ async def settle(runs: Runs, tr: Transition, definition: Definition) -> tuple[Tr
     """`tr` with its gathers applied and its children resolved, and the child runs' own start
     transitions (parents before their children) to commit with it.
 
-    At most `FOLIOT_MAX_TREE_RUNS` runs are created in one unit of work (children, their own
-    children, ...): past it, nothing is created and the step that asked fails with
-    `too_many_runs`. The count stops the walk as soon as it passes the limit, so a definition
-    whose tree is exponential costs no more than the limit to refuse."""
+    At most `FOLIOT_MAX_TREE_RUNS` runs (or the app's `maxTreeRuns` override) are created in one
+    unit of work (children, their own children, ...): past it, nothing is created and the step
+    that asked fails with `too_many_runs`. The count stops the walk as soon as it passes the
+    limit, so a definition whose tree is exponential costs no more than the limit to refuse.
+    A tree that would put the app over its open-runs limit (`Runs.within_open_runs`) is not
+    started either: the step fails with `quota_exceeded`."""
     if not tr.children and tr.gather is None:
         return tr, []
-    budget = [runs.host.settings.max_tree_runs]
-    try:
-        return await _settle(runs, tr, definition, budget)
-    except _TreeTooLarge:
-        pass
+    limits = await runs.host.directory.limits(tr.run.app, runs.host.settings)
+    limit = limits.max_tree_runs
     fan = tr.run.fan
+    step = fan.step if fan is not None else ""
+    try:
+        settled, started = await _settle(runs, tr, definition, [limit])
+        if started:
+            # The app's open-runs limit (issue 37), for the whole tree at once: all or none.
+            await runs.within_open_runs(tr.run.app, len(started))
+        return settled, started
+    except _TreeTooLarge:
+        code = "too_many_runs"
+        text = (
+            f"step {step!r} would start more than {limit} runs in one go (its children and theirs;"
+            f" {limits.setting('maxTreeRuns')}): none was started"
+        )
+    except OverQuota as exc:
+        code = "quota_exceeded"
+        text = f"step {step!r} started no child run: {exc.message}"
     if fan is None:  # pragma: no cover - children are only asked for by a fan-out step
         raise AssertionError("a tree of child runs without a fan-out")
-    limit = runs.host.settings.max_tree_runs
-    text = (
-        f"step {fan.step!r} would start more than {limit} runs in one go (its children and theirs;"
-        " FOLIOT_MAX_TREE_RUNS): none was started"
-    )
-    refused = machine.TreeTooLarge(fan.step, fan.generation, fan.attempt, text)
+    refused = machine.TreeTooLarge(fan.step, fan.generation, fan.attempt, text, code)
     return machine.chain(tr, machine.transition(tr.run, definition, refused, runs.context())), []
 
 
@@ -161,33 +173,53 @@ def closed_message(child: Run) -> ChildRunClosed:
     return ChildRunClosed(child.run_id, child.parent, child.status, output, child.error)
 
 
-def waits_for(parent: Run, child: Run) -> bool:
-    """Whether `parent` still waits for `child` (one of its step's open children)."""
-    fan = parent.fan
-    ref = child.parent
-    return (
-        parent.is_open
-        and fan is not None
-        and ref is not None
-        and (ref.step, ref.generation, ref.attempt) == (fan.step, fan.generation, fan.attempt)
-        and fan.slot(child.run_id) is not None
-    )
-
-
 async def reconcile(runs: Runs, only: Callable[[str], bool]) -> tuple[int, int]:
     """After a restart: re-tell parents of closed children they wait for, cancel open children
     nobody waits for (unless `abandon`). `only`: the actors this node recovers. Returns
-    (parents told, children cancelled)."""
+    (parents told, children cancelled).
+
+    Paged (`RECONCILE_PAGE` links at a time, keyset order, the loop yields at each read): a
+    page names its children without their documents; their parents' fan-outs are read once
+    per page (not their documents), after the page, so a parent is never older than the
+    children it is judged against (a child started after a stale read of its parent would
+    look abandoned); only the children acted on are read whole. Memory is one page's, at any
+    number of open children (100,000 children of 100 maps had needed ~10 GB read at once)."""
+    store = runs.host.store
     told = cancelled = 0
-    for child, parent in await runs.host.store.child_links():
-        if not child.is_open:
-            if only(parent.run_id) and waits_for(parent, child):
-                runs.tell(parent.run_id, closed_message(child))
-                told += 1
-        elif only(child.run_id) and not waits_for(parent, child):
-            assert child.parent is not None
-            if child.parent.on_close == "cancel":
-                reason = f"its parent {parent.run_id} no longer waits for it"
+    after: tuple[str, int, str] | None = None
+    while True:
+        page = await store.child_links(after, RECONCILE_PAGE)
+        if not page:
+            return told, cancelled
+        after = page[-1].cursor
+        fans = await store.parent_fans(sorted({link.parent_run_id for link in page}))
+        waited: dict[str, frozenset[str]] = {
+            run_id: frozenset(slot.run_id for slot in found.fan.open)
+            for run_id, found in fans.items()
+            if found.is_open and found.fan is not None
+        }
+        tell: list[str] = []  # closed children whose parents wait for them
+        cancel: list[str] = []  # open children nobody waits for
+        for link in page:
+            if link.parent_run_id not in fans:
+                continue  # the parent is gone (pruned since the page was read)
+            waits = link.run_id in waited.get(link.parent_run_id, ())
+            if not link.is_open:
+                if waits and only(link.parent_run_id):
+                    tell.append(link.run_id)
+            elif not waits and only(link.run_id):
+                cancel.append(link.run_id)
+        for child in (await store.get_runs(tell + cancel)).values():
+            ref = child.parent
+            if ref is None:  # pragma: no cover - a child link names a run with a parent
+                continue
+            if not child.is_open:
+                if child.run_id in waited.get(ref.run_id, ()):
+                    runs.tell(ref.run_id, closed_message(child))
+                    told += 1
+            elif ref.on_close == "cancel":
+                reason = f"its parent {ref.run_id} no longer waits for it"
                 runs.tell(child.run_id, machine.Cancel(reason))
                 cancelled += 1
-    return told, cancelled
+        if len(page) < RECONCILE_PAGE:
+            return told, cancelled

@@ -23,6 +23,7 @@ from ...core.errors import (
     Conflict,
     Fenced,
     NotFound,
+    OverQuota,
     StorageError,
     Unavailable,
     UniqueViolation,
@@ -106,7 +107,12 @@ class Runs:
             signal_buffer_max=settings.signal_buffer_max,
             signal_buffer_max_bytes=settings.signal_buffer_max_bytes,
             new_run_id=self._new_child_id,
+            grant_children=self._grant_children,
         )
+
+    def _grant_children(self, app: str, n: int) -> tuple[int, int]:
+        granted, wait_s = self.host.admission.child_lanes.take_up_to(app, n, trio.current_time())
+        return granted, int(wait_s * 1000) + 1
 
     def _new_child_id(self) -> str:
         return self.host.new_id(self.new_run_id)
@@ -236,6 +242,28 @@ class Runs:
             debounce=debounce,
             priority=priority,
         )
+
+    async def within_open_runs(self, app: str, n: int = 1) -> None:
+        """The app's open-runs limit (issue 37) for `n` more runs: `OverQuota` past it, else
+        they are counted as taken. Every path that creates runs calls this before `begin` (an API
+        start, a debounce's, a schedule's fire through `start`; signal-with-start; a fan-out's
+        children in `children.settle`): tests/unit/test_start_paths.py holds them. The count is
+        the `run_counts` counters read at most once a second per app (`Directory.open_runs`)
+        plus this node's starts since, so the limit holds within about a second of starts (and
+        of other nodes' starts); a start counted here that then fails is forgotten at the next
+        read."""
+        directory = self.host.directory
+        limits = await directory.limits(app, self.host.settings)
+        most = limits.max_open_runs
+        now_open = await directory.open_runs(app)
+        if now_open + n > most:
+            name = limits.setting("maxOpenRuns")
+            raise OverQuota(
+                f"app {app!r} has {now_open} open runs; {n} more would pass its limit ({name}) of {most}",
+                limit=name,
+                most=most,
+            )
+        directory.took_runs(app, n)
 
     async def settle(
         self, tr: machine.Transition, definition: Definition
@@ -463,6 +491,7 @@ class Runs:
             if replay is not None:
                 return replay, False
         definition, version = await self.definition_of(app, workflow, version)
+        await self.within_open_runs(app)
         # No pre-check of the business key: the unique index on open runs decides, atomically.
         tr = self.begin(
             app=app,

@@ -124,6 +124,7 @@ async def _deliver(runs: Runs, req: SignalStart, run: Run) -> dict[str, Any] | N
 async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
     """Start the run with the signal in it; None when another caller's run took the key first."""
     definition, version = await runs.definition_of(req.app, req.workflow, req.version)
+    await runs.within_open_runs(req.app)
     ctx = runs.context()
     started = runs.begin(
         app=req.app,

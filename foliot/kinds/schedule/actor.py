@@ -32,6 +32,7 @@ from ...core.errors import (
     Conflict,
     Fenced,
     NotFound,
+    OverQuota,
     Refused,
     StaleWrite,
     StorageError,
@@ -293,7 +294,10 @@ class ScheduleKind:
     # ------------------------------------------------------------------ fires
 
     async def _fired(self, actor: Actor[Doc], state: ScheduleState, msg: Fired, now: int) -> None:
-        wait_s = self.host.admission.lanes.take(state.app, trio.current_time())
+        limits = await self.host.directory.limits(state.app, self.host.settings)
+        wait_s = self.host.admission.lanes.take(
+            state.app, trio.current_time(), limits.internal_rate, limits.internal_burst
+        )
         if wait_s > 0:
             # Not this app's turn yet (`actors/lanes.py`): the firing goes back to the wheel
             # for then, holding none of its firings in flight; nothing is committed.
@@ -418,7 +422,7 @@ class ScheduleKind:
             if found is None:  # pragma: no cover - the unique key said it was there
                 raise StorageError("a schedule fire vanished") from exc
             return found.run_id, False, source == "clock" and found.source == "clock", None
-        except (NotFound, Conflict) as exc:
+        except (NotFound, Conflict, OverQuota) as exc:  # refused: counted as skipped, not retried
             return None, False, False, exc.message
         return str(body["runId"]), True, True, None
 

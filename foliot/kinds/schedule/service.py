@@ -69,28 +69,31 @@ class Schedules:
     async def _within_quotas(self, app: str, name: str, schedule: Schedule) -> None:
         """The app's bounds (issue 37): at most `schedules_per_app` schedules, and all of them
         (paused ones too: an unpause is not checked) at most `schedule_fire_rate_per_app` fires
-        per second together. A replace that does not raise the app's rate is always taken (the
+        per second together (each overridden by the app's limits, `schedules`,
+        `scheduleFireRate`). A replace that does not raise the app's rate is always taken (the
         limit may have been lowered since). Checked here, not under a lock: two PUTs of one app
         at the same instant may each pass."""
-        settings = self.host.settings
+        limits = await self.host.directory.limits(app, self.host.settings)
         documents = await self.host.store.schedule_documents(app)
         exists, others, rate, own = await app_load_of(documents, name)
-        most = settings.schedules_per_app
+        most = limits.schedules
         if not exists and others + 1 > most:
+            setting = limits.setting("schedules")
             raise QuotaExceeded(
-                f"the app has {others} schedules, its limit (FOLIOT_SCHEDULES_PER_APP) is {most}",
+                f"the app has {others} schedules, its limit ({setting}) is {most}",
                 field="name",
-                limit="FOLIOT_SCHEDULES_PER_APP",
+                limit=setting,
                 max=most,
             )
-        fastest = settings.schedule_fire_rate_per_app
+        fastest = limits.schedule_fire_rate
         after = rate + schedule.fire_rate()
         if after > fastest * (1 + 1e-9) and after > rate + own:
+            setting = limits.setting("scheduleFireRate")
             raise QuotaExceeded(
                 f"the app's schedules would fire up to {after:.4g}/s together, its limit"
-                f" (FOLIOT_SCHEDULE_FIRE_RATE_PER_APP) is {fastest:g}/s",
+                f" ({setting}) is {fastest:g}/s",
                 field="every" if schedule.every_ms is not None else "cron",
-                limit="FOLIOT_SCHEDULE_FIRE_RATE_PER_APP",
+                limit=setting,
                 max=fastest,
             )
 

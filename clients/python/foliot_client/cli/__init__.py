@@ -988,6 +988,52 @@ def apps_show(s: Session, app: str | None) -> None:
     s.out.record(s.raw(s.client.b_get_app(s.need_app(app))))
 
 
+LIMIT_COLUMNS = ("limit", "value", "source", "setting")
+
+
+@apps.command("limits")
+@click.argument("app", required=False)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="override a limit (e.g. maxOpenRuns=5000); VALUE `default` removes the override",
+)
+@pass_session
+def apps_limits(s: Session, app: str | None, settings: tuple[str, ...]) -> None:
+    """The app's effective limits, each with its value and where it comes from (its setting's
+    default or the app's override); --set changes overrides first (admin)."""
+    overrides: dict[str, Any] = {}
+    for item in settings:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value:
+            raise click.UsageError(f"--set takes NAME=VALUE, got {item!r}")
+        overrides[name] = _limit_value(value)
+    name = s.need_app(app)
+    if overrides:
+        document = s.raw(s.client.b_put_app_limits(overrides, name))
+    else:
+        document = s.raw(s.client.b_get_app_limits(name))
+    rows = [{"limit": key, **entry} for key, entry in document["limits"].items()]
+    s.out.table(rows, LIMIT_COLUMNS, document)
+
+
+def _limit_value(text: str) -> Any:
+    """A `--set` value: `default` (or `null`) removes the override; a number is sent as one;
+    anything else as given, for the server to refuse naming the limit."""
+    if text in ("default", "null"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 @apps.group("keys")
 def apps_keys() -> None:
     """API keys of an app."""
