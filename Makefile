@@ -54,6 +54,7 @@ bench: $(DEV)
 	-$(BIN)/python bench/dbos_peer.py --quick
 	-$(BIN)/python bench/idle_pollers.py --pollers 200 --idle 3
 	-$(BIN)/python bench/cluster.py --quick
+	-$(BIN)/python bench/noisy_neighbour.py --quick
 
 clean:
 	rm -rf $(VENV) .foliot .pytest_cache .mypy_cache .ruff_cache

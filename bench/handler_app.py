@@ -6,7 +6,9 @@ Any `POST` is a push: it answers 200 `{"ok": true}` and counts the push by its
 `idempotencyKey` (duplicates are pushes of a key already seen) and records `(time, step)` per
 run id. `GET /stats?arrivals=1` answers the counts (and the arrival times, wall-clock seconds);
 `POST /reset` clears them. `POST /floor/...` answers the same without recording: the push
-floor that a bare client measures. Plain ASGI on hypercorn's trio worker; signatures are
+floor that a bare client measures. A push to `/big/<n>/...` (a task step's `handler` path) is
+recorded as any other and answered `{"blob": "xx…"}` of about `n` bytes: large step outputs
+(`noisy_neighbour.py`'s map items). Plain ASGI on hypercorn's trio worker; signatures are
 not checked (the tests do that).
 """
 
@@ -25,6 +27,18 @@ from hypercorn.trio import serve
 keys: dict[str, int] = {}
 arrivals: dict[str, list[tuple[float, str]]] = defaultdict(list)
 totals = {"received": 0, "unparsed": 0}
+_blobs: dict[int, bytes] = {}
+
+
+def _blob(path: str) -> bytes:
+    """`{"blob": "xx…"}` of about the size `/big/<n>/...` names (cached per size)."""
+    try:
+        size = max(0, min(int(path.split("/")[2]), 16 << 20))
+    except (IndexError, ValueError):
+        size = 0
+    if size not in _blobs:
+        _blobs[size] = json.dumps({"blob": "x" * max(0, size - 12)}).encode()
+    return _blobs[size]
 
 
 async def _respond(send: Any, status: int, body: bytes) -> None:
@@ -78,7 +92,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         arrivals[body["runId"]].append((now, body["step"]))
     except (ValueError, KeyError, TypeError):
         totals["unparsed"] += 1
-    await _respond(send, 200, b'{"ok":true}')
+    await _respond(send, 200, _blob(path) if path.startswith("/big/") else b'{"ok":true}')
 
 
 def main() -> None:

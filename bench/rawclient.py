@@ -189,3 +189,33 @@ def run_open(
         for w in range(procs)
     ]
     return spawn_workers(_worker, specs, limit_s)
+
+
+def run_timetables(
+    base_url: str,
+    headers: dict[str, str],
+    timetables: list[tuple[list[Request], float, float]],
+    *,
+    timeout: float = 30.0,
+    max_conns: int = 512,
+    limit_s: float = 600.0,
+) -> tuple[list[list[Any]], float]:
+    """One process per `(requests, rate, offset)`: each sends its requests open loop at `rate`/s,
+    the first `offset` seconds after a start the processes share (e.g. starts at 10/s and, in
+    another process, a signal to each of those runs at 10/s 1.5 s later); (results, wall)."""
+    url = urlsplit(base_url)
+    specs = [
+        {
+            "host": url.hostname,
+            "port": url.port,
+            "headers": headers,
+            "requests": requests,
+            "rate": rate,
+            "offset": offset,
+            "timeout": timeout,
+            "max_conns": max_conns,
+            "limit_s": limit_s,
+        }
+        for requests, rate, offset in timetables
+    ]
+    return spawn_workers(_worker, specs, limit_s)
