@@ -39,3 +39,15 @@ def test_an_app_with_its_own_rate_and_burst() -> None:
     assert lanes.take("slow", 1.0, 1, 1) == 0.0
     assert [lanes.take("fast", 0.0, 10, 5) for _ in range(6)] == [0.0] * 5 + [0.1]
     assert [lanes.take("a", 0.0) for _ in range(4)] == [0.0, 0.0, 0.0, 0.5]
+
+
+def test_work_that_comes_back_reserves_its_turn_spread_out() -> None:
+    """Waiting fires get turns 1/rate apart, each comes back once and takes its own turn."""
+    lanes = Lanes(rate=2, burst=1)
+    assert lanes.take("a", 0.0, who="f0") == 0.0
+    waits = [lanes.take("a", 0.0, who=f"f{i}") for i in range(1, 5)]
+    assert waits == [0.5, 1.0, 1.5, 2.0]
+    assert lanes.take("a", 0.5, who="f1") == 0.0  # its turn: taken, nothing more owed
+    assert lanes.take("a", 0.5, who="f2") == 0.5  # early: told to come back at its turn
+    assert lanes.take("a", 1.0, who="f2") == 0.0
+    assert lanes.take("a", 1.0, who="new") == 2.5 - 1.0  # behind every reservation

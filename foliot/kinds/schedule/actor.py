@@ -296,7 +296,11 @@ class ScheduleKind:
     async def _fired(self, actor: Actor[Doc], state: ScheduleState, msg: Fired, now: int) -> None:
         limits = await self.host.directory.limits(state.app, self.host.settings)
         wait_s = self.host.admission.lanes.take(
-            state.app, trio.current_time(), limits.internal_rate, limits.internal_burst
+            state.app,
+            trio.current_time(),
+            limits.internal_rate,
+            limits.internal_burst,
+            who=(actor.id, msg.slot, msg.key),
         )
         if wait_s > 0:
             # Not this app's turn yet (`actors/lanes.py`): the firing goes back to the wheel
