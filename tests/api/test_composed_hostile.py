@@ -92,12 +92,6 @@ async def test_a_queued_run_migrated_to_a_higher_limit_is_admitted_at_once(api: 
     assert await _admitted_within(api, queued["runId"], 3)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a queued run migrated to a version without `concurrency` stays queued behind the "
-    "old key with a limit of 1 (Definition.slot_limit), and the dry-run calls its group "
-    "`compatible`, 'stays where it stands', saying nothing of the concurrency that changed",
-)
 async def test_a_queued_run_migrated_off_concurrency_is_admitted_and_the_dry_run_says_so(api: Api) -> None:
     await api.register(KEYED)
     await api.start("keyed", {"k": "x"})

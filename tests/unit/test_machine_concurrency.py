@@ -141,3 +141,29 @@ def test_a_debounced_run_queued_when_its_burst_ends_wakes_its_key() -> None:
     tr = kit.fire()
     assert kit.run.status == "queued" and kit.run.waits_for_slot
     assert [e.key for e in tr.effects if isinstance(e, WakeQueued)] == ["wf/a"]
+
+
+def test_a_queued_run_migrated_to_another_queue_or_none_follows_its_new_version() -> None:
+    """A run queued before its first step waits where its new version says: no `concurrency`:
+    it begins at once (leaving its queue); another key: it moves to that key's queue."""
+    kit = Kit(STEPS, concurrency={"limit": 1, "key": "input.c"})
+    kit.start({"c": "a", "d": "z"})
+    before = kit.run
+    plain = parse_definition({"name": "wf", "steps": STEPS})
+    kit.send(machine.Migrate(plain, 2))
+    assert kit.run.status == "waiting" and kit.run.concurrency_key is None and kit.run.current_step == "w"
+    assert slot_of(before, kit.run, plain) == SlotChange("leave", "wf/a")
+    assert "wf/a" in wakes(kit)  # the runs behind it may move up
+    kit = Kit(STEPS, concurrency={"limit": 1, "key": "input.c"})
+    kit.start({"c": "a", "d": "z"})
+    before = kit.run
+    other = parse_definition({"name": "wf", "steps": STEPS, "concurrency": {"limit": 3, "key": "input.d"}})
+    kit.send(machine.Migrate(other, 2))
+    assert kit.run.status == "queued" and kit.run.concurrency_key == "wf/z"
+    assert slot_of(before, kit.run, other) == SlotChange("queue", "wf/z")
+    assert wakes(kit)[-1] == "wf/z"
+    kit = Kit(STEPS, concurrency={"limit": 1, "key": "input.c"})
+    kit.start({"c": "a"})
+    wider = parse_definition({"name": "wf", "steps": STEPS, "concurrency": {"limit": 3, "key": "input.c"}})
+    kit.send(machine.Migrate(wider, 2))  # the same key: it keeps its place, the key is woken
+    assert kit.run.status == "queued" and kit.run.concurrency_key == "wf/a" and wakes(kit) == ["wf/a"]

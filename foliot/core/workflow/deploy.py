@@ -81,6 +81,7 @@ def migrate_plan(
     kind: str | None,
     fans: Fans,
     to: str = "the candidate",
+    queue: str | None = None,
 ) -> list[dict[str, Any]]:
     """What `POST …/migrate` (no `stepMap`) does to `count` open runs at `step` in `status`
     whose step (of kind `kind` in their version) compares to the target as `verdict`, `fans.runs`
@@ -110,6 +111,8 @@ def migrate_plan(
             " mapped step, generation + 1)",
             "stranded",
         )
+    elif verdict.in_place and queue is not None:
+        say("stays", rest, queue)
     elif verdict.in_place:
         say("stays", rest, "stays where it stands: same generation, its task or timer untouched")
     elif status == "paused":
@@ -265,6 +268,7 @@ class OpenRuns:
         self._verdicts: dict[tuple[int, str | None], Verdict] = {}
         self._relevant: dict[str | None, tuple[ReadPath, ...]] = {}
         self._missing: dict[tuple[str, str | None, str], _Missing] = {}
+        self._concurrency: dict[int, Any] = {}  # version -> its `concurrency`
 
     @property
     def reads_state(self) -> bool:
@@ -276,7 +280,23 @@ class OpenRuns:
         found = self._verdicts.get(key)
         if found is None:
             found = self._verdicts[key] = step_verdict(old, self.candidate, step)
+            if old is not None:
+                self._concurrency[version] = old.concurrency
         return found
+
+    def queue_change(self, version: int, step: str | None, status: str) -> str | None:
+        """What a migrate does to runs of `version` queued before their first step when the
+        candidate's `concurrency` differs from theirs (None: nothing of the kind)."""
+        if status != "queued" or step is not None or version not in self._concurrency:
+            return None
+        old, new = self._concurrency[version], self.candidate.concurrency
+        if old == new:
+            return None
+        if new is None:
+            return "leaves its concurrency queue (the candidate has no `concurrency`) and begins"
+        if old is not None and old.key == new.key:
+            return f"stays queued; the candidate's concurrency limit is {new.limit} (was {old.limit})"
+        return f"moves to the queue of the candidate's concurrency key (limit {new.limit}), after its runs"
 
     def relevant(self, step: str | None) -> tuple[ReadPath, ...]:
         """The candidate's reads that matter for a run at `step` (`relevant_reads`): a group
@@ -407,7 +427,15 @@ class OpenRuns:
                 "count": g.count,
                 "verdict": g.verdict.verdict,
                 "differences": [d.to_json() for d in g.verdict.differences],
-                "migrate": migrate_plan(g.verdict, g.step, g.status, g.count, g.kind, g.fans),
+                "migrate": migrate_plan(
+                    g.verdict,
+                    g.step,
+                    g.status,
+                    g.count,
+                    g.kind,
+                    g.fans,
+                    queue=self.queue_change(g.version, g.step, g.status),
+                ),
                 "exampleRunIds": g.examples,
             }
             for g in ordered

@@ -1917,7 +1917,20 @@ def _on_migrate(tx: _Tx, msg: Migrate) -> Reply | None:
         tx.definition = msg.target
         tx.emit("run_migrated", step, **data, toStep=step, inPlace=True)
         if run.status == "queued" and run.concurrency_key is not None:
-            tx.wake(run.concurrency_key)  # its new version's limit may leave it a slot now
+            old_key = run.concurrency_key
+            if run.current_step is None:
+                # Queued before its first step: it waits in the queue its new version names, as a
+                # start of that version would (none: it begins at once).
+                new = concurrency_key(msg.target, run.input) if msg.target.concurrency is not None else None
+                if new != old_key:
+                    tx.set(status="running", concurrency_key=None)
+                    tx.wake(old_key)  # the runs behind it may move up
+                    _begin(tx)
+                    if tx.run.concurrency_key is not None:
+                        tx.wake(tx.run.concurrency_key)
+                    tx.reply = Ok(tx.run)
+                    return None
+            tx.wake(old_key)  # its new version's limit may leave it a slot now
         tx.reply = Ok(tx.run)
         return None
     assert to_step is not None

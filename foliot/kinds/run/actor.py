@@ -70,8 +70,8 @@ def slot_of(before: Run | None, after: Run, definition: Definition) -> SlotChang
     waited_before = before is not None and before.waits_for_slot
     if after.holds_slot and not held_before:
         return SlotChange("admit", key, definition.slot_limit(key))
-    if after.waits_for_slot and not waited_before:
-        return SlotChange("queue", key)
+    if after.waits_for_slot and not (waited_before and before is not None and before.concurrency_key == key):
+        return SlotChange("queue", key)  # starts to wait, or waits in another key's queue now
     if (held_before or waited_before) and not (after.holds_slot or after.waits_for_slot):
         return SlotChange("leave", key)
     return None
