@@ -124,13 +124,6 @@ async def test_a_pending_debounced_run_is_not_rewound(api: Api) -> None:
     assert (await api.run(pending))["input"] == {"n": 2}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a debounced start whose burst's run is paused (not begun) answers 409 'the burst "
-    "... kept beginning under this start; retry' for as long as the pause lasts: "
-    "machine._on_debounce takes only a `sleeping` run, and debounce.debounced_start retries "
-    "`not_pending` as if the run had begun",
-)
 async def test_a_debounced_start_joins_the_burst_of_a_paused_pending_run(api: Api) -> None:
     await api.register(KEYED)
     body = {"workflow": "keyed", "input": {"n": 1}, "debounce": {"key": "d", "period": "1h"}}

@@ -1648,7 +1648,8 @@ def _on_mark_stuck(tx: _Tx, msg: MarkStuck) -> Reply | None:
 def _on_debounce(tx: _Tx, msg: Debounce) -> Reply | None:
     run = tx.run
     timer = run.timer
-    if run.debounce_key is None or run.status != "sleeping" or timer is None or timer.kind != "debounce":
+    pending = run.status == "sleeping" or (run.status == "paused" and run.paused_from == "sleeping")
+    if run.debounce_key is None or not pending or timer is None or timer.kind != "debounce":
         return Rejected(409, "not_pending", f"run {run.run_id} has begun; its burst is over")
     check = _check_size(msg.input, tx.ctx.payload_max, "input")
     if check is not None:
