@@ -135,7 +135,7 @@ async def test_a_lower_tree_limit_for_one_app_refuses_a_fan_out_the_other_may_st
     refused = await api.start("fan")
     assert refused["status"] == "failed", refused
     assert refused["error"]["class"] == "too_many_runs"
-    assert "override maxTreeRuns" in refused["error"]["message"]
+    assert "maxTreeRuns" in refused["error"]["message"]
     r = await api.call("GET", f"/apps/{api.app}/runs", params={"parentRunId": refused["runId"]})
     assert r.json()["runs"] == []
     started = await shop.start("fan")

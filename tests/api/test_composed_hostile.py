@@ -60,13 +60,6 @@ async def test_concurrent_schedule_puts_do_not_pass_the_app_s_quota(api: Api) ->
     assert len(listed) == 10
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FOLIOT_MAX_TREE_RUNS counts one unit of work, not the start's tree: a child whose "
-    "first step is a task starts its own fan-out in a later unit, so one start of a parallel of "
-    "5 children that each run a task then a parallel of 5 makes 30 runs past a limit of 20 "
-    "(20 wide x 8 deep would be billions); issue 37 asked for the whole tree per start",
-)
 async def test_the_tree_limit_counts_the_start_s_whole_tree(api: Api) -> None:
     await api.register({"name": "leaf", "steps": [{"name": "t", "type": "task"}]})
     fan = [{"name": f"b{i}", "workflow": "leaf"} for i in range(5)]

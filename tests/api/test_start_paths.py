@@ -131,9 +131,29 @@ def settings_overrides() -> dict[str, Any]:
     return {"max_tree_runs": 50}
 
 
-async def test_a_fan_out_past_the_tree_limit_fails_before_creating_any_run(api: Api) -> None:
-    """Three levels of `parallel` x 5 (155 runs) under a limit of 50: the top step fails with
-    `too_many_runs`, and not one child exists."""
+async def test_a_fan_out_past_the_tree_budget_fails_before_creating_any_run(api: Api) -> None:
+    """A start's tree may create FOLIOT_MAX_TREE_RUNS runs (50 here): a map of 60 items fails with
+    `too_many_runs` at once and not one child exists."""
+    await api.register({"name": "leaf", "steps": [{"name": "hold", "type": "wait", "signal": "go"}]})
+    await api.register(
+        {
+            "name": "wide",
+            "steps": [{"name": "fan", "type": "map", "itemsPath": "input.items", "workflow": "leaf"}],
+        }
+    )
+    run = await api.start("wide", {"items": list(range(60))})
+    assert run["status"] == "failed", run
+    assert run["error"]["class"] == "too_many_runs"
+    assert "FOLIOT_MAX_TREE_RUNS" in run["error"]["message"]
+    assert await _children(api, run["runId"]) == []
+    ok = await api.start("wide", {"items": list(range(40))})
+    assert ok["status"] == "waiting" and len(await _children(api, ok["runId"])) == 10  # maxConcurrency
+
+
+async def test_a_starts_whole_tree_is_bounded_by_its_budget(api: Api) -> None:
+    """Three levels of `parallel` x 5 (155 runs) under a budget of 50 shared down the tree: each
+    child gets a share, the level that would pass it fails with `too_many_runs`, and the start
+    creates no more than 50 runs below it (issue 37: one start had created 168,421)."""
     await api.register({"name": "leaf", "steps": [{"name": "hold", "type": "wait", "signal": "go"}]})
     below = "leaf"
     for level in range(3):
@@ -152,14 +172,10 @@ async def test_a_fan_out_past_the_tree_limit_fails_before_creating_any_run(api: 
         )
         below = name
     run = await api.start(below)
-    assert run["status"] == "failed", run
-    assert run["error"]["class"] == "too_many_runs"
-    assert "FOLIOT_MAX_TREE_RUNS" in run["error"]["message"]
-    r = await api.call("GET", f"/apps/{api.app}/runs?limit=100")
-    assert [x["runId"] for x in r.json()["runs"]] == [run["runId"]]
-    types = [e["type"] for e in await api.events(run["runId"])]
-    assert "step_failed" in types
-    # Within the limit, the same shape one level down starts all of its 30 runs.
-    small = await api.start("level1")
-    assert small["status"] == "waiting"
-    assert len(await _children(api, small["runId"])) == 5
+    done = await api.until(run["runId"], "failed")
+    assert done["status"] == "failed"
+    r = await api.call("GET", f"/apps/{api.app}/runs?limit=200")
+    runs = r.json()["runs"]
+    assert 1 < len(runs) <= 51, len(runs)
+    classes = {x["error"]["class"] for x in runs if x.get("error")}
+    assert "too_many_runs" in classes, classes

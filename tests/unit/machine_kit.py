@@ -53,7 +53,9 @@ class Kit:
         granted = min(n, self.grants.pop(0) if self.grants else n)
         return granted, 500
 
-    def start(self, input: Any = None, run_timeout_ms: int | None = None, depth: int = 0) -> Transition:
+    def start(
+        self, input: Any = None, run_timeout_ms: int | None = None, depth: int = 0, tree: int | None = None
+    ) -> Transition:
         tr = machine.start(
             run_id="run1",
             app="app",
@@ -65,6 +67,7 @@ class Kit:
             trace_id="0" * 32,
             ctx=self.ctx(),
             depth=depth,
+            tree=tree,
         )
         self.run = tr.run
         self.history.append(tr)

@@ -563,3 +563,29 @@ def test_a_stale_top_up_timer_does_nothing() -> None:
     assert kit.run.timer is None
     tr = kit.send(machine.TimerFired("step", "top_up", timer.key))
     assert not tr.changed
+
+
+# --------------------------------------------------------------------------- a start's tree budget
+
+
+def test_a_fan_out_past_the_runs_tree_budget_fails_before_any_child() -> None:
+    kit = Kit([{**MAP_STEP, "maxConcurrency": 2}, AFTER])
+    kit.start({"items": list(range(8))}, tree=7)
+    assert kit.run.status == "failed" and kit.run.error is not None
+    assert kit.run.error.cls == "too_many_runs" and "7 more" in kit.run.error.message
+    assert not [tr for tr in kit.history if tr.children]
+
+
+def test_the_budget_is_shared_down_and_what_a_child_leaves_comes_back() -> None:
+    kit = Kit([{**MAP_STEP, "maxConcurrency": 2}, AFTER])
+    tr = kit.start({"items": list(range(4))}, tree=100)
+    # 4 to start: each costs 1, the other 96 are shared: 24 each, given as each starts.
+    assert [c.tree for c in tr.children] == [24, 24]
+    assert kit.run.tree == 100 - 2 * 25
+    child = open_ids(kit)[0]
+    fan = kit.run.fan
+    assert fan is not None
+    ref = ParentRef("run1", fan.step, fan.generation, fan.attempt, 0)
+    tr = kit.send(ChildRunClosed(child, ref, "completed", None, None, 20))  # it spent 4 of 24
+    assert kit.run.tree == 50 + 20 - 1 - 34  # refund, then the third child: 1 + (70 - 2) // 2
+    assert [c.tree for c in tr.children] == [34]

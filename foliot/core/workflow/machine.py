@@ -181,6 +181,7 @@ class ChildRunClosed:
     status: str
     output: Any = None
     error: ErrorInfo | None = None
+    unused: int = 0  # the part of its tree budget the child did not spend: back to its parent
 
 
 @attrs.frozen
@@ -359,6 +360,7 @@ class ChildRequest:
     input: Any
     parent: ParentRef
     depth: int
+    tree: int | None = None  # the child's share of its parent's tree budget
 
 
 @attrs.frozen
@@ -660,7 +662,7 @@ class _Tx:
             self.wake(self.run.concurrency_key)  # its slot is free
         parent = self.run.parent
         if parent is not None:
-            closed = ChildRunClosed(self.run.run_id, parent, status, output, error)
+            closed = ChildRunClosed(self.run.run_id, parent, status, output, error, self.run.tree or 0)
             self.effects.append(NotifyParent(parent.run_id, closed))
 
     def output(self) -> Any:
@@ -906,6 +908,15 @@ class _Tx:
                 message = f"inputPath {'.'.join(path)} is not in the run's input or state"
                 self.step_failed(step, ErrorInfo(step.name, "invalid_input", message))
                 return None
+        tree = self.run.tree
+        if tree is not None and total > tree:
+            message = (
+                f"step {step.name!r} would start {total} child runs; the run's tree may create"
+                f" {tree} more (maxTreeRuns: FOLIOT_MAX_TREE_RUNS or the app's override, shared"
+                " down the tree): none was started"
+            )
+            self.step_failed(step, ErrorInfo(step.name, "too_many_runs", message))
+            return None
         fan = FanOut(step.name, step.kind, self.run.generation, attempt, total, 0)
         self.park("waiting", fan=fan, timer=None, wake_at=None)
         self.top_up(step)
@@ -961,8 +972,17 @@ class _Tx:
             ref = ParentRef(
                 self.run.run_id, step.name, fan.generation, fan.attempt, started, step.on_parent_close
             )
+            share = None
+            tree = self.run.tree
+            if tree is not None:
+                # Each child not started yet costs one; what is left is shared among them.
+                remaining = fan.total - started
+                share = max(0, tree - remaining) // remaining
+                self.set(tree=tree - 1 - share)
             self.children.append(
-                ChildRequest(child_id, branch.workflow, branch.version, child_input, ref, self.run.depth + 1)
+                ChildRequest(
+                    child_id, branch.workflow, branch.version, child_input, ref, self.run.depth + 1, share
+                )
             )
             which = {"branch": branch.name} if step.kind == "parallel" else {"index": started}
             self.emit(
@@ -1031,6 +1051,7 @@ def start(
     depth: int = 0,
     debounce: tuple[str, int] | None = None,
     priority: int = 3,
+    tree: int | None = None,
 ) -> Transition:
     """A new run: `run_started`, then the first step (a child run: `parent` started it)."""
     timeout = run_timeout_ms if run_timeout_ms is not None else definition.run_timeout_ms
@@ -1052,6 +1073,7 @@ def start(
         parent=parent,
         depth=depth,
         priority=priority,
+        tree=tree,
     )
     tx = _Tx(run, definition, ctx)
     if parent is None:
@@ -1700,6 +1722,9 @@ def _on_child_closed(tx: _Tx, msg: ChildRunClosed | ChildNotStarted) -> Reply | 
     slot = fan.slot(msg.run_id)
     if slot is None:
         return Ok("stale")
+    unused = getattr(msg, "unused", 0)
+    if unused and run.tree is not None:
+        tx.set(tree=run.tree + unused)  # the child's budget it did not spend comes back
     step = tx.definition.step(fan.step)
     opened = tuple(s for s in fan.open if s.run_id != msg.run_id)
     paused = run.status == "paused"

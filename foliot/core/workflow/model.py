@@ -201,6 +201,9 @@ class Run:
     held: HeldOutcome | None = None  # while `paused`: a task answer waiting for the unpause
     parent: ParentRef | None = None  # a child run: the parent step that started it
     depth: int = 0  # how many parents above this run
+    # Runs this run may still create below it, its children and theirs (FOLIOT_MAX_TREE_RUNS at
+    # a top-level start, a share of its parent's for a child); None: not bounded (stored before)
+    tree: int | None = None
     fan: FanOut | None = None  # at a run, map or parallel step: its children
     output: Any = None  # once completed: the value at the workflow's `output` path, or `state`
     # A workflow with `concurrency`: "<workflow>/<key value>", the slot group the run takes (or

@@ -126,6 +126,7 @@ async def _settle(
             parent=request.parent,
             depth=request.depth,
             priority=tr.run.priority,  # a child run inherits its parent's priority
+            tree=request.tree,
         )
         child, grandchildren = await _settle(runs, child, child_definition, budget)
         started.append(child)
@@ -170,7 +171,7 @@ def closed_message(child: Run) -> ChildRunClosed:
     """What a closed child tells its parent."""
     assert child.parent is not None
     output = child.output if child.status == "completed" else None
-    return ChildRunClosed(child.run_id, child.parent, child.status, output, child.error)
+    return ChildRunClosed(child.run_id, child.parent, child.status, output, child.error, child.tree or 0)
 
 
 async def reconcile(runs: Runs, only: Callable[[str], bool]) -> tuple[int, int]:

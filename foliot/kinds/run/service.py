@@ -225,6 +225,7 @@ class Runs:
         depth: int = 0,
         debounce: tuple[str, int] | None = None,
         priority: int = DEFAULT_PRIORITY,
+        tree: int | None = None,
     ) -> machine.Transition:
         """A new run's first transition: the one place a run is created, whatever creates it (an
         API start, a schedule's fire and a debounced burst through `start`, a signal-with-start,
@@ -245,7 +246,12 @@ class Runs:
             depth=depth,
             debounce=debounce,
             priority=priority,
+            tree=tree,
         )
+
+    async def tree_budget(self, app: str) -> int:
+        """A top-level run's tree budget: the app's `maxTreeRuns` (FOLIOT_MAX_TREE_RUNS)."""
+        return (await self.host.directory.limits(app, self.host.settings)).max_tree_runs
 
     async def within_open_runs(self, app: str, n: int = 1) -> None:
         """The app's open-runs limit (issue 37) for `n` more runs: `OverQuota` past it, else
@@ -518,6 +524,7 @@ class Runs:
             if debounce is not None and debounce.mode == "trailing"
             else None,
             priority=priority,
+            tree=await self.tree_budget(app),
         )
         if schedule is not None:
             tr = attrs.evolve(tr, run=replace_run(tr.run, {"schedule": schedule}))

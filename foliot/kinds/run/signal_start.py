@@ -133,6 +133,7 @@ async def _start(runs: Runs, req: SignalStart) -> dict[str, Any] | None:
         input=req.input,
         business_key=req.business_key,
         ctx=ctx,
+        tree=await runs.tree_budget(req.app),
     )
     run_id = started.run.run_id
     signalled = machine.transition(started.run, definition, req.signal, ctx)
