@@ -260,10 +260,7 @@ async def list_runs(app_name: str) -> Response:
     eng = engine()
     judge = Judge(eng)
     if wanted is None:
-        runs = await eng.store.list_runs(flt, limit + 1, after)
-        page = runs[:limit]
-        more = len(runs) > limit
-        entries = [_entry(r, await judge.reasons(r)) for r in page]
+        page, entries, more = await _page_in_budget(eng, judge, flt, limit, after)
     else:
         # One bounded read: the next ATTENTION_SCAN runs of the list; the cursor goes on
         # after the last one examined.
@@ -279,6 +276,39 @@ async def list_runs(app_name: str) -> Response:
         more = len(runs) == ATTENTION_SCAN or len(page) < len(runs)
     next_cursor = encode_cursor(page[-1].created_at, page[-1].run_id) if more and page else None
     return json_response({"runs": entries, "nextCursor": next_cursor})
+
+
+# A page of runs is read this many at a time, and stops once its entries pass the byte budget.
+_LIST_CHUNK: Final = 20
+
+
+async def _page_in_budget(
+    eng: Any, judge: Any, flt: RunFilter, limit: int, after: tuple[int, str] | None
+) -> tuple[list[Run], list[RunListEntry], bool]:
+    """At most `limit` runs after `after`, and about `4 x FOLIOT_PAYLOAD_MAX_BYTES` of them
+    (each run carries its whole input and state: a page of 1,000 runs of 250 KB inputs had been
+    a 250 MB answer, and one app's listings held every other app's reads); at least one run.
+    Read `_LIST_CHUNK` runs at a time, so what is not answered is not read either. (page,
+    entries, whether more follow)."""
+    budget = 4 * eng.settings.payload_max_bytes
+    page: list[Run] = []
+    entries: list[RunListEntry] = []
+    size = 0
+    while True:
+        want = min(_LIST_CHUNK, limit - len(page))
+        runs = await eng.store.list_runs(flt, want + 1, after)
+        for index, run in enumerate(runs[:want]):
+            entry = _entry(run, await judge.reasons(run))
+            page.append(run)
+            entries.append(entry)
+            size += payload_size(entry)
+            if size >= budget:
+                return page, entries, index + 1 < len(runs)
+        if len(runs) <= want:
+            return page, entries, False
+        if len(page) >= limit:
+            return page, entries, True
+        after = (page[-1].created_at, page[-1].run_id)
 
 
 def _entry(run: Run, reasons: tuple[str, ...]) -> RunListEntry:
