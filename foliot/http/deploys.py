@@ -34,7 +34,6 @@ import trio
 from quart import Blueprint, Response, request
 
 from ..actors.placement import Elsewhere
-from ..core.digits import INT64_MAX
 from ..core.errors import InvalidRequest, Overloaded, Refused
 from ..core.workflow import deploy, machine
 from ..core.workflow.definition import Definition, parse_definition
@@ -55,7 +54,7 @@ from .app import (
     require_app,
 )
 from .bulk import _first
-from .runs import MAX_BUSINESS_KEY, MAX_CURSOR, _check_reason, _runs_cursor
+from .runs import MAX_BUSINESS_KEY, MAX_CURSOR, _check_reason, _runs_cursor, run_key
 
 blueprint = Blueprint("deploys", __name__)
 log = logging.getLogger("foliot.http")
@@ -96,15 +95,7 @@ def _dry_run_cursor(cursor: str | None) -> tuple[int, str, int] | None:
     if cursor is None:
         return None
     parts = decode_cursor(cursor, 3) if len(cursor) <= MAX_CURSOR else None
-    if (
-        parts is None
-        or type(parts[0]) is not int
-        or not -INT64_MAX <= parts[0] <= INT64_MAX
-        or not isinstance(parts[1], str)
-        or not 1 <= len(parts[1]) <= 64
-        or type(parts[2]) is not int
-        or not 1 <= parts[2] <= MAX_REPLAY
-    ):
+    if parts is None or not run_key(parts) or type(parts[2]) is not int or not 1 <= parts[2] <= MAX_REPLAY:
         raise InvalidRequest("not a cursor this API returned", field="cursor")
     return parts[0], parts[1], parts[2]
 

@@ -318,15 +318,19 @@ def _entry(run: Run, reasons: tuple[str, ...]) -> RunListEntry:
 def _runs_cursor(cursor: str) -> tuple[int, str]:
     """`(createdAt, runId)` from a runs cursor; 400 unless it could be one this API returned."""
     parts = decode_cursor(cursor, 2) if len(cursor) <= MAX_CURSOR else None
-    if (
-        parts is None
-        or type(parts[0]) is not int
-        or not -INT64_MAX <= parts[0] <= INT64_MAX
-        or not isinstance(parts[1], str)
-        or not 1 <= len(parts[1]) <= 64
-    ):
+    if parts is None or not run_key(parts):
         raise InvalidRequest("not a cursor this API returned", field="cursor")
     return parts[0], parts[1]
+
+
+def run_key(parts: list[Any]) -> bool:
+    """Whether a decoded cursor begins with a run's `(createdAt, runId)` as the API writes them."""
+    return (
+        type(parts[0]) is int
+        and -INT64_MAX <= parts[0] <= INT64_MAX
+        and isinstance(parts[1], str)
+        and 1 <= len(parts[1]) <= 64
+    )
 
 
 @blueprint.get("/apps/<app_name>/runs/<run_id>")

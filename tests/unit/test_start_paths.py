@@ -8,6 +8,7 @@ the rule it must keep is checked for it)."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import foliot
@@ -15,27 +16,29 @@ import foliot
 ROOT = Path(foliot.__file__).parent
 
 
-def _calls(attr: str) -> set[str]:
-    """`module:function` of every call of `<something>.<attr>(...)` in the product outside the
+def _walk() -> Iterator[tuple[str, str, ast.Call]]:
+    """(module, function, call) for every call inside a function of the product outside the
     pure core (the dry-run's replay in `core/workflow/deploy.py` starts nothing)."""
-    found: set[str] = set()
     for path in sorted(ROOT.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
         if rel.startswith("core/"):
             continue
         tree = ast.parse(path.read_text(), filename=str(path))
         for func in ast.walk(tree):
-            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
-                continue
-            for node in ast.walk(func):
-                if (
-                    isinstance(node, ast.Call)
-                    and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == attr
-                ):
-                    owner = node.func.value
-                    name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
-                    found.add(f"{rel}:{func.name}:{name}")
+            if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(func):
+                    if isinstance(node, ast.Call):
+                        yield rel, func.name, node
+
+
+def _calls(attr: str) -> set[str]:
+    """`module:function:owner` of every call of `<owner>.<attr>(...)`."""
+    found: set[str] = set()
+    for rel, name, call in _walk():
+        if isinstance(call.func, ast.Attribute) and call.func.attr == attr:
+            owner = call.func.value
+            who = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            found.add(f"{rel}:{name}:{who}")
     return found
 
 
@@ -85,17 +88,9 @@ def test_every_start_path_checks_the_apps_open_runs_limit() -> None:
 
 
 def _calls_of_name(name: str) -> set[str]:
-    """`module:function:` of every plain call `name(...)` in the product outside the pure core."""
-    found: set[str] = set()
-    for path in sorted(ROOT.rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("core/"):
-            continue
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for func in ast.walk(tree):
-            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
-                continue
-            for node in ast.walk(func):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
-                    found.add(f"{rel}:{func.name}:")
-    return found
+    """`module:function:` of every plain call `name(...)`."""
+    return {
+        f"{rel}:{func}:"
+        for rel, func, call in _walk()
+        if isinstance(call.func, ast.Name) and call.func.id == name
+    }
