@@ -54,6 +54,11 @@ class HandlerServer:
     bad_signatures: int = 0
     url: str = ""
     arrived: trio.Event = attrs.Factory(trio.Event)
+    # Steps whose pushes are never answered: the handler waits until Foliot closes the
+    # connection, and records the task token in `disconnected` then.
+    held_open: set[str] = attrs.Factory(set)
+    disconnected: list[str] = attrs.Factory(list)
+    gone: trio.Event = attrs.Factory(trio.Event)
 
     def route(self, step: str, handler: Handler) -> None:
         self.routes[step] = handler
@@ -94,6 +99,12 @@ class HandlerServer:
         body = json.loads(raw)
         self.received.append(Received(scope["path"], body, headers, raw))
         self.arrived.set()
+        if body["step"] in self.held_open:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            self.disconnected.append(body["taskToken"])
+            self.gone.set()
+            return
         handler = self.routes.get(body["step"])
         if handler is None:
             status, extra, out = 200, {}, b"null"

@@ -179,3 +179,22 @@ async def test_a_starts_whole_tree_is_bounded_by_its_budget(api: Api) -> None:
     assert 1 < len(runs) <= 51, len(runs)
     classes = {x["error"]["class"] for x in runs if x.get("error")}
     assert "too_many_runs" in classes, classes
+
+
+async def test_cancelling_a_run_closes_its_push_in_flight(api: Api) -> None:
+    """Issue 38, item 10: the handler sees the client go when the run it works for is cancelled
+    (the push's connection is closed), and a heartbeat of the task answers `cancelRequested`."""
+    import trio
+
+    api.handler.held_open.add("slow")
+    await api.register({"name": "slow-one", "steps": [{"name": "slow", "type": "task", "timeout": "20s"}]})
+    run = await api.start("slow-one")
+    await api.handler.wait_for(1)
+    token = api.handler.received[0].body["taskToken"]
+    r = await api.call("POST", f"/apps/{api.app}/runs/{run['runId']}/cancel", {"reason": "no more"})
+    assert r.status_code == 200, r.text
+    with trio.fail_after(5):
+        await api.handler.gone.wait()
+    assert api.handler.disconnected == [token]
+    beat = await api.call("POST", f"/apps/{api.app}/tasks/{token}/heartbeat", {})
+    assert beat.status_code == 200 and beat.json() == {"cancelRequested": True}, beat.text
