@@ -12,6 +12,7 @@ from trio.testing import MockClock
 
 from foliot.storage.base import RunFilter
 
+from ..helpers import advance
 from .conftest import Env
 
 ITEM = {"name": "item", "steps": [{"name": "work", "type": "task"}]}
@@ -47,7 +48,7 @@ async def test_a_paced_map_survives_a_restart(
     await env.register(ITEM)
     await env.register(FAN)
     run_id = await env.start("fan", {"items": list(range(20))})
-    await trio.sleep(1)
+    await advance(1)  # virtual time (MockClock)
     await env.crash_and_restart(down_for=5)
     run = await env.until(run_id, "completed", "failed")
     assert run.status == "completed"
