@@ -57,8 +57,7 @@ class Lanes:
             return due - now
         rate = self.rate if rate is None else max(float(rate), 0.001)
         full = self.burst if burst is None else float(max(1, burst))
-        tokens, at, _, _ = self._lanes.get(app, (full, now, rate, full))
-        tokens = min(full, tokens + (now - at) * rate)
+        tokens = self._refilled(app, now, rate, full)
         if tokens >= 1:
             self._lanes[app] = (tokens - 1, now, rate, full)
             self.taken += 1
@@ -77,8 +76,7 @@ class Lanes:
         """Take up to `n` of `app`'s tokens: (how many were taken, and when fewer than `n`, the
         seconds until the next one)."""
         self._forget_full(now)
-        tokens, at, _, _ = self._lanes.get(app, (self.burst, now, self.rate, self.burst))
-        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        tokens = self._refilled(app, now, self.rate, self.burst)
         granted = min(n, int(tokens))
         self._lanes[app] = (tokens - granted, now, self.rate, self.burst)
         self.taken += granted
@@ -86,6 +84,11 @@ class Lanes:
             self.deferred += 1
             return granted, (1 - (tokens - granted)) / self.rate
         return granted, 0.0
+
+    def _refilled(self, app: str, now: float, rate: float, full: float) -> float:
+        """`app`'s tokens now (a new lane starts full)."""
+        tokens, at, _, _ = self._lanes.get(app, (full, now, rate, full))
+        return min(full, tokens + (now - at) * rate)
 
     def _forget_full(self, now: float) -> None:
         """Every few hundred takes: drop the lanes refilled since (a new one starts full)."""

@@ -34,6 +34,7 @@ import trio
 from quart import Blueprint, Response, request
 
 from ..actors.placement import Elsewhere
+from ..actors.threads import run_limiter
 from ..core.errors import InvalidRequest, Overloaded, Refused
 from ..core.workflow import deploy, machine
 from ..core.workflow.definition import Definition, parse_definition
@@ -120,7 +121,6 @@ async def dry_run(app_name: str, name: str) -> Response:
 
 # Dry-runs under way per (engine, app) in this Trio run.
 _UNDER_WAY: trio.lowlevel.RunVar[dict[tuple[int, str], int]] = trio.lowlevel.RunVar("foliot_dry_runs")
-_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("foliot_replay_threads")
 
 
 @contextlib.contextmanager
@@ -152,12 +152,7 @@ def _dry_run_slot(eng: Any, app: str, limit: int, setting: str) -> Iterator[None
 
 
 def _replay_threads() -> trio.CapacityLimiter:
-    try:
-        return _THREADS.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(REPLAY_THREADS)
-        _THREADS.set(limiter)
-        return limiter
+    return run_limiter("dry-run replay", REPLAY_THREADS)
 
 
 async def dry_run_report(

@@ -18,6 +18,7 @@ from typing import Any, Final, TypeVar
 
 import trio
 
+from ...actors.threads import run_limiter
 from ...core.schedule.definition import Schedule, document_fire_rate
 from ...core.schedule.machine import ScheduleState
 
@@ -26,17 +27,10 @@ T = TypeVar("T")
 CRON_THREADS: Final = 2
 SLICE: Final = 32  # schedules whose next fires one thread call computes
 
-_LIMITER: Final = trio.lowlevel.RunVar[trio.CapacityLimiter]("foliot_cron_limiter")
-
 
 def limiter() -> trio.CapacityLimiter:
     """This run's limiter of cron threads."""
-    try:
-        return _LIMITER.get()
-    except LookupError:
-        made = trio.CapacityLimiter(CRON_THREADS)
-        _LIMITER.set(made)
-        return made
+    return run_limiter("cron", CRON_THREADS)
 
 
 async def cron_work(schedule: Schedule, fn: Callable[..., T], *args: Any) -> T:
